@@ -1,0 +1,42 @@
+# streamq: `make help` lists the targets.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install redis-server test lint type bench demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+redis-server: ## install redis-server from Debian when it is missing
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+install: redis-server $(STAMP) ## create .venv with streamq, test and dev tools
+
+test: install ## run the test suite against a private redis-server
+	$(BIN)/python -m pytest -q
+
+lint: install ## ruff
+	$(BIN)/ruff check streamq tests
+
+type: install ## mypy --strict
+	$(BIN)/mypy
+
+bench: install ## benchmarks: streamq against raw redis-py on the same server
+	$(BIN)/python tests/bench/bench_core.py
+
+demo: install ## the main job: an end-to-end run on a private Redis
+	$(BIN)/python -m streamq demo
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,64 @@
+--[[
+  Create a job in its own slot: meta hash, task stream with its consumer
+  group, and the first sub-requests. Creating a job id that exists changes
+  nothing and describes the existing job.
+
+  Input:
+    KEYS[1] meta     sq:{<job>}:meta     HASH
+    KEYS[2] tasks    sq:{<job>}:tasks    STREAM (+ consumer group ARGV[10])
+    KEYS[3] results  sq:{<job>}:results  HASH
+    KEYS[4] errors   sq:{<job>}:errors   HASH
+    ARGV[1]  queue name
+    ARGV[2]  priority (0..99, 0 most urgent)
+    ARGV[3]  concurrency (tokens)
+    ARGV[4]  client name (fairness)
+    ARGV[5]  max deliveries per sub-request
+    ARGV[6]  now, ms since the epoch
+    ARGV[7]  retention after completion, ms
+    ARGV[8]  dedup key, "" for none
+    ARGV[9]  1 to finalize at once (plain submit), 0 to leave the job open (streaming)
+    ARGV[10] consumer group name
+    ARGV[11..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
+
+  Output:
+    {created (1 new | 0 existing), queue, completed (0|1), state, total, done,
+     failed, concurrency, dedup}
+    `completed` is 1 when this call made the job terminal (an empty job
+    finalized at once): the caller must then finish it in the queue slot.
+]]
+local rcall = redis.call
+local metaKey, tasksKey, resultsKey, errorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local nowMs, retentionMs = ARGV[6], ARGV[7]
+local finalize = ARGV[9] == "1"
+
+--- @include "includes/job_reply"
+--- @include "includes/add_entries"
+--- @include "includes/complete_job"
+
+local function reply(created, completed)
+  local r = job_reply(metaKey, completed)
+  return {created, rcall("HGET", metaKey, "queue") or "", r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+end
+
+if rcall("EXISTS", metaKey) == 1 then
+  return reply(0, 0)
+end
+
+rcall("XGROUP", "CREATE", tasksKey, ARGV[10], "0", "MKSTREAM")
+local n = add_entries(tasksKey, 0, ARGV, 11)
+local remaining = n
+local state = "active"
+if not finalize then
+  remaining = n + 1
+  state = "open"
+end
+rcall("HSET", metaKey,
+  "queue", ARGV[1], "priority", ARGV[2], "concurrency", ARGV[3], "client", ARGV[4],
+  "max_deliveries", ARGV[5], "created", nowMs, "retention", retentionMs, "dedup", ARGV[8],
+  "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
+
+if remaining == 0 then
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs, retentionMs)
+  return reply(1, 1)
+end
+return reply(1, 0)

@@ -1,0 +1,22 @@
+--[[
+  Move a job whose counter of unfinished sub-requests reached 0 to its
+  terminal state, in the job's own slot.
+  Terminal state: succeeded (nothing failed), failed (everything failed),
+  partial (some failed). Sets `finished`, lets meta, results and errors expire
+  after the retention and deletes the (empty) task stream with its group.
+  Returns the terminal state.
+]]
+local function complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs, retentionMs)
+  local total = tonumber(rcall("HGET", metaKey, "total") or "0")
+  local failed = tonumber(rcall("HGET", metaKey, "failed") or "0")
+  local state = "succeeded"
+  if failed > 0 then
+    if failed >= total then state = "failed" else state = "partial" end
+  end
+  rcall("HSET", metaKey, "state", state, "finished", nowMs)
+  rcall("DEL", tasksKey)
+  rcall("PEXPIRE", metaKey, retentionMs)
+  rcall("PEXPIRE", resultsKey, retentionMs)
+  rcall("PEXPIRE", errorsKey, retentionMs)
+  return state
+end

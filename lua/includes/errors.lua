@@ -1,0 +1,6 @@
+--[[
+  Error codes every script returns as a negative integer reply.
+  Mirrored by streamq.scripts.ScriptErrorCode; keep both in step.
+]]
+local ERR_JOB_NOT_FOUND = -1  -- the job's meta hash does not exist
+local ERR_JOB_CLOSED = -2     -- sub-requests added to a job no longer open

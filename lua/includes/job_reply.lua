@@ -1,0 +1,9 @@
+--[[
+  The reply describing a job after a change in its slot:
+  {completed (0|1), state, total, done, failed, concurrency, dedup}.
+]]
+local function job_reply(metaKey, completed)
+  local m = rcall("HMGET", metaKey, "state", "total", "done", "failed", "concurrency", "dedup")
+  return {completed, m[1] or "", tonumber(m[2] or "0"), tonumber(m[3] or "0"),
+          tonumber(m[4] or "0"), tonumber(m[5] or "1"), m[6] or ""}
+end

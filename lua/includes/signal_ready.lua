@@ -1,0 +1,13 @@
+--[[
+  Wake idle workers: make the wake list hold as many signals as there are
+  ready tokens, capped at `cap`, so each blocked worker that can get a token
+  is woken and stale signals stay bounded.
+]]
+local function signal_ready(readyKey, wakeKey, cap)
+  local want = rcall("ZCARD", readyKey)
+  if want > cap then want = cap end
+  local have = rcall("LLEN", wakeKey)
+  for _ = have + 1, want do
+    rcall("LPUSH", wakeKey, "1")
+  end
+end

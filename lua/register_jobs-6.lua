@@ -1,0 +1,52 @@
+--[[
+  Register jobs in their queue and give each its tokens. A token's score is
+  priority * 1e12 + rank, where the rank implements fairness inside one
+  priority: each client's jobs get consecutive ranks, starting no earlier
+  than the rank last claimed, so clients take turns. Idempotent: a job
+  already registered, or already finished, is left alone.
+
+  Input:
+    KEYS[1] active    sq:{<queue>}:active    ZSET job -> registration ms
+    KEYS[2] finished  sq:{<queue>}:finished  ZSET job -> completion ms
+    KEYS[3] tokens    sq:{<queue>}:tokens    HASH token -> score
+    KEYS[4] ready     sq:{<queue>}:ready     ZSET token -> score
+    KEYS[5] fair      sq:{<queue>}:fair      HASH "<prio>:<client>" -> last rank, "<prio>" -> rank last claimed
+    KEYS[6] wake      sq:{<queue>}:wake      LIST of wake-up signals
+    ARGV[1] now, ms since the epoch
+    ARGV[2] cap on wake-up signals
+    ARGV[3..] quadruples (job id, priority, client, concurrency)
+
+  Output:
+    one code per job: 0 finished already, 1 registered already, 2 registered now
+]]
+local rcall = redis.call
+local activeKey, finishedKey, tokensKey, readyKey, fairKey, wakeKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local nowMs, cap = ARGV[1], tonumber(ARGV[2])
+
+--- @include "includes/signal_ready"
+
+local out = {}
+for j = 3, #ARGV, 4 do
+  local job, prio, client, conc = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
+  if rcall("ZSCORE", finishedKey, job) then
+    out[#out + 1] = 0
+  elseif rcall("ZADD", activeKey, "NX", nowMs, job) == 0 then
+    out[#out + 1] = 1
+  else
+    local clientField = prio .. ":" .. client
+    local rank = tonumber(rcall("HGET", fairKey, clientField) or "0") + 1
+    local served = tonumber(rcall("HGET", fairKey, tostring(prio)) or "0")
+    if rank < served then rank = served end
+    rcall("HSET", fairKey, clientField, rank)
+    local score = prio * 1e12 + rank
+    for i = 0, conc - 1 do
+      local tok = job .. "#" .. i
+      rcall("HSET", tokensKey, tok, score)
+      rcall("ZADD", readyKey, score, tok)
+    end
+    out[#out + 1] = 2
+  end
+end
+signal_ready(readyKey, wakeKey, cap)
+return out

@@ -1,0 +1,26 @@
+"""streamq: a job queue on Redis Streams that loses nothing and counts once."""
+
+from __future__ import annotations
+
+from .client import Job, Queue, StreamingJob
+from .errors import (
+    ConfigError,
+    ConnectionFailed,
+    JobClosed,
+    JobConflict,
+    JobNotFound,
+    PayloadError,
+    PayloadTooLarge,
+    StreamqError,
+    WaitTimeout,
+)
+from .models import Completion, JobState, JobStatus, Task
+from .worker import Worker, current_task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Completion", "ConfigError", "ConnectionFailed", "Job", "JobClosed", "JobConflict",
+    "JobNotFound", "JobState", "JobStatus", "PayloadError", "PayloadTooLarge", "Queue",
+    "StreamingJob", "StreamqError", "Task", "WaitTimeout", "Worker", "current_task",
+]

@@ -1,0 +1,3 @@
+from streamq.cli import main
+
+main()

@@ -1,0 +1,411 @@
+"""The producer side: submit jobs, stream sub-requests, read status and results."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
+
+import redis
+
+from . import config
+from .codec import decode_result, encode
+from .connection import CONNECTION_ERRORS, connect
+from .errors import ConfigError, ConnectionFailed, JobConflict, JobNotFound, WaitTimeout
+from .keys import JobKeys, QueueKeys, check_name
+from .models import Completion, JobState, JobStatus
+from .scripts import Call, JobReply, Scripts
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _wrap_connection_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except redis.AuthenticationError as e:
+            raise ConnectionFailed(f"Redis refused the credentials: {e}") from None
+        except CONNECTION_ERRORS as e:
+            raise ConnectionFailed(f"cannot reach Redis: {e}") from None
+
+    return cast(F, inner)
+
+
+_LIVE = (JobState.OPEN.value, JobState.ACTIVE.value)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_range(name: str, value: int, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+class Job:
+    """A handle on a submitted job."""
+
+    def __init__(self, queue: Queue, job_id: str, created: bool = True) -> None:
+        self.queue = queue
+        self.id = job_id
+        #: False when the submit found the job (or its dedup key) already there.
+        self.created = created
+
+    def status(self) -> JobStatus:
+        return self.queue.status(self.id)
+
+    def results(self) -> dict[int, Any]:
+        return self.queue.results(self.id)
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        return self.queue.wait(self.id, timeout)
+
+    def __repr__(self) -> str:
+        return f"Job({self.queue.name!r}, {self.id!r})"
+
+
+class StreamingJob(Job):
+    """An open job: add sub-requests, then finalize. As a context manager it
+    finalizes when the block ends without an exception; after an exception
+    it stays open, so nothing incomplete can be reported as complete."""
+
+    def add(self, payload: Any) -> int:
+        """Add one sub-request; return its index."""
+        return self.add_many([payload])[0]
+
+    @_wrap_connection_errors
+    def add_many(self, payloads: Iterable[Any]) -> list[int]:
+        """Add sub-requests (validated first: a bad one adds nothing); return their indexes."""
+        return self.add_many_encoded(self.queue._encode_all(payloads))
+
+    def add_many_encoded(self, entries: Sequence[tuple[bytes, bytes]]) -> list[int]:
+        """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
+        jk, out = JobKeys(self.id), []
+        for start in range(0, len(entries), config.ADD_CHUNK):
+            chunk = entries[start : start + config.ADD_CHUNK]
+            total = self.queue.scripts.add_tasks(jk, chunk)
+            out.extend(range(total - len(chunk), total))
+            self.queue._unpark(self.id)
+        return out
+
+    @_wrap_connection_errors
+    def finalize(self) -> None:
+        """Declare that no more sub-requests come; the job may complete at once."""
+        reply = self.queue.scripts.finalize_job(JobKeys(self.id), now_ms(), self.queue.retention_ms)
+        if reply.completed:
+            self.queue._finish(self.id, reply)
+
+    def __enter__(self) -> StreamingJob:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.finalize()
+
+
+class Queue:
+    """A client of one queue: submit jobs and follow them.
+
+    ``Queue("images", "redis://localhost:6379/0")``; pass ``client=`` to share
+    a redis-py client instead of a URL.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        retention_s: float = config.DEFAULT_RETENTION_S,
+        max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
+        events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
+    ) -> None:
+        self.name = check_name("queue name", name)
+        if client is None:
+            if url is None:
+                raise ConfigError("give a Redis URL or a client")
+            client = connect(url)
+        self.redis = client
+        self.keys = QueueKeys(name)
+        self.scripts = Scripts(client)
+        if retention_s <= 0:
+            raise ConfigError("retention_s must be positive")
+        self.retention_ms = int(retention_s * 1000)
+        self.max_payload_bytes = max_payload_bytes
+        self.events_maxlen = events_maxlen
+
+    def close(self) -> None:
+        self.redis.close()
+
+    # -- submitting ----------------------------------------------------------------
+
+    def _encode_all(self, payloads: Iterable[Any]) -> list[tuple[bytes, bytes]]:
+        if isinstance(payloads, (str, bytes, bytearray, dict)):
+            raise ConfigError("payloads must be a list of payloads, not a single value")
+        out = []
+        for i, p in enumerate(payloads):
+            try:
+                out.append(encode(p, self.max_payload_bytes))
+            except Exception as e:
+                raise type(e)(f"sub-request {i}: {e}") from None
+        return out
+
+    def _options(
+        self, priority: int, concurrency: int, client: str, max_deliveries: int
+    ) -> None:
+        _check_range("priority", priority, 0, config.MAX_PRIORITY)
+        _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
+        _check_range("max_deliveries", max_deliveries, 1, 1000)
+        check_name("client name", client)
+
+    def _job_id(self, job_id: str | None, dedup_key: str | None) -> str:
+        job_id = check_name("job id", job_id) if job_id is not None else uuid.uuid4().hex
+        if dedup_key is not None:
+            if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
+                raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
+            job_id = self.scripts.reserve_dedup(self.keys, dedup_key, job_id, now_ms())
+        return job_id
+
+    @_wrap_connection_errors
+    def submit(
+        self,
+        payloads: Iterable[Any],
+        *,
+        job_id: str | None = None,
+        priority: int = config.DEFAULT_PRIORITY,
+        concurrency: int = config.DEFAULT_CONCURRENCY,
+        client: str = config.DEFAULT_CLIENT,
+        max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
+        dedup_key: str | None = None,
+    ) -> Job:
+        """Submit one job whose sub-requests are ``payloads`` (bytes, str or JSON values).
+
+        Every payload is validated before anything is sent: a bad one raises
+        PayloadError (or PayloadTooLarge) and enqueues nothing. An existing
+        ``job_id``, or a ``dedup_key`` already seen, returns the existing job
+        (``job.created`` is False) and enqueues nothing.
+        """
+        self._options(priority, concurrency, client, max_deliveries)
+        entries = self._encode_all(payloads)
+        jid = self._job_id(job_id, dedup_key)
+        first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
+        call = self._create_call(jid, priority, concurrency, client, max_deliveries,
+                                 dedup_key or "", first, finalize=not rest)
+        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        self._check_queue(jid, created.queue)
+        if not created.created:
+            if created.job.state not in _LIVE:
+                return Job(self, jid, created=False)
+        else:
+            if rest:
+                jk = JobKeys(jid)
+                for start in range(0, len(rest), config.ADD_CHUNK):
+                    self.scripts.add_tasks(jk, rest[start : start + config.ADD_CHUNK])
+                reply = self.scripts.finalize_job(jk, now_ms(), self.retention_ms)
+            else:
+                reply = created.job
+            if reply.completed:
+                self._finish(jid, reply)
+                return Job(self, jid)
+        self._register([(jid, priority, client, concurrency)])
+        return Job(self, jid, created=created.created)
+
+    @_wrap_connection_errors
+    def submit_many(
+        self,
+        jobs: Sequence[Iterable[Any]],
+        *,
+        priority: int = config.DEFAULT_PRIORITY,
+        concurrency: int = config.DEFAULT_CONCURRENCY,
+        client: str = config.DEFAULT_CLIENT,
+        max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
+    ) -> list[Job]:
+        """Submit many small jobs in two round trips; ids are generated.
+
+        Every payload of every job is validated first. A job of more than
+        ``ADD_CHUNK`` sub-requests is submitted on its own with :meth:`submit`.
+        """
+        self._options(priority, concurrency, client, max_deliveries)
+        encoded = [self._encode_all(p) for p in jobs]
+        handles: list[Job] = []
+        calls: list[Call] = []
+        ids: list[str] = []
+        for entries in encoded:
+            if len(entries) > config.ADD_CHUNK:
+                continue
+            jid = uuid.uuid4().hex
+            ids.append(jid)
+            calls.append(self._create_call(jid, priority, concurrency, client, max_deliveries,
+                                           "", entries, finalize=True))
+        replies = [self.scripts.parse_create(r) for r in self.scripts.run_many(calls)]
+        to_register = []
+        for jid, rep in zip(ids, replies):
+            if rep.job.completed:
+                self._finish(jid, rep.job)
+            else:
+                to_register.append((jid, priority, client, concurrency))
+        self._register(to_register)
+        by_id = {jid: Job(self, jid) for jid in ids}
+        it = iter(ids)
+        for entries in encoded:
+            if len(entries) > config.ADD_CHUNK:
+                handles.append(self._submit_big(entries, priority, concurrency, client,
+                                                max_deliveries))
+            else:
+                handles.append(by_id[next(it)])
+        return handles
+
+    def _submit_big(self, entries: list[tuple[bytes, bytes]], priority: int,
+                    concurrency: int, client: str, max_deliveries: int) -> Job:
+        job = self.open(priority=priority, concurrency=concurrency, client=client,
+                        max_deliveries=max_deliveries)
+        job.add_many_encoded(entries)
+        job.finalize()
+        return job
+
+    @_wrap_connection_errors
+    def open(
+        self,
+        *,
+        job_id: str | None = None,
+        priority: int = config.DEFAULT_PRIORITY,
+        concurrency: int = config.DEFAULT_CONCURRENCY,
+        client: str = config.DEFAULT_CLIENT,
+        max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
+        dedup_key: str | None = None,
+    ) -> StreamingJob:
+        """Open a streaming job: add sub-requests, then finalize.
+
+        Its counter of unfinished sub-requests starts at 1, so it cannot
+        complete before :meth:`StreamingJob.finalize`, however fast workers are.
+        """
+        self._options(priority, concurrency, client, max_deliveries)
+        jid = self._job_id(job_id, dedup_key)
+        call = self._create_call(jid, priority, concurrency, client, max_deliveries,
+                                 dedup_key or "", [], finalize=False)
+        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        self._check_queue(jid, created.queue)
+        if created.job.state in _LIVE:
+            self._register([(jid, priority, client, concurrency)])
+        return StreamingJob(self, jid, created=created.created)
+
+    def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
+                     max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
+                     *, finalize: bool) -> Call:
+        return self.scripts.create_job_call(
+            JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
+            client=client, max_deliveries=max_deliveries, now_ms=now_ms(),
+            retention_ms=self.retention_ms, dedup=dedup, finalize=finalize, entries=entries)
+
+    def _check_queue(self, jid: str, queue: str) -> None:
+        if queue != self.name:
+            raise JobConflict(f"job id {jid!r} already names a job of queue {queue!r}")
+
+    def _register(self, jobs: Sequence[tuple[str, int, str, int]]) -> None:
+        for start in range(0, len(jobs), config.ADD_CHUNK):
+            call = self.scripts.register_jobs_call(self.keys, now_ms(),
+                                                   jobs[start : start + config.ADD_CHUNK])
+            self.scripts.run(call.name, call.keys, call.args)
+
+    def _unpark(self, jid: str) -> None:
+        conc = self.redis.hget(JobKeys(jid).meta, "concurrency")
+        if conc is not None:
+            self.scripts.unpark(self.keys, jid, int(conc))
+
+    def finish_call(self, jid: str, reply: JobReply) -> Call:
+        """The queue-slot step that records and announces a terminal job's completion."""
+        t = now_ms()
+        message = json.dumps(Completion(jid, self.name, JobState(reply.state), reply.total,
+                                        reply.done, reply.failed, t).as_dict())
+        return self.scripts.finish_job_call(
+            self.keys, jid, reply, now_ms=t, retention_ms=self.retention_ms,
+            events_maxlen=self.events_maxlen, message=message)
+
+    def _finish(self, jid: str, reply: JobReply) -> bool:
+        call = self.finish_call(jid, reply)
+        return bool(self.scripts.run(call.name, call.keys, call.args))
+
+    # -- following -------------------------------------------------------------------
+
+    @_wrap_connection_errors
+    def status(self, job_id: str) -> JobStatus:
+        """A snapshot of the job; raises JobNotFound for an unknown or expired job."""
+        jk = JobKeys(check_name("job id", job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.meta)
+        pipe.xlen(jk.tasks)
+        pipe.zcard(jk.retry)
+        pipe.exists(jk.tasks)
+        meta_raw, xlen, retries, has_stream = pipe.execute()
+        if not meta_raw:
+            raise JobNotFound(job_id)
+        meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
+        pending = 0
+        if has_stream:
+            try:
+                pending = int(self.redis.xpending(jk.tasks, config.GROUP)["pending"])
+            except redis.ResponseError:
+                pending = 0
+        finished = meta.get("finished")
+        return JobStatus(
+            job_id=job_id,
+            queue=meta["queue"],
+            state=JobState(meta["state"]),
+            priority=int(meta["priority"]),
+            concurrency=int(meta["concurrency"]),
+            client=meta["client"],
+            total=int(meta["total"]),
+            done=int(meta["done"]),
+            failed=int(meta["failed"]),
+            in_flight=pending,
+            queued=max(0, int(xlen) - pending) + int(retries),
+            created_ms=int(meta["created"]),
+            finished_ms=int(finished) if finished else None,
+        )
+
+    @_wrap_connection_errors
+    def results(self, job_id: str) -> dict[int, Any]:
+        """The stored results by sub-request index (decoded)."""
+        jk = JobKeys(check_name("job id", job_id))
+        if not self.redis.exists(jk.meta):
+            raise JobNotFound(job_id)
+        raw = self.redis.hscan_iter(jk.results, count=1000)
+        return {int(k): decode_result(v) for k, v in raw}
+
+    @_wrap_connection_errors
+    def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
+        """Block until the job is terminal and return its status.
+
+        Subscribes to the job's channel first and then reads the durable state,
+        so a completion that came before the call returns at once. Raises
+        WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(self.keys.job_channel(job_id))
+            while True:
+                st = self.status(job_id)
+                if st.terminal:
+                    return st
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if left <= 0:
+                    raise WaitTimeout(f"job {job_id!r} not complete after {timeout} s")
+                pubsub.get_message(timeout=left)
+        finally:
+            pubsub.close()
+
+    @_wrap_connection_errors
+    def completions(self, count: int = 100) -> list[Completion]:
+        """The latest completion records of the queue (durable events), oldest first."""
+        out = []
+        for _id, f in reversed(self.redis.xrevrange(self.keys.events, count=count)):
+            d = {k.decode(): v.decode() for k, v in f.items()}
+            out.append(Completion(d["job"], self.name, JobState(d["state"]), int(d["total"]),
+                                  int(d["done"]), int(d["failed"]), int(d["finished"])))
+        return out

@@ -1,0 +1,51 @@
+"""Documented defaults. Every duration is in the unit its name ends with."""
+
+from __future__ import annotations
+
+#: Priority given to a job when the caller names none (0 is most urgent).
+DEFAULT_PRIORITY = 50
+#: Lowest-urgency priority accepted; priorities run 0..MAX_PRIORITY.
+MAX_PRIORITY = 99
+#: Tokens (sub-requests in flight at once) a job gets when the caller names none.
+DEFAULT_CONCURRENCY = 1
+#: Highest per-job concurrency accepted.
+MAX_CONCURRENCY = 10_000
+#: Client name used for fairness when the caller names none.
+DEFAULT_CLIENT = "default"
+#: Deliveries of one sub-request before it is dead-lettered.
+DEFAULT_MAX_DELIVERIES = 5
+#: Largest encoded payload accepted, in bytes (1 MiB).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: How long results, job records and completion events are kept after completion, in seconds.
+DEFAULT_RETENTION_S = 24 * 3600
+#: Completion events kept in a queue's events stream at most (approximate trim).
+DEFAULT_EVENTS_MAXLEN = 100_000
+#: Sub-requests appended per script call when a job is submitted (bounds ARGV size).
+ADD_CHUNK = 500
+
+#: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read).
+DEFAULT_BATCH = 10
+#: Handler slots (sub-requests processed at once) per worker process.
+DEFAULT_WORKER_CONCURRENCY = 4
+#: Tokens one slot claims per round trip.
+DEFAULT_PREFETCH = 1
+#: Lease length a worker holds a token for before it must extend it, in milliseconds.
+DEFAULT_LEASE_MS = 30_000
+#: Worker heartbeat period, in seconds; leases are extended on the same beat.
+DEFAULT_HEARTBEAT_S = 5.0
+#: Longest a worker blocks waiting for a wake-up before it looks for work again, in seconds.
+DEFAULT_IDLE_WAIT_S = 1.0
+#: Longest a finished result waits before it is acknowledged, in seconds.
+DEFAULT_ACK_FLUSH_S = 0.05
+#: Wake-up signals kept in a queue's wake list at most.
+WAKE_CAP = 64
+
+#: Socket timeout for ordinary commands, in seconds. Blocking calls add their block time.
+DEFAULT_SOCKET_TIMEOUT_S = 10.0
+#: Socket connect timeout, in seconds.
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+
+#: Consumer group every job stream carries.
+GROUP = "workers"
+#: Key prefix of every key and channel streamq writes.
+PREFIX = "sq"

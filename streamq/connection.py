@@ -1,0 +1,50 @@
+"""Connecting to Redis from a ``redis://`` / ``rediss://`` / ``unix://`` URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+
+from .config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SOCKET_TIMEOUT_S
+from .errors import ConfigError, ConnectionFailed
+
+#: Errors that mean "Redis is unreachable right now" (as opposed to a bad command).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ConnectionError,
+    OSError,
+)
+
+
+def connect(url: str, **overrides: Any) -> redis.Redis:
+    """Return a client for ``url``; TLS, ACL user and password come from the URL.
+
+    Commands time out after ``DEFAULT_SOCKET_TIMEOUT_S``; blocking calls are
+    issued with a shorter block time, so the socket never cuts them short.
+    Connection errors are retried with exponential backoff and jitter.
+    """
+    options: dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries=5),
+        "health_check_interval": 30,
+    }
+    options.update(overrides)
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as e:
+        raise ConfigError(f"invalid Redis URL {url!r}: {e}") from None
+
+
+def ping(client: redis.Redis) -> None:
+    """Raise ConnectionFailed unless ``client`` answers PING."""
+    try:
+        client.ping()
+    except redis.AuthenticationError as e:
+        raise ConnectionFailed(f"Redis refused the credentials: {e}") from None
+    except CONNECTION_ERRORS as e:
+        raise ConnectionFailed(f"cannot reach Redis: {e}") from None

@@ -1,0 +1,62 @@
+"""The exceptions streamq raises: one hierarchy under :class:`StreamqError`."""
+
+from __future__ import annotations
+
+
+class StreamqError(Exception):
+    """Base class of every error streamq raises on purpose."""
+
+
+class ConfigError(StreamqError):
+    """Raised when a setting or argument is out of range or malformed."""
+
+
+class ConnectionFailed(StreamqError):
+    """Raised when Redis cannot be reached or refuses the connection."""
+
+
+class PayloadError(StreamqError):
+    """Raised when a payload is not bytes, str or a JSON-serialisable value."""
+
+
+class PayloadTooLarge(PayloadError):
+    """Raised when an encoded payload exceeds the configured size limit."""
+
+
+class JobNotFound(StreamqError):
+    """Raised when a job id names no job (never submitted, or expired)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class JobConflict(StreamqError):
+    """Raised when a job id already names a job of another queue."""
+
+
+class JobClosed(StreamqError):
+    """Raised when sub-requests are added to a job that is no longer open."""
+
+
+class WaitTimeout(StreamqError):
+    """Raised when :meth:`streamq.Queue.wait` gives up before completion."""
+
+
+class HandlerError(StreamqError):
+    """Raised when a handler reference (``module:function``) cannot be loaded."""
+
+
+class ScriptError(StreamqError):
+    """Raised when a Lua script returns one of streamq's negative error codes."""
+
+    def __init__(self, script: str, code: int, message: str, job_id: str | None = None) -> None:
+        where = f" (job {job_id})" if job_id else ""
+        super().__init__(f"{script}: {message}{where}")
+        self.script = script
+        self.code = code
+        self.job_id = job_id
+
+
+class ScriptLoadError(StreamqError):
+    """Raised when a Lua script or one of its includes cannot be assembled."""

@@ -1,0 +1,173 @@
+"""The single source of every Redis key and channel name streamq uses.
+
+Queue keys carry the hash tag ``{queue}`` and job keys the hash tag ``{job id}``,
+so each Lua script touches one cluster slot: the queue's or the job's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .config import PREFIX
+from .errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+
+def check_name(kind: str, value: str) -> str:
+    """Return ``value`` if it is a valid queue name or job id, else raise ConfigError."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ConfigError(
+            f"invalid {kind} {value!r}: use 1-128 characters from A-Z a-z 0-9 _ . : -"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Keys of one queue; all share the queue's cluster slot."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_name("queue name", self.name)
+
+    def _k(self, part: str) -> str:
+        return f"{PREFIX}:{{{self.name}}}:{part}"
+
+    @property
+    def ready(self) -> str:
+        """ZSET token -> score (priority, then fairness rank); lower is served first."""
+        return self._k("ready")
+
+    @property
+    def leased(self) -> str:
+        """ZSET token -> lease deadline (ms since the epoch)."""
+        return self._k("leased")
+
+    @property
+    def parked(self) -> str:
+        """ZSET token -> score, tokens whose job has nothing deliverable now."""
+        return self._k("parked")
+
+    @property
+    def tokens(self) -> str:
+        """HASH token -> its score; a token exists while its job is unfinished."""
+        return self._k("tokens")
+
+    @property
+    def owners(self) -> str:
+        """HASH token -> id of the worker holding its lease."""
+        return self._k("owners")
+
+    @property
+    def kick(self) -> str:
+        """HASH token -> 1, set when a leased token's job got work (park goes to ready)."""
+        return self._k("kick")
+
+    @property
+    def active(self) -> str:
+        """ZSET job id -> registration time (ms): the registry of unfinished jobs."""
+        return self._k("active")
+
+    @property
+    def finished(self) -> str:
+        """ZSET job id -> completion time (ms), kept for the retention period."""
+        return self._k("finished")
+
+    @property
+    def fair(self) -> str:
+        """HASH ``<priority>:<client>`` -> last rank given; ``<priority>`` -> rank last claimed."""
+        return self._k("fair")
+
+    @property
+    def dedup(self) -> str:
+        """HASH dedup key -> job id."""
+        return self._k("dedup")
+
+    @property
+    def dedup_expiry(self) -> str:
+        """ZSET dedup key -> time (ms) after which it is forgotten."""
+        return self._k("dedupx")
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> heartbeat deadline (ms)."""
+        return self._k("workers")
+
+    def worker(self, worker_id: str) -> str:
+        """HASH describing one worker (host, pid, started, processed)."""
+        return self._k(f"worker:{worker_id}")
+
+    @property
+    def wake(self) -> str:
+        """LIST of wake-up signals idle workers block on."""
+        return self._k("wake")
+
+    @property
+    def events(self) -> str:
+        """STREAM of completion records, the durable twin of the pub/sub channels."""
+        return self._k("events")
+
+    @property
+    def dead(self) -> str:
+        """STREAM of dead letters."""
+        return self._k("dead")
+
+    @property
+    def channel(self) -> str:
+        """Pub/sub channel announcing every completion of the queue."""
+        return self._k("done")
+
+    def job_channel(self, job_id: str) -> str:
+        """Pub/sub channel announcing one job's completion."""
+        return self._k(f"done:{job_id}")
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Keys of one job; all share the job's cluster slot."""
+
+    job_id: str
+
+    def __post_init__(self) -> None:
+        check_name("job id", self.job_id)
+
+    def _k(self, part: str) -> str:
+        return f"{PREFIX}:{{{self.job_id}}}:{part}"
+
+    @property
+    def tasks(self) -> str:
+        """STREAM of sub-requests, with the consumer group ``workers``."""
+        return self._k("tasks")
+
+    @property
+    def meta(self) -> str:
+        """HASH of the job's settings, counters and state."""
+        return self._k("meta")
+
+    @property
+    def results(self) -> str:
+        """HASH sub-request index -> encoded result."""
+        return self._k("results")
+
+    @property
+    def errors(self) -> str:
+        """HASH sub-request index -> error text of a dead-lettered sub-request."""
+        return self._k("errors")
+
+    @property
+    def retry(self) -> str:
+        """ZSET of sub-requests waiting for their next attempt (due time in ms)."""
+        return self._k("retry")
+
+
+def token(job_id: str, i: int) -> str:
+    """Name of a job's i-th token."""
+    return f"{job_id}#{i}"
+
+
+def token_job(tok: str) -> str:
+    """Job id a token belongs to."""
+    return tok.rpartition("#")[0]

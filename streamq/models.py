@@ -1,0 +1,93 @@
+"""Plain data types shared by the client, the worker and the CLI."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life."""
+
+    OPEN = "open"  #: streaming: a producer may still add sub-requests
+    ACTIVE = "active"  #: finalized, sub-requests unfinished
+    SUCCEEDED = "succeeded"  #: every sub-request has a result
+    PARTIAL = "partial"  #: some sub-requests were dead-lettered
+    FAILED = "failed"  #: every sub-request was dead-lettered
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIAL, JobState.FAILED})
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of one job, as :meth:`streamq.Queue.status` reads it."""
+
+    job_id: str
+    queue: str
+    state: JobState
+    priority: int
+    concurrency: int
+    client: str
+    total: int  #: sub-requests added so far
+    done: int  #: acknowledged with a stored result
+    failed: int  #: dead-lettered
+    in_flight: int  #: delivered to a worker and not yet acknowledged
+    queued: int  #: waiting to be delivered (including scheduled retries)
+    created_ms: int
+    finished_ms: int | None
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job is succeeded, partial or failed."""
+        return self.state in TERMINAL_STATES
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        d = dict(self.__dict__)
+        d["state"] = self.state.value
+        return d
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The single completion record of a job."""
+
+    job_id: str
+    queue: str
+    state: JobState
+    total: int
+    done: int
+    failed: int
+    finished_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (also the message published on the channels)."""
+        d = dict(self.__dict__)
+        d["state"] = self.state.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Completion:
+        """Build from :meth:`as_dict` output."""
+        return cls(
+            job_id=str(d["job_id"]),
+            queue=str(d["queue"]),
+            state=JobState(d["state"]),
+            total=int(d["total"]),
+            done=int(d["done"]),
+            failed=int(d["failed"]),
+            finished_ms=int(d["finished_ms"]),
+        )
+
+
+@dataclass(frozen=True)
+class Task:
+    """The sub-request a handler is running (see :func:`streamq.current_task`)."""
+
+    queue: str
+    job_id: str
+    index: int
+    entry_id: str
+    attempt: int

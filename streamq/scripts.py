@@ -1,0 +1,265 @@
+"""The only caller of streamq's Lua: one typed method per script.
+
+Scripts are assembled by :mod:`streamq.luaload`, registered once per client
+(EVALSHA, with a reload after NOSCRIPT), called with the key names of
+:mod:`streamq.keys`, and their replies parsed into plain tuples here.
+Negative integer replies are streamq's error codes, mapped to exceptions in
+:func:`raise_for_code`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import redis
+from redis.commands.core import Script
+
+from .config import GROUP, WAKE_CAP
+from .errors import JobClosed, JobNotFound, ScriptError
+from .keys import JobKeys, QueueKeys
+from .luaload import load_all
+
+
+class ScriptErrorCode(enum.IntEnum):
+    """Mirror of ``lua/includes/errors.lua``."""
+
+    JOB_NOT_FOUND = -1
+    JOB_CLOSED = -2
+
+
+def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
+    """Raise the exception an error-code reply stands for; do nothing otherwise."""
+    if not isinstance(reply, int) or reply >= 0:
+        return
+    if reply == ScriptErrorCode.JOB_NOT_FOUND and job_id is not None:
+        raise JobNotFound(job_id)
+    if reply == ScriptErrorCode.JOB_CLOSED:
+        raise JobClosed(f"job {job_id!r} is finalized: no sub-request can be added")
+    raise ScriptError(script, reply, f"error code {reply}", job_id)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@dataclass(frozen=True)
+class JobReply:
+    """A job as a job-slot script left it."""
+
+    completed: bool  #: this call made the job terminal: finish it in the queue slot
+    state: str
+    total: int
+    done: int
+    failed: int
+    concurrency: int
+    dedup: str
+
+    @classmethod
+    def parse(cls, r: Sequence[Any]) -> JobReply:
+        return cls(bool(r[0]), _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]))
+
+
+@dataclass(frozen=True)
+class CreateReply:
+    created: bool
+    queue: str
+    job: JobReply
+
+
+@dataclass(frozen=True)
+class AckReply:
+    acked: int
+    job: JobReply
+
+
+@dataclass(frozen=True)
+class Call:
+    """One script invocation, for :meth:`Scripts.run_many`."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+class Scripts:
+    """Every Lua entry point of streamq, bound to one Redis client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {}
+        self._numkeys: dict[str, int] = {}
+        for name, lua in load_all().items():
+            self._scripts[name] = client.register_script(lua.source)
+            self._numkeys[name] = lua.numkeys
+
+    # -- plumbing -------------------------------------------------------------
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script (EVALSHA, loading it after NOSCRIPT)."""
+        if len(keys) != self._numkeys[name]:
+            raise ValueError(f"{name} takes {self._numkeys[name]} keys, got {len(keys)}")
+        return self._scripts[name](keys=list(keys), args=list(args))
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run several scripts in one pipelined round trip; replies in order.
+
+        A script missing from the server's cache (NOSCRIPT, after a restart)
+        did not run; it is run again on its own, which loads it.
+        """
+        if not calls:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for c in calls:
+            if len(c.keys) != self._numkeys[c.name]:
+                raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
+            pipe.evalsha(self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                replies[i] = self.run(calls[i].name, calls[i].keys, calls[i].args)
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    # -- job slot ---------------------------------------------------------------
+
+    @staticmethod
+    def create_job_call(
+        jk: JobKeys,
+        *,
+        queue: str,
+        priority: int,
+        concurrency: int,
+        client: str,
+        max_deliveries: int,
+        now_ms: int,
+        retention_ms: int,
+        dedup: str,
+        finalize: bool,
+        entries: Iterable[tuple[bytes, bytes]],
+    ) -> Call:
+        args: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
+                           retention_ms, dedup, 1 if finalize else 0, GROUP]
+        for kind, data in entries:
+            args.append(kind)
+            args.append(data)
+        return Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors), args)
+
+    @staticmethod
+    def parse_create(r: Sequence[Any]) -> CreateReply:
+        return CreateReply(bool(r[0]), _s(r[1]), JobReply.parse(r[2:]))
+
+    def add_tasks(self, jk: JobKeys, entries: Sequence[tuple[bytes, bytes]]) -> int:
+        """Append sub-requests to an open job; return its new total."""
+        args: list[Any] = []
+        for kind, data in entries:
+            args += [kind, data]
+        reply = self.run("add_tasks", (jk.meta, jk.tasks), args)
+        raise_for_code("add_tasks", reply, jk.job_id)
+        return int(reply)
+
+    def finalize_job(self, jk: JobKeys, now_ms: int, retention_ms: int) -> JobReply:
+        """Close an open job; completion may follow at once."""
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors),
+                         (now_ms, retention_ms))
+        raise_for_code("finalize_job", reply, jk.job_id)
+        return JobReply.parse(reply)
+
+    @staticmethod
+    def ack_call(jk: JobKeys, now_ms: int, done: Sequence[tuple[str, int, bytes]]) -> Call:
+        args: list[Any] = [GROUP, now_ms]
+        for entry_id, index, result in done:
+            args += [entry_id, index, result]
+        return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors), args)
+
+    @staticmethod
+    def parse_ack(r: Sequence[Any]) -> AckReply:
+        return AckReply(int(r[0]), JobReply.parse(r[1:]))
+
+    # -- queue slot -------------------------------------------------------------
+
+    @staticmethod
+    def register_jobs_call(
+        qk: QueueKeys, now_ms: int, jobs: Sequence[tuple[str, int, str, int]]
+    ) -> Call:
+        """Register (job id, priority, client, concurrency) tuples; see register_jobs-6.lua."""
+        args: list[Any] = [now_ms, WAKE_CAP]
+        for job_id, priority, client, concurrency in jobs:
+            args += [job_id, priority, client, concurrency]
+        return Call("register_jobs",
+                    (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake), args)
+
+    def settle(
+        self,
+        qk: QueueKeys,
+        worker: str,
+        now_ms: int,
+        lease_ms: int,
+        claim: int,
+        settled: Sequence[tuple[str, str]] = (),
+    ) -> list[tuple[str, float]]:
+        """Release/park/drop held tokens, then claim up to ``claim`` new ones."""
+        args: list[Any] = [worker, now_ms, lease_ms, claim, WAKE_CAP]
+        for tok, mode in settled:
+            args += [tok, mode]
+        reply = self.run(
+            "settle",
+            (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick),
+            args,
+        )
+        return [(_s(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+    @staticmethod
+    def finish_job_call(
+        qk: QueueKeys,
+        job_id: str,
+        job: JobReply,
+        *,
+        now_ms: int,
+        retention_ms: int,
+        events_maxlen: int,
+        message: str,
+    ) -> Call:
+        return Call(
+            "finish_job",
+            (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
+             qk.owners, qk.kick, qk.dedup_expiry),
+            (job_id, job.state, job.total, job.done, job.failed, now_ms, retention_ms,
+             events_maxlen, job.concurrency, job.dedup, qk.job_channel(job_id), qk.channel,
+             message),
+        )
+
+    def unpark(self, qk: QueueKeys, job_id: str, concurrency: int) -> int:
+        """Send a job's parked tokens back to ready (it got work)."""
+        return int(self.run("unpark", (qk.parked, qk.ready, qk.leased, qk.kick, qk.wake),
+                            (job_id, concurrency, WAKE_CAP)))
+
+    def heartbeat(
+        self,
+        qk: QueueKeys,
+        worker: str,
+        *,
+        heartbeat_deadline_ms: int,
+        lease_deadline_ms: int,
+        info_ttl_ms: int,
+        info: dict[str, Any],
+        tokens: Sequence[str],
+    ) -> list[str]:
+        """Refresh a worker's heartbeat and leases; return tokens it lost."""
+        args: list[Any] = [worker, heartbeat_deadline_ms, lease_deadline_ms, info_ttl_ms, len(info)]
+        for k, v in info.items():
+            args += [k, v]
+        args += list(tokens)
+        reply = self.run("heartbeat", (qk.workers, qk.worker(worker), qk.leased, qk.owners), args)
+        return [_s(t) for t in reply]
+
+    def reserve_dedup(self, qk: QueueKeys, dedup_key: str, job_id: str, now_ms: int) -> str:
+        """Reserve ``dedup_key`` for ``job_id``; return the job that holds it."""
+        return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry),
+                           (dedup_key, job_id, now_ms)))
+
+    def requeue(self, jk: JobKeys, entry_ids: Sequence[str]) -> int:
+        """Hand back entries read but never started; return how many moved."""
+        return int(self.run("requeue", (jk.tasks, jk.meta), [GROUP, *entry_ids]))

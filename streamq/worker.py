@@ -1,0 +1,314 @@
+"""The worker: lease tokens, read sub-requests, run the handler, acknowledge.
+
+A worker process runs ``concurrency`` slots, each a thread. A slot claims a
+token (permission to run one sub-request of one job at a time), reads up to
+``batch`` entries of that job with XREADGROUP, runs them one after another,
+acknowledges them (XACK + XDEL + result, one script per job), finishes jobs
+that completed, and settles the token: back to ready, parked (nothing
+deliverable) or dropped (job finished) while claiming the next one in the same
+round trip. With nothing ready a slot blocks on the queue's wake list.
+
+Sync handlers run in the slot threads; ``async def`` handlers run on one
+event loop thread. SIGTERM or SIGINT drain: each slot finishes the
+sub-request it is running, hands back the entries it read but did not start,
+releases its tokens, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import redis
+
+from . import config
+from .client import Queue, now_ms
+from .codec import decode, encode_result
+from .connection import CONNECTION_ERRORS, connect
+from .errors import ConfigError, PayloadError
+from .keys import JobKeys, token_job
+from .models import Task
+from .scripts import Call
+
+log = logging.getLogger("streamq.worker")
+
+_current: contextvars.ContextVar[Task | None] = contextvars.ContextVar("streamq_task", default=None)
+
+
+def current_task() -> Task | None:
+    """The sub-request the calling handler is running (None outside a handler)."""
+    return _current.get()
+
+
+Handler = Callable[[Any], Any]
+
+
+@dataclass
+class _Stats:
+    processed: int = 0
+    failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Worker:
+    """Serve one queue with ``handler(payload) -> result``."""
+
+    def __init__(
+        self,
+        queue: str,
+        handler: Handler,
+        url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        concurrency: int = config.DEFAULT_WORKER_CONCURRENCY,
+        batch: int = config.DEFAULT_BATCH,
+        prefetch: int = config.DEFAULT_PREFETCH,
+        lease_ms: int = config.DEFAULT_LEASE_MS,
+        heartbeat_s: float = config.DEFAULT_HEARTBEAT_S,
+        idle_wait_s: float = config.DEFAULT_IDLE_WAIT_S,
+        ack_flush_s: float = config.DEFAULT_ACK_FLUSH_S,
+        worker_id: str | None = None,
+        retention_s: float = config.DEFAULT_RETENTION_S,
+    ) -> None:
+        for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
+                                ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
+            if not isinstance(value, int) or value < lo:
+                raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
+        if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
+            raise ConfigError("idle_wait_s must be positive and below the socket timeout")
+        if client is None:
+            if url is None:
+                raise ConfigError("give a Redis URL or a client")
+            client = connect(url, max_connections=concurrency * 2 + 4)
+        self.q = Queue(queue, client=client, retention_s=retention_s)
+        self.redis = client
+        self.scripts = self.q.scripts
+        self.keys = self.q.keys
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.concurrency = concurrency
+        self.batch = batch
+        self.prefetch = prefetch
+        self.lease_ms = lease_ms
+        self.heartbeat_s = heartbeat_s
+        self.idle_wait_s = idle_wait_s
+        self.ack_flush_s = ack_flush_s
+        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.stats = _Stats()
+        self._stopping = threading.Event()
+        self._held: set[str] = set()
+        self._held_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started_ms = now_ms()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to drain and return from :meth:`run`."""
+        self._stopping.set()
+
+    def run(self) -> None:
+        """Serve until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        loop_thread = None
+        if self.is_async:
+            self._loop = asyncio.new_event_loop()
+            loop_thread = threading.Thread(target=self._loop.run_forever, name="streamq-loop",
+                                           daemon=True)
+            loop_thread.start()
+        self._heartbeat()
+        slots = [threading.Thread(target=self._slot, name=f"streamq-slot-{i}", daemon=True)
+                 for i in range(self.concurrency)]
+        for t in slots:
+            t.start()
+        log.info("worker %s serving queue %s with %d slots", self.id, self.q.name,
+                 self.concurrency)
+        while not self._stopping.wait(self.heartbeat_s):
+            try:
+                self._heartbeat()
+            except CONNECTION_ERRORS as e:
+                log.warning("heartbeat failed: %s", e)
+        for t in slots:
+            t.join()
+        if self._loop is not None and loop_thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            loop_thread.join()
+        try:
+            self.redis.zrem(self.keys.workers, self.id)
+            self.redis.delete(self.keys.worker(self.id))
+        except CONNECTION_ERRORS as e:
+            log.warning("could not deregister: %s", e)
+        log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
+
+    def _heartbeat(self) -> None:
+        with self._held_lock:
+            held = list(self._held)
+        t = now_ms()
+        lost = self.scripts.heartbeat(
+            self.keys, self.id,
+            heartbeat_deadline_ms=t + int(self.heartbeat_s * 3000),
+            lease_deadline_ms=t + self.lease_ms,
+            info_ttl_ms=int(self.heartbeat_s * 3000) + 60_000,
+            info={"host": socket.gethostname(), "pid": os.getpid(), "started": self._started_ms,
+                  "slots": self.concurrency, "processed": self.stats.processed,
+                  "failed": self.stats.failed, "leases": len(held)},
+            tokens=held,
+        )
+        if lost:
+            log.warning("leases lost to the reaper: %s", ", ".join(lost))
+
+    # -- one slot ----------------------------------------------------------------------
+
+    def _slot(self) -> None:
+        settled: list[tuple[str, str]] = []
+        while True:
+            stopping = self._stopping.is_set()
+            try:
+                claimed = self.scripts.settle(self.keys, self.id, now_ms(), self.lease_ms,
+                                              0 if stopping else self.prefetch, settled)
+                with self._held_lock:
+                    self._held.difference_update(t for t, _ in settled)
+                    self._held.update(t for t, _ in claimed)
+                settled = []
+                if stopping:
+                    return
+                if not claimed:
+                    self.redis.blpop([self.keys.wake], timeout=self.idle_wait_s)
+                    continue
+                settled = self._work([t for t, _ in claimed])
+            except CONNECTION_ERRORS as e:
+                log.warning("redis unavailable (%s); retrying", e)
+                self._stopping.wait(1.0)
+
+    def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
+        """Serve the claimed tokens once; return how to settle each."""
+        jobs = [token_job(t) for t in tokens]
+        pipe = self.redis.pipeline(transaction=False)
+        for job in jobs:
+            pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"}, count=self.batch)
+        reads = pipe.execute(raise_on_error=False)
+        settled: list[tuple[str, str]] = []
+        pending: list[tuple[int, str, list[tuple[str, int, bytes]]]] = []
+        for tok, job, reply in zip(tokens, jobs, reads):
+            if isinstance(reply, redis.ResponseError) or not reply:
+                # no stream/group (job finished or gone) or nothing new: park, or drop when done
+                settled.append((tok, self._idle_mode(job)))
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            done, completed = self._run_entries(job, reply[0][1])
+            settled.append((tok, "d" if completed else "r"))
+            if done:
+                pending.append((len(settled) - 1, job, done))
+        # acknowledge what is left of every job in one round trip
+        for (pos, job, _), ok in zip(pending, self._ack_many([(j, d) for _, j, d in pending])):
+            if ok:
+                settled[pos] = (settled[pos][0], "d")
+        return settled
+
+    def _idle_mode(self, job: str) -> str:
+        state = self.redis.hget(JobKeys(job).meta, "state")
+        if state is None:
+            return "d"  # the job is gone (expired, or never created): nothing to serve
+        if state.decode() in ("open", "active"):
+            return "p"
+        # terminal in its own slot: make sure the queue slot knows (idempotent)
+        self._finish_from_meta(job)
+        return "d"
+
+    def _finish_from_meta(self, job: str) -> None:
+        from .scripts import JobReply
+
+        m = self.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
+                             "concurrency", "dedup")
+        if m[0] is None:
+            return
+        reply = JobReply.parse([0, *m])
+        call = self.q.finish_call(job, reply)
+        self.scripts.run(call.name, call.keys, call.args)
+
+    def _run_entries(
+        self, job: str, entries: list[Any]
+    ) -> tuple[list[tuple[str, int, bytes]], bool]:
+        """Run a job's entries in order, acknowledging every ``ack_flush_s``.
+
+        Returns the results not yet acknowledged, and whether the job completed.
+        """
+        done: list[tuple[str, int, bytes]] = []
+        flushed_at = time.monotonic()
+        completed = False
+        for n, (entry_id, fields) in enumerate(entries):
+            if self._stopping.is_set():
+                self._requeue(job, [e[0] for e in entries[n:]])
+                break
+            eid = entry_id.decode()
+            try:
+                index = int(fields[b"i"])
+                payload = decode(fields[b"t"], fields[b"p"])
+            except (KeyError, ValueError, PayloadError) as e:
+                log.error("job %s entry %s is malformed: %s", job, eid, e)
+                continue
+            task = Task(self.q.name, job, index, eid, int(fields.get(b"a", b"1")))
+            try:
+                result = encode_result(self._call(task, payload))
+            except Exception as e:  # the handler's failure: left pending for recovery
+                with self.stats.lock:
+                    self.stats.failed += 1
+                log.error("job %s sub-request %d failed: %s: %s", job, index,
+                          type(e).__name__, e)
+                continue
+            done.append((eid, index, result))
+            if time.monotonic() - flushed_at >= self.ack_flush_s:
+                completed = self._ack_many([(job, done)])[0] or completed
+                done = []
+                flushed_at = time.monotonic()
+        return done, completed
+
+    def _call(self, task: Task, payload: Any) -> Any:
+        if self._loop is None:
+            reset = _current.set(task)
+            try:
+                return self.handler(payload)
+            finally:
+                _current.reset(reset)
+        return asyncio.run_coroutine_threadsafe(self._acall(task, payload), self._loop).result()
+
+    async def _acall(self, task: Task, payload: Any) -> Any:
+        _current.set(task)
+        return await self.handler(payload)
+
+    def _ack_many(self, batches: list[tuple[str, list[tuple[str, int, bytes]]]]) -> list[bool]:
+        """Acknowledge results of several jobs in one round trip, then finish the
+        jobs this completed in another; True for each job that completed."""
+        t = now_ms()
+        replies = self.scripts.run_many(
+            [self.scripts.ack_call(JobKeys(job), t, done) for job, done in batches])
+        finishes: list[Call] = []
+        out: list[bool] = []
+        acked = 0
+        for (job, _), raw in zip(batches, replies):
+            reply = self.scripts.parse_ack(raw)
+            acked += reply.acked
+            out.append(reply.job.completed)
+            if reply.job.completed:
+                finishes.append(self.q.finish_call(job, reply.job))
+        self.scripts.run_many(finishes)
+        with self.stats.lock:
+            self.stats.processed += acked
+        return out
+
+    def _requeue(self, job: str, entry_ids: list[bytes]) -> None:
+        moved = self.scripts.requeue(JobKeys(job), [e.decode() for e in entry_ids])
+        log.info("draining: handed back %d unstarted entries of job %s", moved, job)

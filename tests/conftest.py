@@ -1,0 +1,79 @@
+"""Test fixtures: a private redis-server on a free loopback port.
+
+Set ``STREAMQ_TEST_REDIS_URL`` to use another server instead (it is flushed
+before every test, so never point it at a server holding data you need).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis(workdir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server on a free loopback port; return it and its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.exit("redis-server not found: run `make install` (it installs it with apt-get)", 2)
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--protected-mode", "yes", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        raise RuntimeError("redis-server did not start")
+    client.close()
+    return proc, url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    env = os.environ.get("STREAMQ_TEST_REDIS_URL")
+    if env:
+        yield env
+        return
+    with tempfile.TemporaryDirectory(prefix="streamq-redis-") as d:
+        proc, url = start_redis(Path(d))
+        try:
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
