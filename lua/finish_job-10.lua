@@ -46,7 +46,7 @@ end
 rcall("ZADD", finishedKey, nowMs, job)
 rcall("ZREMRANGEBYSCORE", finishedKey, "-inf", "(" .. (nowMs - retentionMs))
 rcall("ZREM", activeKey, job)
-rcall("XADD", eventsKey, "MINID", "~", nowMs - retentionMs, "*",
+rcall("XADD", eventsKey, "MINID", nowMs - retentionMs, "*",
   "job", job, "state", ARGV[2], "total", ARGV[3], "done", ARGV[4], "failed", ARGV[5],
   "finished", ARGV[6])
 rcall("XTRIM", eventsKey, "MAXLEN", "~", ARGV[8])

@@ -86,6 +86,7 @@ class Worker:
                 raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
         if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
             raise ConfigError("idle_wait_s must be positive and below the socket timeout")
+        self._own_client = client is None
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
@@ -145,11 +146,14 @@ class Worker:
         if self._loop is not None and loop_thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             loop_thread.join()
+            self._loop.close()
         try:
             self.redis.zrem(self.keys.workers, self.id)
             self.redis.delete(self.keys.worker(self.id))
         except CONNECTION_ERRORS as e:
             log.warning("could not deregister: %s", e)
+        if self._own_client:
+            self.redis.close()
         log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
 
     def _heartbeat(self) -> None:
@@ -167,7 +171,12 @@ class Worker:
             tokens=held,
         )
         if lost:
-            log.warning("leases lost to the reaper: %s", ", ".join(lost))
+            # a token settled meanwhile, or dropped because its job finished, is no loss
+            with self._held_lock:
+                lost = [t for t in lost if t in self._held]
+            if lost:
+                log.info("leases no longer held (job finished or lease expired): %s",
+                         ", ".join(lost[:10]))
 
     # -- one slot ----------------------------------------------------------------------
 

@@ -11,13 +11,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import redis
+
+from streamq import Worker
 
 
 def free_port() -> int:
@@ -77,3 +80,25 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def queue_name() -> str:
     return f"q-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def workers(redis_url: str) -> Iterator[Callable[..., Worker]]:
+    """Start in-process workers (threads); all are stopped and joined at teardown."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(queue: str, handler: Callable[[Any], Any], **kw: Any) -> Worker:
+        kw.setdefault("heartbeat_s", 0.5)
+        kw.setdefault("idle_wait_s", 0.2)
+        w = Worker(queue, handler, redis_url, **kw)
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        started.append((w, t))
+        return w
+
+    yield start
+    for w, _ in started:
+        w.stop()
+    for _, t in started:
+        t.join(30)
+        assert not t.is_alive(), "a worker did not stop"

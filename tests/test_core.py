@@ -1,0 +1,312 @@
+"""Scenario tests of the core against a real redis-server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import pytest
+import redis
+
+from streamq import (
+    JobState,
+    PayloadError,
+    PayloadTooLarge,
+    Queue,
+    Worker,
+    current_task,
+)
+from streamq.keys import JobKeys, QueueKeys
+
+StartWorker = Callable[..., Worker]
+
+
+def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
+    events = r.xrange(QueueKeys(queue).events)
+    return Counter(f[b"job"].decode() for _, f in events)
+
+
+@pytest.mark.parametrize("size", [1, 10, 10_000])
+def test_jobs_complete_with_every_result_once(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, size: int
+) -> None:
+    # Given a worker whose handler counts every call
+    calls: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def handler(p: Any) -> Any:
+        with lock:
+            calls[p["n"]] += 1
+        return {"sq": p["n"] * p["n"]}
+
+    workers(queue_name, handler, concurrency=4, batch=50)
+    q = Queue(queue_name, redis_url)
+    # When a job of `size` sub-requests is submitted
+    job = q.submit([{"n": i} for i in range(size)], concurrency=4)
+    st = job.wait(timeout=60)
+    # Then every sub-request has exactly one stored result, counted once
+    assert st.state is JobState.SUCCEEDED
+    assert (st.total, st.done, st.failed, st.in_flight, st.queued) == (size, size, 0, 0, 0)
+    results = job.results()
+    assert results == {i: {"sq": i * i} for i in range(size)}
+    assert set(calls) == set(range(size))
+    assert completions_of(r, queue_name) == {job.id: 1}
+
+
+def test_streaming_job_never_completes_before_finalize(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    q = Queue(queue_name, redis_url)
+    done = threading.Event()
+    workers(queue_name, lambda p: done.set() or p, concurrency=2)
+    # Given an open job whose sub-requests were all processed
+    sj = q.open(concurrency=2)
+    sj.add_many([1, 2, 3])
+    deadline = time.monotonic() + 20
+    while sj.status().done < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sj.add(4)
+    while sj.status().done < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Then it is still open and nothing was announced
+    st = sj.status()
+    assert st.state is JobState.OPEN and st.total == 4
+    assert completions_of(r, queue_name) == {}
+    # When it is finalized it completes, once
+    sj.finalize()
+    sj.finalize()
+    assert sj.wait(timeout=10).state is JobState.SUCCEEDED
+    assert sj.results() == {0: 1, 1: 2, 2: 3, 3: 4}
+    assert completions_of(r, queue_name) == {sj.id: 1}
+
+
+def test_streaming_context_manager_and_empty_job(redis_url: str, queue_name: str) -> None:
+    q = Queue(queue_name, redis_url)
+    with q.open() as sj:
+        pass
+    assert sj.wait(timeout=5).state is JobState.SUCCEEDED
+    assert q.submit([]).wait(timeout=5).total == 0
+    # an exception inside the block leaves the job open (never reported complete)
+    with pytest.raises(RuntimeError):
+        with q.open() as failing:
+            failing.add(1)
+            raise RuntimeError("producer failed")
+    assert failing.status().state is JobState.OPEN
+
+
+def test_priority_order_with_one_worker(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a backlog of jobs of mixed priorities, submitted before any worker runs
+    q = Queue(queue_name, redis_url)
+    prios = [70, 5, 50, 99, 0, 20, 50, 1, 80, 30] * 3
+    jobs = [q.submit([p], priority=p) for p in prios]
+    started: list[int] = []
+    # When one worker with one slot serves them
+    workers(queue_name, lambda p: started.append(p), concurrency=1, batch=1)
+    for j in jobs:
+        j.wait(timeout=30)
+    # Then sub-requests started in priority order
+    assert started == sorted(prios)
+
+
+def test_concurrency_limit_holds_with_four_workers(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def handler(p: Any) -> Any:
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        time.sleep(0.005)
+        with lock:
+            in_flight -= 1
+        return p
+
+    # Given 4 workers of 4 slots each
+    for _ in range(4):
+        workers(queue_name, handler, concurrency=4, batch=5)
+    q = Queue(queue_name, redis_url)
+    # When a job with concurrency 2 runs
+    job = q.submit(list(range(300)), concurrency=2)
+    assert job.wait(timeout=60).done == 300
+    # Then never more than 2 of its sub-requests were in flight, and 2 were reached
+    assert peak == 2
+
+
+def test_fairness_across_clients(redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    # Given one client's 1,000 jobs queued ahead of another client's single job
+    q = Queue(queue_name, redis_url)
+    q.submit_many([[("flood", i)] for i in range(1000)], client="flood")
+    lone = q.submit([("lone", 0)], client="lone")
+    started: list[str] = []
+    # When one worker serves the queue
+    workers(queue_name, lambda p: started.append(p[0]), concurrency=1, batch=1)
+    lone.wait(timeout=30)
+    # Then the lone client's job started within the first few claims
+    assert started.index("lone") < 3
+
+
+def test_completion_recorded_and_published_once(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    qk = QueueKeys(queue_name)
+    sub = r.pubsub(ignore_subscribe_messages=True)
+    sub.subscribe(qk.channel)
+    for _ in range(4):
+        workers(queue_name, lambda p: p, concurrency=4, batch=3)
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[i, i + 1, i + 2] for i in range(200)], concurrency=3)
+    for j in jobs:
+        j.wait(timeout=30)
+    published: Counter[str] = Counter()
+    deadline = time.monotonic() + 5
+    while sum(published.values()) < 200 and time.monotonic() < deadline:
+        msg = sub.get_message(timeout=0.5)
+        if msg:
+            import json
+
+            published[json.loads(msg["data"])["job_id"]] += 1
+    time.sleep(0.2)
+    while (msg := sub.get_message(timeout=0.1)) is not None:
+        published["extra"] += 1
+    assert published == {j.id: 1 for j in jobs}
+    assert completions_of(r, queue_name) == {j.id: 1 for j in jobs}
+    # a second finish of a completed job (a crashed worker's retry) changes nothing
+    st = jobs[0].status()
+    from streamq.scripts import JobReply
+
+    call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
+                                              st.concurrency, ""))
+    assert q.scripts.run(call.name, call.keys, call.args) == 0
+    assert completions_of(r, queue_name)[jobs[0].id] == 1
+
+
+def test_late_waiter_returns_at_once(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    workers(queue_name, lambda p: p)
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["x"])
+    job.wait(timeout=10)
+    # a waiter that subscribes after the completion returns its durable state
+    other = Queue(queue_name, redis_url)
+    st = other.wait(job.id, timeout=0.5)
+    assert st.state is JobState.SUCCEEDED and st.done == 1
+
+
+def test_duplicate_submit_returns_the_same_job(r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    q = Queue(queue_name, redis_url)
+    a = q.submit([1, 2], job_id="job-1")
+    b = q.submit([3, 4, 5], job_id="job-1")
+    assert (a.id, a.created, b.id, b.created) == ("job-1", True, "job-1", False)
+    assert q.status("job-1").total == 2
+    assert r.xlen(JobKeys("job-1").tasks) == 2
+    c = q.submit([1], dedup_key="upload-7")
+    d = q.submit([1, 2, 3], dedup_key="upload-7")
+    assert c.id == d.id and not d.created
+    assert q.status(c.id).total == 1 and r.xlen(JobKeys(c.id).tasks) == 1
+    assert r.zcard(QueueKeys(queue_name).active) == 2
+    assert r.hlen(QueueKeys(queue_name).tokens) == 2
+
+
+def test_bad_payloads_enqueue_nothing(r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    q = Queue(queue_name, redis_url, max_payload_bytes=1000)
+    with pytest.raises(PayloadTooLarge, match="sub-request 1: payload is 1001 bytes"):
+        q.submit([b"ok", b"x" * 1001])
+    with pytest.raises(PayloadError, match="sub-request 2: payload of type object"):
+        q.submit([1, "two", object()])
+    with pytest.raises(PayloadError, match="JSON"):
+        q.submit([{"nan": float("nan")}])
+    with pytest.raises(PayloadError):
+        q.submit_many([[1], [set()]])
+    sj = q.open()
+    with pytest.raises(PayloadTooLarge):
+        sj.add_many([1, "y" * 2000])
+    assert sj.status().total == 0
+    keys = {k.decode() for k in r.scan_iter(count=1000)}
+    assert keys == {JobKeys(sj.id).meta, JobKeys(sj.id).tasks, *(
+        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake"))}
+
+
+def test_async_handler_and_current_task(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    async def handler(p: Any) -> Any:
+        import asyncio
+
+        await asyncio.sleep(0.001)
+        task = current_task()
+        assert task is not None
+        return [task.job_id, task.index, p]
+
+    workers(queue_name, handler, concurrency=3)
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["a", "b", "c"], concurrency=3)
+    job.wait(timeout=10)
+    assert job.results() == {0: [job.id, 0, "a"], 1: [job.id, 1, "b"], 2: [job.id, 2, "c"]}
+
+
+def test_finished_jobs_leave_only_results_and_records(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given 20,000 one-entry jobs, finished
+    q = Queue(queue_name, redis_url)
+    workers(queue_name, lambda p: p, concurrency=4, prefetch=20, batch=10)
+    jobs = []
+    for start in range(0, 20_000, 1000):
+        jobs += q.submit_many([[i] for i in range(start, start + 1000)])
+    qk = QueueKeys(queue_name)
+    deadline = time.monotonic() + 120
+    while r.zcard(qk.active):
+        assert time.monotonic() < deadline, "jobs did not finish"
+        time.sleep(0.1)
+    # Then their streams are gone (acknowledged entries deleted, stream dropped at completion)
+    pipe = r.pipeline(transaction=False)
+    for j in jobs:
+        pipe.exists(JobKeys(j.id).tasks)
+    assert sum(pipe.execute()) == 0
+    # and the keys left are results and job records, with a time to live, and queue bookkeeping
+    job_keys = [k.decode() for k in r.scan_iter(count=5000)
+                if not k.decode().startswith(f"sq:{{{queue_name}}}:")]
+    assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
+    queue_keys = {k.decode() for k in r.scan_iter(match=f"sq:{{{queue_name}}}:*", count=5000)}
+    assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake,
+                          *(qk.worker(w.id) for w in [])} | {
+                              k for k in queue_keys if k.startswith(qk.worker(""))}
+    assert r.xlen(qk.events) == 20_000 and r.zcard(qk.finished) == 20_000
+    pipe = r.pipeline(transaction=False)
+    for j in jobs[::100]:
+        pipe.ttl(JobKeys(j.id).meta)
+        pipe.ttl(JobKeys(j.id).results)
+    assert all(t > 0 for t in pipe.execute())
+
+
+def test_retention_expires_results_and_records(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given jobs finished with a retention of 1 second
+    q = Queue(queue_name, redis_url, retention_s=1)
+    workers(queue_name, lambda p: p, retention_s=1)
+    old = q.submit([1, 2], dedup_key="once")
+    old.wait(timeout=10)
+    assert q.submit([1], dedup_key="once").id == old.id
+    qk = QueueKeys(queue_name)
+    assert r.zcard(qk.finished) == 1 and r.xlen(qk.events) == 1
+    # When the retention has passed and another job completes
+    time.sleep(1.5)
+    new = q.submit([3], dedup_key="once")
+    assert new.id != old.id  # the dedup key was forgotten with the job
+    new.wait(timeout=10)
+    # Then the old job's keys expired and its records were trimmed
+    assert r.exists(JobKeys(old.id).meta, JobKeys(old.id).results) == 0
+    assert r.zrange(qk.finished, 0, -1) == [new.id.encode()]
+    assert [f[b"job"] for _, f in r.xrange(qk.events)] == [new.id.encode()]
