@@ -34,7 +34,7 @@ import redis
 from . import config
 from .client import Queue, now_ms
 from .codec import decode, encode_result
-from .connection import CONNECTION_ERRORS, connect
+from .connection import CONNECTION_ERRORS, connect, ping
 from .errors import ConfigError, PayloadError
 from .keys import JobKeys, token_job
 from .models import Task
@@ -120,6 +120,7 @@ class Worker:
 
     def run(self) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
+        ping(self.redis)  # fail fast, with a clear error, when Redis is unreachable at start
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
