@@ -14,7 +14,7 @@
     ARGV[3..] triples (entry id, sub-request index, encoded result)
 
   Output:
-    {acked, completed (0|1), state, total, done, failed, concurrency, dedup}
+    {acked, completed (0|1), state, total, ...}: `acked` then the job_reply fields
     `acked` counts entries this call acknowledged; `completed` is 1 when this
     call made the job terminal: the caller must then finish it in the queue slot.
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.
@@ -41,10 +41,10 @@ if acked > 0 then
   rcall("HINCRBY", metaKey, "done", acked)
   local remaining = rcall("HINCRBY", metaKey, "remaining", -acked)
   if remaining <= 0 and rcall("HGET", metaKey, "state") == "active" then
-    complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs,
-                 rcall("HGET", metaKey, "retention"))
+    complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
     completed = 1
   end
 end
 local r = job_reply(metaKey, completed)
-return {acked, r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+table.insert(r, 1, acked)
+return r

@@ -16,20 +16,24 @@
     ARGV[6]  now, ms since the epoch
     ARGV[7]  retention after completion, ms
     ARGV[8]  dedup key, "" for none
-    ARGV[9]  1 to finalize at once (plain submit), 0 to leave the job open (streaming)
+    ARGV[9]  mode: "final" to finalize at once (a plain submit), "open" to leave the
+             job open (streaming), "submit" for a plain submit whose client adds
+             more sub-requests and then finalizes (stored in meta `mode`, so a
+             retried submit can resume it)
     ARGV[10] consumer group name
     ARGV[11..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
 
   Output:
-    {created (1 new | 0 existing), queue, completed (0|1), state, total, done,
-     failed, concurrency, dedup}
+    {created (1 new | 0 existing), queue, then the job_reply fields:
+     completed (0|1), state, total, done, failed, concurrency, dedup, priority,
+     client, created, retention}
     `completed` is 1 when this call made the job terminal (an empty job
     finalized at once): the caller must then finish it in the queue slot.
 ]]
 local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local nowMs, retentionMs = ARGV[6], ARGV[7]
-local finalize = ARGV[9] == "1"
+local finalize = ARGV[9] == "final"
 
 --- @include "includes/job_reply"
 --- @include "includes/add_entries"
@@ -37,7 +41,9 @@ local finalize = ARGV[9] == "1"
 
 local function reply(created, completed)
   local r = job_reply(metaKey, completed)
-  return {created, rcall("HGET", metaKey, "queue") or "", r[1], r[2], r[3], r[4], r[5], r[6], r[7]}
+  table.insert(r, 1, rcall("HGET", metaKey, "queue") or "")
+  table.insert(r, 1, created)
+  return r
 end
 
 if rcall("EXISTS", metaKey) == 1 then
@@ -55,10 +61,10 @@ end
 rcall("HSET", metaKey,
   "queue", ARGV[1], "priority", ARGV[2], "concurrency", ARGV[3], "client", ARGV[4],
   "max_deliveries", ARGV[5], "created", nowMs, "retention", retentionMs, "dedup", ARGV[8],
-  "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
+  "mode", ARGV[9], "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
 
 if remaining == 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs, retentionMs)
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
   return reply(1, 1)
 end
 return reply(1, 0)

@@ -9,10 +9,9 @@
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
     ARGV[1] now, ms since the epoch
-    ARGV[2] retention after completion, ms
 
   Output:
-    {completed (0|1), state, total, done, failed, concurrency, dedup}
+    the job_reply fields {completed (0|1), state, total, done, failed, ...}
     `completed` is 1 when this call made the job terminal: the caller must
     then finish it in the queue slot.
     ERR_JOB_NOT_FOUND (-1) no such job
@@ -30,7 +29,7 @@ if state ~= "open" then return job_reply(metaKey, 0) end
 
 rcall("HSET", metaKey, "state", "active")
 if rcall("HINCRBY", metaKey, "remaining", -1) <= 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, ARGV[1], ARGV[2])
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, ARGV[1])
   return job_reply(metaKey, 1)
 end
 return job_reply(metaKey, 0)

@@ -14,7 +14,9 @@
     KEYS[6] wake      sq:{<queue>}:wake      LIST of wake-up signals
     ARGV[1] now, ms since the epoch
     ARGV[2] cap on wake-up signals
-    ARGV[3..] quadruples (job id, priority, client, concurrency)
+    ARGV[3..] quintuples (job id, priority, client, concurrency, created ms); a
+              `finished` entry older than the job's creation is stale (the id was
+              reused after its retention) and is dropped
 
   Output:
     one code per job: 0 finished already, 1 registered already, 2 registered now
@@ -27,9 +29,14 @@ local nowMs, cap = ARGV[1], tonumber(ARGV[2])
 --- @include "includes/signal_ready"
 
 local out = {}
-for j = 3, #ARGV, 4 do
+for j = 3, #ARGV, 5 do
   local job, prio, client, conc = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
-  if rcall("ZSCORE", finishedKey, job) then
+  local finishedAt = rcall("ZSCORE", finishedKey, job)
+  if finishedAt and tonumber(finishedAt) < tonumber(ARGV[j + 4]) then
+    rcall("ZREM", finishedKey, job)
+    finishedAt = false
+  end
+  if finishedAt then
     out[#out + 1] = 0
   elseif rcall("ZADD", activeKey, "NX", nowMs, job) == 0 then
     out[#out + 1] = 1

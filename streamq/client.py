@@ -13,10 +13,18 @@ import redis
 from . import config
 from .codec import decode_result, encode
 from .connection import CONNECTION_ERRORS, connect
-from .errors import ConfigError, ConnectionFailed, JobConflict, JobNotFound, WaitTimeout
+from .errors import (
+    ConfigError,
+    ConnectionFailed,
+    JobClosed,
+    JobConflict,
+    JobNotFound,
+    ScriptError,
+    WaitTimeout,
+)
 from .keys import JobKeys, QueueKeys, check_name
 from .models import Completion, JobState, JobStatus
-from .scripts import Call, JobReply, Scripts
+from .scripts import Call, JobReply, ScriptErrorCode, Scripts
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,6 +82,10 @@ class StreamingJob(Job):
     finalizes when the block ends without an exception; after an exception
     it stays open, so nothing incomplete can be reported as complete."""
 
+    def __init__(self, queue: Queue, job_id: str, created: bool, concurrency: int) -> None:
+        super().__init__(queue, job_id, created)
+        self.concurrency = concurrency
+
     def add(self, payload: Any) -> int:
         """Add one sub-request; return its index."""
         return self.add_many([payload])[0]
@@ -90,13 +102,13 @@ class StreamingJob(Job):
             chunk = entries[start : start + config.ADD_CHUNK]
             total = self.queue.scripts.add_tasks(jk, chunk)
             out.extend(range(total - len(chunk), total))
-            self.queue._unpark(self.id)
+            self.queue.scripts.unpark(self.queue.keys, self.id, self.concurrency)
         return out
 
     @_wrap_connection_errors
     def finalize(self) -> None:
         """Declare that no more sub-requests come; the job may complete at once."""
-        reply = self.queue.scripts.finalize_job(JobKeys(self.id), now_ms(), self.queue.retention_ms)
+        reply = self.queue.scripts.finalize_job(JobKeys(self.id), now_ms())
         if reply.completed:
             self.queue._finish(self.id, reply)
 
@@ -195,25 +207,37 @@ class Queue:
         jid = self._job_id(job_id, dedup_key)
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", first, finalize=not rest)
+                                 dedup_key or "", first, "submit" if rest else "final")
         created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
         self._check_queue(jid, created.queue)
-        if not created.created:
-            if created.job.state not in _LIVE:
-                return Job(self, jid, created=False)
-        else:
-            if rest:
-                jk = JobKeys(jid)
-                for start in range(0, len(rest), config.ADD_CHUNK):
-                    self.scripts.add_tasks(jk, rest[start : start + config.ADD_CHUNK])
-                reply = self.scripts.finalize_job(jk, now_ms(), self.retention_ms)
-            else:
-                reply = created.job
-            if reply.completed:
-                self._finish(jid, reply)
-                return Job(self, jid)
-        self._register([(jid, priority, client, concurrency)])
+        reply = created.job
+        if reply.state == JobState.OPEN.value and (
+            created.created or self.redis.hget(JobKeys(jid).meta, "mode") == b"submit"
+        ):
+            # a plain submit adds the rest, fenced by the job's total, so a retried
+            # submit of the same job id resumes where an interrupted one stopped
+            reply = self._add_rest_and_finalize(jid, entries, reply.total)
+        if reply.completed:
+            self._finish(jid, reply)
+        elif reply.state in _LIVE:
+            self._register([(jid, reply)])
         return Job(self, jid, created=created.created)
+
+    def _add_rest_and_finalize(
+        self, jid: str, entries: Sequence[tuple[bytes, bytes]], total: int
+    ) -> JobReply:
+        jk = JobKeys(jid)
+        for start in range(total, len(entries), config.ADD_CHUNK):
+            try:
+                self.scripts.add_tasks(jk, entries[start : start + config.ADD_CHUNK],
+                                       expect_total=start)
+            except ScriptError as e:
+                if e.code != ScriptErrorCode.TOTAL_MISMATCH:
+                    raise
+                raise JobConflict(f"job {jid!r} is being submitted by another producer") from None
+            except JobClosed:
+                break  # another producer finished the same submit
+        return self.scripts.finalize_job(jk, now_ms())
 
     @_wrap_connection_errors
     def submit_many(
@@ -225,48 +249,46 @@ class Queue:
         client: str = config.DEFAULT_CLIENT,
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
     ) -> list[Job]:
-        """Submit many small jobs in two round trips; ids are generated.
+        """Submit many jobs, pipelined: two round trips for any number of small jobs.
 
-        Every payload of every job is validated first. A job of more than
-        ``ADD_CHUNK`` sub-requests is submitted on its own with :meth:`submit`.
+        Job ids are generated. Every payload of every job is validated first.
+        A job of more than ``ADD_CHUNK`` sub-requests is submitted on its own.
         """
         self._options(priority, concurrency, client, max_deliveries)
         encoded = [self._encode_all(p) for p in jobs]
-        handles: list[Job] = []
-        calls: list[Call] = []
-        ids: list[str] = []
-        for entries in encoded:
-            if len(entries) > config.ADD_CHUNK:
-                continue
-            jid = uuid.uuid4().hex
-            ids.append(jid)
-            calls.append(self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                           "", entries, finalize=True))
-        replies = [self.scripts.parse_create(r) for r in self.scripts.run_many(calls)]
-        to_register = []
-        for jid, rep in zip(ids, replies):
-            if rep.job.completed:
-                self._finish(jid, rep.job)
+        small = [i for i, e in enumerate(encoded) if len(e) <= config.ADD_CHUNK]
+        ids = {i: uuid.uuid4().hex for i in small}
+        calls = [self._create_call(ids[i], priority, concurrency, client, max_deliveries, "",
+                                   encoded[i], "final") for i in small]
+        to_register: list[tuple[str, JobReply]] = []
+        for i, raw in zip(small, self.scripts.run_many(calls)):
+            rep = self.scripts.parse_create(raw).job
+            if rep.completed:
+                self._finish(ids[i], rep)
             else:
-                to_register.append((jid, priority, client, concurrency))
+                to_register.append((ids[i], rep))
         self._register(to_register)
-        by_id = {jid: Job(self, jid) for jid in ids}
-        it = iter(ids)
-        for entries in encoded:
-            if len(entries) > config.ADD_CHUNK:
-                handles.append(self._submit_big(entries, priority, concurrency, client,
-                                                max_deliveries))
+        handles: list[Job] = []
+        for i, entries in enumerate(encoded):
+            if i in ids:
+                handles.append(Job(self, ids[i]))
             else:
-                handles.append(by_id[next(it)])
+                handles.append(self._submit_encoded(entries, priority, concurrency, client,
+                                                    max_deliveries))
         return handles
 
-    def _submit_big(self, entries: list[tuple[bytes, bytes]], priority: int,
-                    concurrency: int, client: str, max_deliveries: int) -> Job:
-        job = self.open(priority=priority, concurrency=concurrency, client=client,
-                        max_deliveries=max_deliveries)
-        job.add_many_encoded(entries)
-        job.finalize()
-        return job
+    def _submit_encoded(self, entries: list[tuple[bytes, bytes]], priority: int,
+                        concurrency: int, client: str, max_deliveries: int) -> Job:
+        jid = uuid.uuid4().hex
+        call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
+                                 entries[: config.ADD_CHUNK], "submit")
+        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        reply = self._add_rest_and_finalize(jid, entries, created.job.total)
+        if reply.completed:
+            self._finish(jid, reply)
+        else:
+            self._register([(jid, reply)])
+        return Job(self, jid)
 
     @_wrap_connection_errors
     def open(
@@ -287,35 +309,30 @@ class Queue:
         self._options(priority, concurrency, client, max_deliveries)
         jid = self._job_id(job_id, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", [], finalize=False)
+                                 dedup_key or "", [], "open")
         created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
         self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
-            self._register([(jid, priority, client, concurrency)])
-        return StreamingJob(self, jid, created=created.created)
+            self._register([(jid, created.job)])
+        return StreamingJob(self, jid, created=created.created, concurrency=created.job.concurrency)
 
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
                      max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
-                     *, finalize: bool) -> Call:
+                     mode: str) -> Call:
         return self.scripts.create_job_call(
             JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries, now_ms=now_ms(),
-            retention_ms=self.retention_ms, dedup=dedup, finalize=finalize, entries=entries)
+            retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries)
 
     def _check_queue(self, jid: str, queue: str) -> None:
         if queue != self.name:
             raise JobConflict(f"job id {jid!r} already names a job of queue {queue!r}")
 
-    def _register(self, jobs: Sequence[tuple[str, int, str, int]]) -> None:
+    def _register(self, jobs: Sequence[tuple[str, JobReply]]) -> None:
         for start in range(0, len(jobs), config.ADD_CHUNK):
             call = self.scripts.register_jobs_call(self.keys, now_ms(),
                                                    jobs[start : start + config.ADD_CHUNK])
             self.scripts.run(call.name, call.keys, call.args)
-
-    def _unpark(self, jid: str) -> None:
-        conc = self.redis.hget(JobKeys(jid).meta, "concurrency")
-        if conc is not None:
-            self.scripts.unpark(self.keys, jid, int(conc))
 
     def finish_call(self, jid: str, reply: JobReply) -> Call:
         """The queue-slot step that records and announces a terminal job's completion."""
@@ -323,7 +340,7 @@ class Queue:
         message = json.dumps(Completion(jid, self.name, JobState(reply.state), reply.total,
                                         reply.done, reply.failed, t).as_dict())
         return self.scripts.finish_job_call(
-            self.keys, jid, reply, now_ms=t, retention_ms=self.retention_ms,
+            self.keys, jid, reply, now_ms=t,
             events_maxlen=self.events_maxlen, message=message)
 
     def _finish(self, jid: str, reply: JobReply) -> bool:

@@ -27,6 +27,7 @@ class ScriptErrorCode(enum.IntEnum):
 
     JOB_NOT_FOUND = -1
     JOB_CLOSED = -2
+    TOTAL_MISMATCH = -3
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
@@ -55,10 +56,15 @@ class JobReply:
     failed: int
     concurrency: int
     dedup: str
+    priority: int = 0
+    client: str = ""
+    created_ms: int = 0
+    retention_ms: int = 0
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
-        return cls(bool(r[0]), _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]))
+        return cls(bool(r[0]), _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]),
+                   int(r[7]), _s(r[8]), int(r[9]), int(r[10]))
 
 
 @dataclass(frozen=True)
@@ -137,11 +143,12 @@ class Scripts:
         now_ms: int,
         retention_ms: int,
         dedup: str,
-        finalize: bool,
+        mode: str,
         entries: Iterable[tuple[bytes, bytes]],
     ) -> Call:
+        """``mode`` is "final", "open" or "submit"; see create_job-4.lua."""
         args: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
-                           retention_ms, dedup, 1 if finalize else 0, GROUP]
+                           retention_ms, dedup, mode, GROUP]
         for kind, data in entries:
             args.append(kind)
             args.append(data)
@@ -151,19 +158,24 @@ class Scripts:
     def parse_create(r: Sequence[Any]) -> CreateReply:
         return CreateReply(bool(r[0]), _s(r[1]), JobReply.parse(r[2:]))
 
-    def add_tasks(self, jk: JobKeys, entries: Sequence[tuple[bytes, bytes]]) -> int:
-        """Append sub-requests to an open job; return its new total."""
-        args: list[Any] = []
+    def add_tasks(
+        self, jk: JobKeys, entries: Sequence[tuple[bytes, bytes]], expect_total: int | None = None
+    ) -> int:
+        """Append sub-requests to an open job; return its new total.
+
+        With ``expect_total`` nothing is added unless the job has exactly that
+        many sub-requests (raises ScriptError TOTAL_MISMATCH otherwise).
+        """
+        args: list[Any] = ["" if expect_total is None else expect_total]
         for kind, data in entries:
             args += [kind, data]
         reply = self.run("add_tasks", (jk.meta, jk.tasks), args)
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
 
-    def finalize_job(self, jk: JobKeys, now_ms: int, retention_ms: int) -> JobReply:
+    def finalize_job(self, jk: JobKeys, now_ms: int) -> JobReply:
         """Close an open job; completion may follow at once."""
-        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors),
-                         (now_ms, retention_ms))
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors), (now_ms,))
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 
@@ -182,12 +194,12 @@ class Scripts:
 
     @staticmethod
     def register_jobs_call(
-        qk: QueueKeys, now_ms: int, jobs: Sequence[tuple[str, int, str, int]]
+        qk: QueueKeys, now_ms: int, jobs: Sequence[tuple[str, JobReply]]
     ) -> Call:
-        """Register (job id, priority, client, concurrency) tuples; see register_jobs-6.lua."""
+        """Register jobs (id and the job's own settings); see register_jobs-6.lua."""
         args: list[Any] = [now_ms, WAKE_CAP]
-        for job_id, priority, client, concurrency in jobs:
-            args += [job_id, priority, client, concurrency]
+        for job_id, job in jobs:
+            args += [job_id, job.priority, job.client, job.concurrency, job.created_ms]
         return Call("register_jobs",
                     (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake), args)
 
@@ -218,7 +230,6 @@ class Scripts:
         job: JobReply,
         *,
         now_ms: int,
-        retention_ms: int,
         events_maxlen: int,
         message: str,
     ) -> Call:
@@ -226,7 +237,7 @@ class Scripts:
             "finish_job",
             (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
              qk.owners, qk.kick, qk.dedup_expiry),
-            (job_id, job.state, job.total, job.done, job.failed, now_ms, retention_ms,
+            (job_id, job.state, job.total, job.done, job.failed, now_ms, job.retention_ms,
              events_maxlen, job.concurrency, job.dedup, qk.job_channel(job_id), qk.channel,
              message),
         )
@@ -260,6 +271,6 @@ class Scripts:
         return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry),
                            (dedup_key, job_id, now_ms)))
 
-    def requeue(self, jk: JobKeys, entry_ids: Sequence[str]) -> int:
-        """Hand back entries read but never started; return how many moved."""
-        return int(self.run("requeue", (jk.tasks, jk.meta), [GROUP, *entry_ids]))
+    def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
+        """Hand back entries ``consumer`` read but never started; return how many moved."""
+        return int(self.run("requeue", (jk.tasks,), [GROUP, consumer, *entry_ids]))

@@ -38,7 +38,7 @@ from .connection import CONNECTION_ERRORS, connect, ping
 from .errors import ConfigError, PayloadError
 from .keys import JobKeys, token_job
 from .models import Task
-from .scripts import Call
+from .scripts import Call, JobReply
 
 log = logging.getLogger("streamq.worker")
 
@@ -137,13 +137,16 @@ class Worker:
             t.start()
         log.info("worker %s serving queue %s with %d slots", self.id, self.q.name,
                  self.concurrency)
-        while not self._stopping.wait(self.heartbeat_s):
+        # heartbeats (and lease extensions) go on while the slots drain
+        while any(t.is_alive() for t in slots):
+            self._stopping.wait(self.heartbeat_s)
+            if self._stopping.is_set():
+                for t in slots:
+                    t.join(self.heartbeat_s / len(slots))
             try:
                 self._heartbeat()
             except CONNECTION_ERRORS as e:
                 log.warning("heartbeat failed: %s", e)
-        for t in slots:
-            t.join()
         if self._loop is not None and loop_thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             loop_thread.join()
@@ -197,9 +200,14 @@ class Worker:
                 if not claimed:
                     self.redis.blpop([self.keys.wake], timeout=self.idle_wait_s)
                     continue
+                # until the work is done, a failure releases the tokens on the next settle
+                settled = [(t, "r") for t, _ in claimed]
                 settled = self._work([t for t, _ in claimed])
             except CONNECTION_ERRORS as e:
                 log.warning("redis unavailable (%s); retrying", e)
+                self._stopping.wait(1.0)
+            except Exception:
+                log.exception("unexpected error in a worker slot; its tokens are released")
                 self._stopping.wait(1.0)
 
     def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
@@ -239,13 +247,11 @@ class Worker:
         return "d"
 
     def _finish_from_meta(self, job: str) -> None:
-        from .scripts import JobReply
-
         m = self.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
-                             "concurrency", "dedup")
+                             "concurrency", "dedup", "priority", "client", "created", "retention")
         if m[0] is None:
             return
-        reply = JobReply.parse([0, *m])
+        reply = JobReply.parse([1, *m])
         call = self.q.finish_call(job, reply)
         self.scripts.run(call.name, call.keys, call.args)
 
@@ -266,11 +272,12 @@ class Worker:
             eid = entry_id.decode()
             try:
                 index = int(fields[b"i"])
+                attempt = int(fields.get(b"a", b"1"))
                 payload = decode(fields[b"t"], fields[b"p"])
             except (KeyError, ValueError, PayloadError) as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
                 continue
-            task = Task(self.q.name, job, index, eid, int(fields.get(b"a", b"1")))
+            task = Task(self.q.name, job, index, eid, attempt)
             try:
                 result = encode_result(self._call(task, payload))
             except Exception as e:  # the handler's failure: left pending for recovery
@@ -320,5 +327,5 @@ class Worker:
         return out
 
     def _requeue(self, job: str, entry_ids: list[bytes]) -> None:
-        moved = self.scripts.requeue(JobKeys(job), [e.decode() for e in entry_ids])
+        moved = self.scripts.requeue(JobKeys(job), self.id, [e.decode() for e in entry_ids])
         log.info("draining: handed back %d unstarted entries of job %s", moved, job)

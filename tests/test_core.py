@@ -185,7 +185,7 @@ def test_completion_recorded_and_published_once(
     from streamq.scripts import JobReply
 
     call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
-                                              st.concurrency, ""))
+                                              st.concurrency, "", 50, "default", 1, 1000))
     assert q.scripts.run(call.name, call.keys, call.args) == 0
     assert completions_of(r, queue_name)[jobs[0].id] == 1
 
@@ -310,3 +310,49 @@ def test_retention_expires_results_and_records(
     assert r.exists(JobKeys(old.id).meta, JobKeys(old.id).results) == 0
     assert r.zrange(qk.finished, 0, -1) == [new.id.encode()]
     assert [f[b"job"] for _, f in r.xrange(qk.events)] == [new.id.encode()]
+
+
+def test_retried_submit_resumes_an_interrupted_one(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    from streamq import codec, config
+
+    q = Queue(queue_name, redis_url)
+    payloads = list(range(config.ADD_CHUNK * 2 + 7))
+    encoded = [codec.encode(p) for p in payloads]
+    # Given a submit that stopped after its first chunk (a producer crash)
+    call = q._create_call("big-1", 10, 2, "c", 3, "", encoded[: config.ADD_CHUNK], "submit")
+    q.scripts.run(call.name, call.keys, call.args)
+    q.scripts.add_tasks(JobKeys("big-1"), encoded[config.ADD_CHUNK : config.ADD_CHUNK + 3])
+    assert q.status("big-1").state is JobState.OPEN
+    # When the producer retries the same submit
+    job = q.submit(payloads, job_id="big-1", priority=10, concurrency=2, client="c")
+    # Then the job holds every sub-request exactly once and completes
+    assert not job.created
+    assert q.status("big-1").total == len(payloads)
+    workers(queue_name, lambda p: p, concurrency=2, batch=50)
+    assert job.wait(timeout=30).done == len(payloads)
+    assert job.results() == dict(enumerate(payloads))
+
+
+def test_resubmit_keeps_the_jobs_own_settings(r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    q = Queue(queue_name, redis_url)
+    q.submit([1], job_id="j-set", concurrency=1, priority=5)
+    q.submit([1], job_id="j-set", concurrency=8, priority=90)
+    assert r.hlen(QueueKeys(queue_name).tokens) == 1
+    assert q.status("j-set").concurrency == 1 and q.status("j-set").priority == 5
+
+
+def test_job_id_reused_after_its_retention_runs_again(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    q = Queue(queue_name, redis_url, retention_s=0.5)
+    workers(queue_name, lambda p: p * 2)
+    assert q.submit([1], job_id="again").wait(timeout=10).done == 1
+    time.sleep(0.8)
+    assert not r.exists(JobKeys("again").meta)
+    job = q.submit([21], job_id="again")
+    assert job.created and job.wait(timeout=10).done == 1
+    assert job.results() == {0: 42}
+    # the first run's record was trimmed with its retention; the second run has its own
+    assert completions_of(r, queue_name) == {"again": 1}

@@ -37,14 +37,14 @@ def test_header_declares_exactly_the_keys(name: str) -> None:
 def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
     s = Scripts(r)
     qk, jk = QueueKeys("images"), JobKeys("job-1")
-    reply = JobReply(True, "succeeded", 1, 1, 0, 2, "")
+    reply = JobReply(True, "succeeded", 1, 1, 0, 2, "", 1, "c", 1, 1000)
     calls: list[Call] = [
         s.create_job_call(jk, queue="images", priority=1, concurrency=1, client="c",
-                          max_deliveries=3, now_ms=1, retention_ms=1, dedup="", finalize=True,
+                          max_deliveries=3, now_ms=1, retention_ms=1, dedup="", mode="final",
                           entries=[]),
         s.ack_call(jk, 1, []),
         s.register_jobs_call(qk, 1, []),
-        s.finish_job_call(qk, "job-1", reply, now_ms=1, retention_ms=1, events_maxlen=1,
+        s.finish_job_call(qk, "job-1", reply, now_ms=1, events_maxlen=1,
                           message="{}"),
     ]
     for c in calls:
@@ -68,8 +68,8 @@ def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
     r.script_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                              max_deliveries=3, now_ms=1, retention_ms=1000, dedup="",
-                             finalize=False, entries=[(b"s", b"x")])
+                             mode="open", entries=[(b"s", b"x")])
     (raw,) = s.run_many([call])
     assert s.parse_create(raw).created
     r.script_flush()
-    assert s.add_tasks(jk, [(b"s", b"y")]) == 2
+    assert s.add_tasks(jk, [(b"s", b"y")], expect_total=1) == 2

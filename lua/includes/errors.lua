@@ -4,3 +4,4 @@
 ]]
 local ERR_JOB_NOT_FOUND = -1  -- the job's meta hash does not exist
 local ERR_JOB_CLOSED = -2     -- sub-requests added to a job no longer open
+local ERR_TOTAL_MISMATCH = -3 -- a fenced add found another total than expected

@@ -2,26 +2,28 @@
   Hand back entries a worker read but never started (it is draining): each
   is copied to a new entry at the end of the stream, then acknowledged and
   deleted, so another worker reads it as new and no delivery is spent.
-  An entry this consumer no longer has pending is left alone.
+  An entry not pending with this consumer (reclaimed meanwhile) is left alone.
 
   Input:
     KEYS[1] tasks  sq:{<job>}:tasks  STREAM
-    KEYS[2] meta   sq:{<job>}:meta   HASH
     ARGV[1] consumer group name
-    ARGV[2..] entry ids
+    ARGV[2] consumer name (the worker id)
+    ARGV[3..] entry ids
 
   Output:
     number of entries handed back
 ]]
 local rcall = redis.call
-local tasksKey, metaKey = KEYS[1], KEYS[2]
-local group = ARGV[1]
+local tasksKey = KEYS[1]
+local group, consumer = ARGV[1], ARGV[2]
 
 local moved = 0
-for j = 2, #ARGV do
+for j = 3, #ARGV do
   local id = ARGV[j]
+  local pending = rcall("XPENDING", tasksKey, group, id, id, 1, consumer)
   local entry = rcall("XRANGE", tasksKey, id, id)
-  if #entry == 1 and rcall("XACK", tasksKey, group, id) == 1 then
+  if #pending == 1 and #entry == 1 then
+    rcall("XACK", tasksKey, group, id)
     rcall("XDEL", tasksKey, id)
     local fields = entry[1][2]
     local args = {"XADD", tasksKey, "*"}
