@@ -6,7 +6,8 @@ import enum
 import importlib
 import logging
 import sys
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 

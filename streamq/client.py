@@ -6,7 +6,8 @@ import functools
 import json
 import time
 import uuid
-from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 import redis
 
@@ -97,7 +98,7 @@ class StreamingJob(Job):
 
     def add_many_encoded(self, entries: Sequence[tuple[bytes, bytes]]) -> list[int]:
         """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
-        jk, out = JobKeys(self.id), []
+        jk, out = JobKeys(self.id), list[int]()
         for start in range(0, len(entries), config.ADD_CHUNK):
             chunk = entries[start : start + config.ADD_CHUNK]
             total = self.queue.scripts.add_tasks(jk, chunk)
@@ -403,7 +404,7 @@ class Queue:
         WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(self.keys.job_channel(job_id))
             while True:
@@ -421,7 +422,9 @@ class Queue:
     def completions(self, count: int = 100) -> list[Completion]:
         """The latest completion records of the queue (durable events), oldest first."""
         out = []
-        for _id, f in reversed(self.redis.xrevrange(self.keys.events, count=count)):
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.redis.xrevrange(
+            self.keys.events, count=count)  # type: ignore[assignment]
+        for _id, f in reversed(entries):
             d = {k.decode(): v.decode() for k, v in f.items()}
             out.append(Completion(d["job"], self.name, JobState(d["state"]), int(d["total"]),
                                   int(d["done"]), int(d["failed"]), int(d["finished"])))

@@ -10,8 +10,9 @@ Negative integer replies are streamq's error codes, mapped to exceptions in
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import redis
 from redis.commands.core import Script

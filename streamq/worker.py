@@ -26,8 +26,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
@@ -231,16 +232,16 @@ class Worker:
             if done:
                 pending.append((len(settled) - 1, job, done))
         # acknowledge what is left of every job in one round trip
-        for (pos, job, _), ok in zip(pending, self._ack_many([(j, d) for _, j, d in pending])):
+        for (pos, _, _), ok in zip(pending, self._ack_many([(j, d) for _, j, d in pending])):
             if ok:
                 settled[pos] = (settled[pos][0], "d")
         return settled
 
     def _idle_mode(self, job: str) -> str:
-        state = self.redis.hget(JobKeys(job).meta, "state")
+        state: bytes | None = self.redis.hget(JobKeys(job).meta, "state")  # type: ignore[assignment]
         if state is None:
             return "d"  # the job is gone (expired, or never created): nothing to serve
-        if state.decode() in ("open", "active"):
+        if state in (b"open", b"active"):
             return "p"
         # terminal in its own slot: make sure the queue slot knows (idempotent)
         self._finish_from_meta(job)
