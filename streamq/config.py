@@ -49,3 +49,16 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 GROUP = "workers"
 #: Key prefix of every key and channel streamq writes.
 PREFIX = "sq"
+
+#: First retry delay after a handler failure, in seconds; doubles per attempt.
+DEFAULT_RETRY_BASE_S = 1.0
+#: Longest retry delay, in seconds.
+DEFAULT_RETRY_CAP_S = 300.0
+#: A pending entry idle this long is presumed stalled and given to another worker, in seconds.
+DEFAULT_MIN_IDLE_S = 60.0
+#: Reaper pass period, in seconds.
+DEFAULT_REAPER_INTERVAL_S = 5.0
+#: Entries one XAUTOCLAIM call examines.
+RECLAIM_COUNT = 100
+#: Dead letters kept in a queue's dead-letter stream at most (approximate trim).
+DEFAULT_DEAD_MAXLEN = 100_000

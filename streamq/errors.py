@@ -60,3 +60,15 @@ class ScriptError(StreamqError):
 
 class ScriptLoadError(StreamqError):
     """Raised when a Lua script or one of its includes cannot be assembled."""
+
+
+class RetryLater(StreamqError):
+    """Raised by a handler to ask for another attempt after ``delay_s`` seconds."""
+
+    def __init__(self, delay_s: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested in {delay_s} s")
+        self.delay_s = delay_s
+
+
+class NonRetryable(StreamqError):
+    """Raised by a handler when another attempt cannot help: dead-letter at once."""

@@ -159,8 +159,26 @@ class JobKeys:
 
     @property
     def retry(self) -> str:
-        """ZSET of sub-requests waiting for their next attempt (due time in ms)."""
+        """ZSET of sub-requests waiting for their next attempt (score: due time in ms).
+
+        A member is ``<attempts made>|<index>|<type>|<payload bytes>``.
+        """
         return self._k("retry")
+
+    @property
+    def inflight(self) -> str:
+        """HASH entry id -> consumer, for entries whose start was recorded before the handler ran."""
+        return self._k("inflight")
+
+    @property
+    def dlq(self) -> str:
+        """HASH sub-request index -> type letter + payload of a dead-lettered sub-request."""
+        return self._k("dlq")
+
+    @property
+    def unannounced(self) -> str:
+        """SET of dead-lettered indexes not yet copied to the queue's dead-letter stream."""
+        return self._k("unannounced")
 
 
 def token(job_id: str, i: int) -> str:

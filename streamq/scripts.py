@@ -29,6 +29,8 @@ class ScriptErrorCode(enum.IntEnum):
     JOB_NOT_FOUND = -1
     JOB_CLOSED = -2
     TOTAL_MISMATCH = -3
+    JOB_FINISHED = -4
+    NOT_DEAD = -5
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
@@ -185,7 +187,7 @@ class Scripts:
         args: list[Any] = [GROUP, now_ms]
         for entry_id, index, result in done:
             args += [entry_id, index, result]
-        return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors), args)
+        return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight), args)
 
     @staticmethod
     def parse_ack(r: Sequence[Any]) -> AckReply:
@@ -275,3 +277,60 @@ class Scripts:
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
         """Hand back entries ``consumer`` read but never started; return how many moved."""
         return int(self.run("requeue", (jk.tasks,), [GROUP, consumer, *entry_ids]))
+
+    # -- recovery -----------------------------------------------------------------
+
+    @staticmethod
+    def fail_call(
+        jk: JobKeys,
+        now_ms: int,
+        *,
+        entry_id: str,
+        index: int,
+        attempts: int,
+        delay_ms: int,
+        error: str,
+        kind: bytes,
+        payload: bytes,
+    ) -> Call:
+        """A failed attempt: retry after ``delay_ms`` or (delay -1, or attempts used up) dead-letter."""
+        return Call("fail", (jk.tasks, jk.meta, jk.results, jk.errors, jk.retry, jk.inflight,
+                             jk.dlq, jk.unannounced),
+                    (GROUP, now_ms, entry_id, index, attempts, delay_ms, error, kind, payload))
+
+    @staticmethod
+    def parse_fail(r: Sequence[Any]) -> tuple[int, JobReply]:
+        """(outcome: 0 settled already, 1 retry scheduled, 2 dead-lettered; the job)."""
+        return int(r[0]), JobReply.parse(r[1:])
+
+    def promote_retries(self, jk: JobKeys, now_ms: int, limit: int = 1000) -> tuple[int, int]:
+        """Move due retries back into the stream; return (moved, next due ms or -1)."""
+        r = self.run("promote_retries", (jk.retry, jk.tasks, jk.meta), (now_ms, limit))
+        return int(r[0]), int(r[1])
+
+    def reclaim(
+        self, jk: JobKeys, *, consumer: str, min_idle_ms: int, cursor: str, count: int,
+        now_ms: int,
+    ) -> tuple[str, int, int, JobReply]:
+        """One XAUTOCLAIM slice of stalled entries; return (cursor, re-added, dead, job)."""
+        r = self.run("reclaim", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight, jk.dlq,
+                                 jk.unannounced),
+                     (GROUP, consumer, min_idle_ms, cursor, count, now_ms))
+        return _s(r[0]), int(r[1]), int(r[2]), JobReply.parse(r[3:])
+
+    def replay(self, jk: JobKeys, index: int) -> None:
+        """Put a dead letter back into its unfinished job (raises on error codes)."""
+        reply = self.run("replay", (jk.meta, jk.tasks, jk.errors, jk.dlq, jk.unannounced),
+                         (index,))
+        raise_for_code("replay", reply, jk.job_id)
+
+    def reap_leases(self, qk: QueueKeys, now_ms: int, limit: int = 1000) -> tuple[int, list[str]]:
+        """Return expired leases and dead workers' leases; return (count, dead worker ids)."""
+        r = self.run("reap_leases", (qk.workers, qk.leased, qk.owners, qk.tokens, qk.ready,
+                                     qk.wake), (now_ms, WAKE_CAP, limit))
+        return int(r[0]), [_s(w) for w in r[1:]]
+
+    def forget_job(self, qk: QueueKeys, job_id: str) -> int:
+        """Remove an orphan (registered job whose keys are gone) and its tokens."""
+        return int(self.run("forget_job", (qk.active, qk.tokens, qk.ready, qk.leased, qk.parked,
+                                           qk.owners, qk.kick), (job_id,)))

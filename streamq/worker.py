@@ -21,6 +21,7 @@ import contextvars
 import inspect
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -36,7 +37,8 @@ from . import config
 from .client import Queue, now_ms
 from .codec import decode, encode_result
 from .connection import CONNECTION_ERRORS, connect, ping
-from .errors import ConfigError, PayloadError
+from .deadletters import announce
+from .errors import ConfigError, NonRetryable, PayloadError, RetryLater
 from .keys import JobKeys, token_job
 from .models import Task
 from .scripts import Call, JobReply
@@ -80,6 +82,8 @@ class Worker:
         ack_flush_s: float = config.DEFAULT_ACK_FLUSH_S,
         worker_id: str | None = None,
         retention_s: float = config.DEFAULT_RETENTION_S,
+        retry_base_s: float = config.DEFAULT_RETRY_BASE_S,
+        retry_cap_s: float = config.DEFAULT_RETRY_CAP_S,
     ) -> None:
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
                                 ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
@@ -112,6 +116,14 @@ class Worker:
         self._held_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_ms = now_ms()
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        #: per slot thread: the job and the entry ids it read and has not settled
+        self._inflight: dict[int, tuple[str, set[str]]] = {}
+        fault = os.environ.get("STREAMQ_FAULT", "")
+        point, _, count = fault.partition(":")
+        self._fault_at = (point, int(count or 1)) if point else None
+        self._fault_count = 0
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -175,6 +187,7 @@ class Worker:
                   "failed": self.stats.failed, "leases": len(held)},
             tokens=held,
         )
+        self._refresh_entries()
         if lost:
             # a token settled meanwhile, or dropped because its job finished, is no loss
             with self._held_lock:
@@ -203,7 +216,13 @@ class Worker:
                     continue
                 # until the work is done, a failure releases the tokens on the next settle
                 settled = [(t, "r") for t, _ in claimed]
-                settled = self._work([t for t, _ in claimed])
+                self._fault("after_claim")
+                try:
+                    settled = self._work([t for t, _ in claimed])
+                finally:
+                    with self._held_lock:
+                        self._inflight.pop(threading.get_ident(), None)
+                self._fault("after_ack")
             except CONNECTION_ERRORS as e:
                 log.warning("redis unavailable (%s); retrying", e)
                 self._stopping.wait(1.0)
@@ -218,6 +237,7 @@ class Worker:
         for job in jobs:
             pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"}, count=self.batch)
         reads = pipe.execute(raise_on_error=False)
+        self._fault("after_read")
         settled: list[tuple[str, str]] = []
         pending: list[tuple[int, str, list[tuple[str, int, bytes]]]] = []
         for tok, job, reply in zip(tokens, jobs, reads):
@@ -242,7 +262,8 @@ class Worker:
         if state is None:
             return "d"  # the job is gone (expired, or never created): nothing to serve
         if state in (b"open", b"active"):
-            return "p"
+            moved, _ = self.scripts.promote_retries(JobKeys(job), now_ms())
+            return "r" if moved else "p"
         # terminal in its own slot: make sure the queue slot knows (idempotent)
         self._finish_from_meta(job)
         return "d"
@@ -266,6 +287,8 @@ class Worker:
         done: list[tuple[str, int, bytes]] = []
         flushed_at = time.monotonic()
         completed = False
+        jk = JobKeys(job)
+        unacked = self._track(job, [e[0].decode() for e in entries])
         for n, (entry_id, fields) in enumerate(entries):
             if self._stopping.is_set():
                 self._requeue(job, [e[0] for e in entries[n:]])
@@ -273,26 +296,87 @@ class Worker:
             eid = entry_id.decode()
             try:
                 index = int(fields[b"i"])
-                attempt = int(fields.get(b"a", b"1"))
-                payload = decode(fields[b"t"], fields[b"p"])
+                attempt = int(fields.get(b"a", b"0")) + 1
+                kind, raw = fields[b"t"], fields[b"p"]
+                payload = decode(kind, raw)
             except (KeyError, ValueError, PayloadError) as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
+                completed = self._fail(job, eid, -1, 1, -1, f"malformed entry: {e}",
+                                       fields.get(b"t", b"b"), fields.get(b"p", b"")) or completed
+                unacked.discard(eid)
                 continue
+            if b"s" in fields:  # suspect (its worker died): record the start first
+                self.redis.hset(jk.inflight, eid, self.id)
+            self._fault("in_handler")
             task = Task(self.q.name, job, index, eid, attempt)
             try:
                 result = encode_result(self._call(task, payload))
-            except Exception as e:  # the handler's failure: left pending for recovery
+            except Exception as e:
                 with self.stats.lock:
                     self.stats.failed += 1
-                log.error("job %s sub-request %d failed: %s: %s", job, index,
-                          type(e).__name__, e)
+                delay = self._retry_delay(e, attempt)
+                log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
+                            attempt, type(e).__name__, e)
+                completed = self._fail(job, eid, index, attempt, delay,
+                                       f"{type(e).__name__}: {e}", kind, raw) or completed
+                unacked.discard(eid)
                 continue
             done.append((eid, index, result))
             if time.monotonic() - flushed_at >= self.ack_flush_s:
                 completed = self._ack_many([(job, done)])[0] or completed
+                unacked.difference_update(d[0] for d in done)
                 done = []
                 flushed_at = time.monotonic()
         return done, completed
+
+    def _retry_delay(self, e: Exception, attempt: int) -> int:
+        """Milliseconds until the next attempt, or -1 to dead-letter at once."""
+        if isinstance(e, NonRetryable):
+            return -1
+        if isinstance(e, RetryLater):
+            return max(0, int(e.delay_s * 1000))
+        delay = min(self.retry_cap_s, self.retry_base_s * 2 ** (attempt - 1))
+        return int(delay * 1000 * random.uniform(0.5, 1.0))
+
+    def _fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,
+              kind: bytes, raw: bytes) -> bool:
+        """Report a failed attempt; True when it completed the job."""
+        call = self.scripts.fail_call(JobKeys(job), now_ms(), entry_id=eid, index=index,
+                                      attempts=attempts, delay_ms=delay_ms, error=error[:2000],
+                                      kind=kind, payload=raw)
+        outcome, reply = self.scripts.parse_fail(self.scripts.run(call.name, call.keys, call.args))
+        if outcome == 2:
+            announce(self.redis, self.keys, job)
+        if reply.completed:
+            finish = self.q.finish_call(job, reply)
+            self.scripts.run(finish.name, finish.keys, finish.args)
+        return reply.completed
+
+    def _track(self, job: str, ids: list[str]) -> set[str]:
+        """Register the entries a slot holds, so heartbeats keep them fresh."""
+        unacked = set(ids)
+        with self._held_lock:
+            self._inflight[threading.get_ident()] = (job, unacked)
+        return unacked
+
+    def _refresh_entries(self) -> None:
+        """Reset the idle time of every entry this worker holds (XCLAIM JUSTID:
+        no delivery is counted), so the reaper never takes work from a live worker."""
+        with self._held_lock:
+            held = [(job, list(ids)) for job, ids in self._inflight.values() if ids]
+        if not held:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for job, ids in held:
+            pipe.xclaim(JobKeys(job).tasks, config.GROUP, self.id, 0, list[Any](ids), justid=True)
+        pipe.execute(raise_on_error=False)
+
+    def _fault(self, point: str) -> None:
+        """Fault injection for crash tests (STREAMQ_FAULT=point:n kills on the n-th pass)."""
+        if self._fault_at is not None and self._fault_at[0] == point:
+            self._fault_count += 1
+            if self._fault_count >= self._fault_at[1]:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     def _call(self, task: Task, payload: Any) -> Any:
         if self._loop is None:

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 BIG, SMALL, SUBMIT_CHUNK, SAMPLES, WARMUP = 100_000, 20_000, 1000, 300, 10
 SWEEP_BIG, SWEEP_SMALL = 30_000, 6_000  # sizes of the short runs that pick the worker setup
 BATCH, PIPE, GROUP = 100, 500, "g"
-BIG_SETUPS = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2)]  # (worker processes, slots each)
+BIG_SETUPS = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]  # (worker processes, slots each)
 PREFETCHES = [1, 8, 32]  # tokens per claim tried for the many-small-jobs run
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
@@ -47,6 +48,11 @@ def entry(i: int) -> dict[str, Any]:
     return {"i": i, "t": b"j", "p": json.dumps(payload(i), separators=(",", ":"))}
 
 
+def client(url: str) -> redis.Redis:
+    """A plain client; blocking calls below block for at most 60 s."""
+    return redis.Redis.from_url(url, socket_timeout=120)
+
+
 def uid(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex[:8]}"
 
@@ -55,7 +61,7 @@ def uid(kind: str) -> str:
 
 
 def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
-    r = redis.Redis.from_url(url)
+    r = client(url)
     r.rpush(f"{key}:ready", name)
     if mode == "big":  # drain one stream: XREADGROUP COUNT 100 + one XACK of what was read
         r.blpop([f"{key}:go"], timeout=60)
@@ -83,7 +89,7 @@ def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
             pipe.execute()
     elif mode == "lat":  # blocked read; XACK + PUBLISH each entry
         while True:
-            for _, entries in r.xreadgroup(GROUP, name, {key: ">"}, count=1, block=0):
+            for _, entries in r.xreadgroup(GROUP, name, {key: ">"}, count=1, block=1000):
                 for eid, fields in entries:
                     pipe = r.pipeline(transaction=False)
                     pipe.xack(key, GROUP, eid)
@@ -109,9 +115,9 @@ def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
                   "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
                  quiet=True)
     url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    wait_until(lambda: _pings(client), 10, "redis-server did not start")
-    client.close()
+    c = client(url)
+    wait_until(lambda: _pings(c), 10, "redis-server did not start")
+    c.close()
     return proc, url
 
 
@@ -191,7 +197,7 @@ def sq_big(r: redis.Redis, url: str, procs: int, slots: int, n: int) -> tuple[fl
         t0 = perf()
         job = q.submit(payloads, concurrency=procs * slots)
         t1 = perf()
-        st = job.wait(timeout=300)
+        st = job.wait(timeout=60)
         t2 = perf()
         if st.done != n:
             raise RuntimeError(f"big job: {st}")
@@ -218,7 +224,7 @@ def raw_big(r: redis.Redis, url: str, procs: int, n: int) -> tuple[float, float]
     try:
         t2 = perf()
         r.rpush(f"{key}:go", *[1] * procs)
-        got = [r.blpop([f"{key}:done"], timeout=300) for _ in range(procs)]
+        got = [r.blpop([f"{key}:done"], timeout=60) for _ in range(procs)]
         t3 = perf()
         if sum(int(g[1]) for g in got if g) != n:
             raise RuntimeError("raw big: not all consumed")
@@ -336,7 +342,7 @@ def bench(console: Any, url: str) -> Any:
     from rich.table import Table
 
     t_start = perf()
-    r = redis.Redis.from_url(url)
+    r = client(url)
     log = console.log
     sweep = {}
     for procs, slots in BIG_SETUPS:
@@ -430,7 +436,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "--raw":
+    if sys.argv[1:2] == ["--raw"]:  # a raw consumer process: never the bench itself
         try:
             raw_consumer(*sys.argv[2:])
         except KeyboardInterrupt:

@@ -9,6 +9,7 @@
     KEYS[2] meta     sq:{<job>}:meta     HASH
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
+    KEYS[5] inflight sq:{<job>}:inflight HASH entry id -> consumer (recorded starts)
     ARGV[1] consumer group name
     ARGV[2] now, ms since the epoch
     ARGV[3..] triples (entry id, sub-request index, encoded result)
@@ -20,7 +21,7 @@
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.
 ]]
 local rcall = redis.call
-local tasksKey, metaKey, resultsKey, errorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tasksKey, metaKey, resultsKey, errorsKey, inflightKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, nowMs = ARGV[1], ARGV[2]
 
 --- @include "includes/job_reply"
@@ -31,6 +32,7 @@ for j = 3, #ARGV, 3 do
   local id = ARGV[j]
   if rcall("XACK", tasksKey, group, id) == 1 then
     rcall("XDEL", tasksKey, id)
+    rcall("HDEL", inflightKey, id)
     rcall("HSET", resultsKey, ARGV[j + 1], ARGV[j + 2])
     acked = acked + 1
   end
