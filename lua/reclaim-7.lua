@@ -24,6 +24,7 @@
     ARGV[4] XAUTOCLAIM cursor ("0-0" to start)
     ARGV[5] XAUTOCLAIM COUNT (at most this many entries per call)
     ARGV[6] now, ms since the epoch
+    ARGV[7] max deliveries override, 0 to use the job's own max_deliveries
 
   Output:
     {next cursor, re-added, dead-lettered, then the job_reply fields}
@@ -54,6 +55,7 @@ local claimed = rcall("XAUTOCLAIM", tasksKey, group, consumer, ARGV[3], ARGV[4],
                       "COUNT", tonumber(ARGV[5]))
 local cursor, entries, deleted = claimed[1], claimed[2], claimed[3] or {}
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")
+if tonumber(ARGV[7]) > 0 and tonumber(ARGV[7]) < maxDeliveries then maxDeliveries = tonumber(ARGV[7]) end
 local readded, dead, completed = 0, 0, 0
 
 for _, id in ipairs(deleted) do

@@ -83,6 +83,40 @@ def worker(
 
 
 @app.command()
+def reaper(
+    queue: Annotated[str, typer.Argument(help="queue to look after")],
+    redis_url: RedisUrl = "redis://127.0.0.1:6379/0",
+    interval: Annotated[float, typer.Option(min=0.1, help="seconds between passes")] =
+        config.DEFAULT_REAPER_INTERVAL_S,
+    min_idle: Annotated[float, typer.Option(min=0.1, help="seconds before a pending entry "
+                                                          "counts as stalled")] =
+        config.DEFAULT_MIN_IDLE_S,
+    max_deliveries: Annotated[int, typer.Option(min=0, help="cap on attempts (0: each job's "
+                                                            "own max_deliveries)")] = 0,
+    retention: Annotated[float, typer.Option(min=1, help="seconds completion records are "
+                                                         "kept")] = config.DEFAULT_RETENTION_S,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+) -> None:
+    """Recover stalled entries, expired leases and dead workers of QUEUE until SIGTERM."""
+    from .connection import connect, ping
+    from .reaper import Reaper
+    from .scheduler import run_reaper
+
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        client = connect(redis_url)
+        ping(client)
+        r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
+                   retention_s=retention, lock_ttl_s=max(10.0, interval * 5))
+    except ConfigError as e:
+        raise fail(str(e), ExitCode.USAGE) from None
+    except ConnectionFailed as e:
+        raise fail(str(e), ExitCode.REDIS_UNAVAILABLE) from None
+    run_reaper(r, interval)
+
+
+@app.command()
 def demo(
     jobs: Annotated[int, typer.Option(min=1, help="small jobs to run")] = 2000,
     big: Annotated[int, typer.Option(min=0, help="sub-requests of the one big job")] = 50_000,

@@ -111,6 +111,11 @@ class QueueKeys:
         return self._k("events")
 
     @property
+    def reaper_lock(self) -> str:
+        """STRING holder id with a TTL: one reaper pass at a time."""
+        return self._k("reaper-lock")
+
+    @property
     def dead(self) -> str:
         """STREAM of dead letters."""
         return self._k("dead")

@@ -310,12 +310,12 @@ class Scripts:
 
     def reclaim(
         self, jk: JobKeys, *, consumer: str, min_idle_ms: int, cursor: str, count: int,
-        now_ms: int,
+        now_ms: int, max_deliveries: int = 0,
     ) -> tuple[str, int, int, JobReply]:
         """One XAUTOCLAIM slice of stalled entries; return (cursor, re-added, dead, job)."""
         r = self.run("reclaim", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight, jk.dlq,
                                  jk.unannounced),
-                     (GROUP, consumer, min_idle_ms, cursor, count, now_ms))
+                     (GROUP, consumer, min_idle_ms, cursor, count, now_ms, max_deliveries))
         return _s(r[0]), int(r[1]), int(r[2]), JobReply.parse(r[3:])
 
     def replay(self, jk: JobKeys, index: int) -> None:
@@ -334,3 +334,7 @@ class Scripts:
         """Remove an orphan (registered job whose keys are gone) and its tokens."""
         return int(self.run("forget_job", (qk.active, qk.tokens, qk.ready, qk.leased, qk.parked,
                                            qk.owners, qk.kick), (job_id,)))
+
+    def unlock(self, key: str, holder: str) -> bool:
+        """Delete lock ``key`` if ``holder`` still owns it."""
+        return bool(self.run("unlock", (key,), (holder,)))

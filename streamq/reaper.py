@@ -1,0 +1,197 @@
+"""The reaper: recovers stalled work, dead workers, unfinished completions.
+
+Its passes are plain methods with no timers (:mod:`streamq.scheduler` runs
+them on an interval). Each is idempotent and every change it makes is one
+atomic script, so several reaper replicas may run side by side; a lock with
+a TTL keeps them from doing the same pass at the same moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from . import config
+from .client import Queue, now_ms
+from .deadletters import announce
+from .keys import JobKeys
+from .scripts import JobReply
+
+log = logging.getLogger("streamq.reaper")
+
+#: Name the reaper claims stalled entries as (they are re-added in the same script).
+REAPER_CONSUMER = "streamq-reaper"
+_META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
+         "created", "retention")
+
+
+@dataclass
+class PassReport:
+    """What one run of every pass did."""
+
+    leases_returned: int = 0
+    dead_workers: list[str] = field(default_factory=list)
+    jobs_checked: int = 0
+    reclaimed: int = 0
+    dead_lettered: int = 0
+    retries_promoted: int = 0
+    finished: int = 0
+    orphans: int = 0
+    consumers_deleted: int = 0
+    skipped: bool = False  #: another reaper held the lock
+
+
+class Reaper:
+    """Recovery passes for one queue."""
+
+    def __init__(
+        self,
+        queue: str,
+        url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        min_idle_s: float = config.DEFAULT_MIN_IDLE_S,
+        max_deliveries: int = 0,
+        retention_s: float = config.DEFAULT_RETENTION_S,
+        lock_ttl_s: float = 60.0,
+        exclusive: bool = True,
+    ) -> None:
+        self.q = Queue(queue, url, client=client, retention_s=retention_s)
+        self.redis = self.q.redis
+        self.scripts = self.q.scripts
+        self.keys = self.q.keys
+        self.min_idle_ms = int(min_idle_s * 1000)
+        self.max_deliveries = max_deliveries
+        self.lock_ttl_ms = int(lock_ttl_s * 1000)
+        self.exclusive = exclusive
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        fault = os.environ.get("STREAMQ_FAULT", "")
+        self._fault_at = fault.partition(":")[0] == "reaper_mid_pass"
+
+    def run_once(self) -> PassReport:
+        """Run every pass once (unless another reaper holds the lock)."""
+        report = PassReport()
+        if self.exclusive and not self.redis.set(self.keys.reaper_lock, self.id, nx=True,
+                                                 px=self.lock_ttl_ms):
+            report.skipped = True
+            return report
+        try:
+            report.leases_returned, report.dead_workers = self.scripts.reap_leases(
+                self.keys, now_ms())
+            self.recover_jobs(report)
+            self.trim()
+        finally:
+            if self.exclusive:
+                self.scripts.unlock(self.keys.reaper_lock, self.id)
+        if any((report.leases_returned, report.reclaimed, report.dead_lettered,
+                report.finished, report.orphans, report.dead_workers)):
+            log.info("reaper pass: %s", report)
+        return report
+
+    # -- passes ----------------------------------------------------------------------
+
+    def recover_jobs(self, report: PassReport) -> None:
+        """Every registered job: finish, forget, promote retries, reclaim stalled entries."""
+        live: Any = self.redis.zrangebyscore(self.keys.workers, now_ms(), "+inf")
+        alive = {w.decode() for w in live}
+        batch: list[str] = []
+        members: Any = self.redis.zscan_iter(self.keys.active, count=500)
+        for member, _score in members:
+            batch.append(member.decode())
+            if len(batch) >= 200:
+                self._recover_batch(batch, alive, report)
+                batch = []
+        if batch:
+            self._recover_batch(batch, alive, report)
+
+    def _recover_batch(self, jobs: list[str], alive: set[str], report: PassReport) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for job in jobs:
+            pipe.hmget(JobKeys(job).meta, *_META)
+        metas: list[Any] = pipe.execute()
+        for job, m in zip(jobs, metas):
+            report.jobs_checked += 1
+            if m[0] is None:
+                self.scripts.forget_job(self.keys, job)
+                report.orphans += 1
+                continue
+            reply = JobReply.parse([1, *m])
+            if reply.state not in ("open", "active"):
+                self._finish(job, reply, report)
+                continue
+            self._recover_job(job, reply, alive, report)
+            if self._fault_at:
+                os.kill(os.getpid(), 9)
+
+    def _recover_job(self, job: str, reply: JobReply, alive: set[str],
+                     report: PassReport) -> None:
+        jk = JobKeys(job)
+        moved, _ = self.scripts.promote_retries(jk, now_ms())
+        report.retries_promoted += moved
+        work = moved > 0
+        cursor, dead, completed = "0-0", 0, False
+        for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
+            cursor, readded, d, job_reply = self.scripts.reclaim(
+                jk, consumer=REAPER_CONSUMER, min_idle_ms=self.min_idle_ms, cursor=cursor,
+                count=config.RECLAIM_COUNT, now_ms=now_ms(), max_deliveries=self.max_deliveries)
+            report.reclaimed += readded
+            dead += d
+            work = work or readded > 0
+            if job_reply.completed:
+                completed, reply = True, job_reply
+            if cursor == "0-0":
+                break
+        report.dead_lettered += dead
+        if dead or completed:
+            announce(self.redis, self.keys, job)
+        if completed:
+            self._finish(job, reply, report)
+            return
+        if not work:
+            work = self._has_undelivered(jk)
+        if work:
+            self.scripts.unpark(self.keys, job, reply.concurrency)
+        report.consumers_deleted += self._delete_idle_consumers(jk, alive)
+
+    def _has_undelivered(self, jk: JobKeys) -> bool:
+        try:
+            groups: Any = self.redis.xinfo_groups(jk.tasks)
+        except redis.ResponseError:
+            return False
+        return any(g.get("lag") != 0 for g in groups)
+
+    def _delete_idle_consumers(self, jk: JobKeys, alive: set[str]) -> int:
+        """Delete consumers of dead workers (and the reaper's own) once nothing is pending."""
+        try:
+            consumers: Any = self.redis.xinfo_consumers(jk.tasks, config.GROUP)
+        except redis.ResponseError:
+            return 0
+        deleted = 0
+        for c in consumers:
+            name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+            if c["pending"] == 0 and name not in alive:
+                self.redis.xgroup_delconsumer(jk.tasks, config.GROUP, name)
+                deleted += 1
+        return deleted
+
+    def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
+        announce(self.redis, self.keys, job)
+        call = self.q.finish_call(job, reply)
+        report.finished += int(self.scripts.run(call.name, call.keys, call.args))
+
+    def trim(self) -> None:
+        """Drop completion records, finished marks and dedup keys past the retention."""
+        cutoff = now_ms() - self.q.retention_ms
+        self.redis.xtrim(self.keys.events, minid=cutoff)
+        self.redis.zremrangebyscore(self.keys.finished, "-inf", f"({cutoff}")
+        expired: Any = self.redis.zrangebyscore(self.keys.dedup_expiry, "-inf", now_ms(),
+                                                start=0, num=1000)
+        if expired:
+            self.redis.hdel(self.keys.dedup, *expired)
+            self.redis.zrem(self.keys.dedup_expiry, *expired)
