@@ -9,8 +9,10 @@ from .errors import (
     JobClosed,
     JobConflict,
     JobNotFound,
+    NonRetryable,
     PayloadError,
     PayloadTooLarge,
+    RetryLater,
     StreamqError,
     WaitTimeout,
 )
@@ -21,6 +23,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Completion", "ConfigError", "ConnectionFailed", "Job", "JobClosed", "JobConflict",
-    "JobNotFound", "JobState", "JobStatus", "PayloadError", "PayloadTooLarge", "Queue",
+    "JobNotFound", "JobState", "JobStatus", "NonRetryable", "PayloadError", "RetryLater", "PayloadTooLarge", "Queue",
     "StreamingJob", "StreamqError", "Task", "WaitTimeout", "Worker", "current_task",
 ]

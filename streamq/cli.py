@@ -63,6 +63,13 @@ def worker(
     batch: Annotated[int, typer.Option(min=1, help="entries per read")] = config.DEFAULT_BATCH,
     prefetch: Annotated[int, typer.Option(min=1, help="tokens claimed per round trip")] =
         config.DEFAULT_PREFETCH,
+    heartbeat: Annotated[float, typer.Option(min=0.05, help="seconds between heartbeats; a "
+                                                            "worker silent for 3 is dead")] =
+        config.DEFAULT_HEARTBEAT_S,
+    lease_ms: Annotated[int, typer.Option(min=100, help="token lease length, ms")] =
+        config.DEFAULT_LEASE_MS,
+    retry_base: Annotated[float, typer.Option(min=0.0, help="first retry delay, seconds")] =
+        config.DEFAULT_RETRY_BASE_S,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
 ) -> None:
     """Serve QUEUE until SIGTERM or SIGINT, then drain and exit 0."""
@@ -72,7 +79,9 @@ def worker(
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         fn = load_handler(handler)
-        w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch)
+        w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch,
+                   heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
+                   idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat))
         w.run()
     except HandlerError as e:
         raise fail(str(e), ExitCode.USAGE) from None

@@ -11,9 +11,10 @@ from typing import Any, TypeVar, cast
 
 import redis
 
-from . import config
+from . import config, deadletters
 from .codec import decode_result, encode
 from .connection import CONNECTION_ERRORS, connect
+from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
     ConnectionFailed,
@@ -417,6 +418,30 @@ class Queue:
                 pubsub.get_message(timeout=left)
         finally:
             pubsub.close()
+
+    @_wrap_connection_errors
+    def dead_letters(self, count: int = 100, job_id: str | None = None) -> list[DeadLetter]:
+        """The newest dead letters of the queue (one per job and index), newest first."""
+        return deadletters.list_dead(self.redis, self.keys, count, job_id)
+
+    @_wrap_connection_errors
+    def replay_dead(self, dead_id: str) -> str:
+        """Put a dead letter back to work; return the job it went to.
+
+        Into its own job while that job is unfinished; into a new job (same
+        priority and client when known) when its job is finished or gone.
+        """
+        dead = deadletters.get_dead(self.redis, self.keys, dead_id)
+        meta: Any = self.redis.hmget(JobKeys(dead.job_id).meta, "priority", "client",
+                                     "max_deliveries")
+
+        def new_job(kind: bytes, payload: bytes) -> str:
+            prio = int(meta[0]) if meta[0] else config.DEFAULT_PRIORITY
+            client = meta[1].decode() if meta[1] else config.DEFAULT_CLIENT
+            md = int(meta[2]) if meta[2] else config.DEFAULT_MAX_DELIVERIES
+            return self._submit_encoded([(kind, payload)], prio, 1, client, md).id
+
+        return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job)
 
     @_wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:

@@ -56,6 +56,14 @@ def current_task() -> Task | None:
 Handler = Callable[[Any], Any]
 
 
+def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
+    try:
+        value = int(fields[name])
+    except (KeyError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
 @dataclass
 class _Stats:
     processed: int = 0
@@ -294,18 +302,29 @@ class Worker:
                 self._requeue(job, [e[0] for e in entries[n:]])
                 break
             eid = entry_id.decode()
+            index = _int_field(fields, b"i")
             try:
-                index = int(fields[b"i"])
-                attempt = int(fields.get(b"a", b"0")) + 1
+                if index is None:
+                    raise PayloadError("missing or invalid index field 'i'")
+                if b"t" not in fields or b"p" not in fields:
+                    raise PayloadError("missing type 't' or payload 'p' field")
+                attempt = (_int_field(fields, b"a") or 0) + 1
                 kind, raw = fields[b"t"], fields[b"p"]
                 payload = decode(kind, raw)
-            except (KeyError, ValueError, PayloadError) as e:
+            except PayloadError as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
-                completed = self._fail(job, eid, -1, 1, -1, f"malformed entry: {e}",
-                                       fields.get(b"t", b"b"), fields.get(b"p", b"")) or completed
+                completed = self._fail(job, eid, -1 if index is None else index, 1, -1,
+                                       f"malformed entry: {e}", fields.get(b"t", b"b"),
+                                       fields.get(b"p", b"")) or completed
                 unacked.discard(eid)
                 continue
-            if b"s" in fields:  # suspect (its worker died): record the start first
+            if b"s" in fields:
+                # suspect (its worker died): acknowledge what is done, then record the
+                # start, so a kill inside this handler counts an attempt for it alone
+                if done:
+                    completed = self._ack_many([(job, done)])[0] or completed
+                    unacked.difference_update(d[0] for d in done)
+                    done = []
                 self.redis.hset(jk.inflight, eid, self.id)
             self._fault("in_handler")
             task = Task(self.q.name, job, index, eid, attempt)

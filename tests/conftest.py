@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -81,6 +82,49 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def queue_name() -> str:
     return f"q-{uuid.uuid4().hex[:8]}"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Procs:
+    """Subprocesses a test starts (``python -m streamq ...``); all killed at teardown."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def streamq(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        full_env = dict(os.environ, STREAMQ_REDIS_URL=self.url, PYTHONPATH=str(ROOT),
+                        **(env or {}))
+        proc = subprocess.Popen([sys.executable, "-m", "streamq", *args], env=full_env,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.started.append(proc)
+        return proc
+
+    def worker(self, queue: str, handler: str, *args: str,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.streamq("worker", queue, "--handler", handler, "--heartbeat", "0.3",
+                            "--log-level", "WARNING", *args, env=env)
+
+    def reaper(self, queue: str, *args: str,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.streamq("reaper", queue, "--interval", "0.5", "--min-idle", "2",
+                            "--log-level", "WARNING", *args, env=env)
+
+    def stop_all(self) -> None:
+        for p in self.started:
+            if p.poll() is None:
+                p.kill()
+        for p in self.started:
+            p.communicate()
+
+
+@pytest.fixture
+def procs(redis_url: str) -> Iterator[Procs]:
+    p = Procs(redis_url)
+    yield p
+    p.stop_all()
 
 
 @pytest.fixture

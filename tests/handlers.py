@@ -1,14 +1,36 @@
-"""Handlers for worker subprocesses started by the tests."""
+"""Handlers for worker subprocesses started by the tests.
+
+They record every start in the test's Redis (``STREAMQ_REDIS_URL``) so a test
+can count how often each sub-request ran, across processes and kills.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
 import redis
 
 from streamq import current_task
+
+_client: redis.Redis | None = None
+
+
+def _redis() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ["STREAMQ_REDIS_URL"])
+    return _client
+
+
+def _start() -> str:
+    task = current_task()
+    assert task is not None
+    key = f"{task.job_id}:{task.index}"
+    _redis().incr(f"starts:{key}")
+    return key
 
 
 def echo(payload: Any) -> Any:
@@ -19,8 +41,24 @@ def slow(payload: Any) -> Any:
     """Mark the start in Redis (key ``started:<job>:<index>``), sleep, return."""
     task = current_task()
     assert task is not None
-    r = redis.Redis.from_url(os.environ["STREAMQ_REDIS_URL"])
+    r = _redis()
     r.set(f"started:{task.job_id}:{task.index}", 1)
     time.sleep(float(payload["sleep"]))
     r.set(f"finished:{task.job_id}:{task.index}", 1)
     return {"slept": payload["sleep"]}
+
+
+def count(payload: Any) -> Any:
+    """Count the start, sleep ``payload["sleep"]`` seconds, return ``n * 2``."""
+    _start()
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"] * 2
+
+
+def poison(payload: Any) -> Any:
+    """Count the start; a payload with ``"kill": true`` kills its own process."""
+    _start()
+    if payload.get("kill"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"] * 2

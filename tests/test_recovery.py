@@ -1,0 +1,294 @@
+"""Recovery: crashes, retries, dead letters, reapers, Redis restarts (real processes)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from conftest import Procs
+
+from streamq import JobState, NonRetryable, Queue, RetryLater, Worker, deadletters
+from streamq.keys import JobKeys, QueueKeys
+from streamq.reaper import Reaper
+from streamq.scripts import JobReply
+
+StartWorker = Callable[..., Worker]
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return time.monotonic() - t0
+
+
+def starts(r: redis.Redis, job_id: str, n: int) -> list[int]:
+    vals = r.mget([f"starts:{job_id}:{i}" for i in range(n)])
+    return [int(v or 0) for v in vals]
+
+
+def completions(r: redis.Redis, queue: str) -> Counter[str]:
+    return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
+
+
+def assert_all_done_once(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:
+    st = q.status(job_id)
+    assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, n, n, 0)
+    assert q.results(job_id) == {i: i * 2 for i in range(n)}
+    assert completions(r, q.name) == {job_id: 1}
+    assert r.exists(JobKeys(job_id).tasks) == 0
+
+
+def test_sigkill_mid_job_loses_nothing_and_counts_once(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given two workers and a reaper on a 1,000-sub-request job
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "sleep": 0.002} for i in range(1000)], concurrency=4)
+    victim = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--batch", "20")
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--batch", "20")
+    procs.reaper(queue_name)
+    # When one worker is SIGKILLed midway
+    wait_until(lambda: q.status(job.id).done >= 200, 60, "200 results")
+    victim.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    # Then the job completes, every result stored once, within min_idle + a few intervals
+    q.wait(job.id, timeout=60)
+    recovery = time.monotonic() - killed_at
+    assert_all_done_once(q, r, job.id, 1000)
+    assert all(s >= 1 for s in starts(r, job.id, 1000))
+    assert recovery < 2 + 3 * 0.5 + 10, recovery  # min_idle + 3 intervals, with slack
+
+
+@pytest.mark.parametrize("point", ["after_claim:3", "after_read:3", "in_handler:25",
+                                   "after_ack:3"])
+def test_kill_between_worker_steps(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs, point: str
+) -> None:
+    # Given a worker that kills itself at one step of its loop
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i} for i in range(200)], concurrency=2)
+    crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "1",
+                           "--batch", "10", env={"STREAMQ_FAULT": point})
+    assert crasher.wait(30) == -signal.SIGKILL
+    # When a healthy worker and the reaper take over
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--batch", "10")
+    procs.reaper(queue_name)
+    q.wait(job.id, timeout=60)
+    # Then nothing was lost or counted twice, and completion was announced once
+    assert_all_done_once(q, r, job.id, 200)
+
+
+def test_reaper_killed_mid_pass(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    q = Queue(queue_name, redis_url)
+    jobs = [q.submit([{"n": i} for i in range(20)], concurrency=2) for _ in range(3)]
+    crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
+                           env={"STREAMQ_FAULT": "after_read:4"})
+    assert crasher.wait(30) == -signal.SIGKILL
+    time.sleep(2.2)  # the dead worker's entries are now stalled
+    reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
+    assert reaper.wait(30) == -signal.SIGKILL
+    procs.reaper(queue_name)
+    procs.worker(queue_name, "tests.handlers:count")
+    for j in jobs:
+        q.wait(j.id, timeout=60)
+        st = q.status(j.id)
+        assert (st.done, st.failed) == (20, 0)
+        assert q.results(j.id) == {i: i * 2 for i in range(20)}
+    assert completions(r, queue_name) == {j.id: 1 for j in jobs}
+
+
+def test_failing_twice_then_succeeding_backs_off(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    times: list[float] = []
+
+    def flaky(p: Any) -> Any:
+        times.append(time.monotonic())
+        if len(times) < 3:
+            raise RuntimeError(f"failure {len(times)}")
+        return "ok"
+
+    base = 0.3
+    workers(queue_name, flaky, retry_base_s=base)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=5)
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: [reaper.run_once() or stop.wait(0.05)
+                                         for _ in iter(stop.is_set, True)], daemon=True)
+    t.start()
+    try:
+        job = Queue(queue_name, redis_url).submit(["x"], max_deliveries=5)
+        st = job.wait(timeout=30)
+    finally:
+        stop.set()
+        t.join()
+    assert st.state is JobState.SUCCEEDED and job.results() == {0: "ok"}
+    assert len(times) == 3
+    gap1, gap2 = times[1] - times[0], times[2] - times[1]
+    assert gap1 >= 0.5 * base and gap2 >= 0.5 * base * 2  # each waited at least its backoff
+
+
+def test_backoff_grows_exponentially_with_jitter(redis_url: str, queue_name: str) -> None:
+    w = Worker(queue_name, lambda p: p, redis_url, retry_base_s=1.0, retry_cap_s=30.0)
+    for attempt, hi in ((1, 1000), (2, 2000), (3, 4000), (4, 8000), (6, 30000), (9, 30000)):
+        draws = [w._retry_delay(RuntimeError(), attempt) for _ in range(200)]
+        assert hi // 2 <= min(draws) and max(draws) <= hi
+        assert len(set(draws)) > 50  # jittered
+    assert w._retry_delay(NonRetryable("no"), 1) == -1
+    assert w._retry_delay(RetryLater(2.5), 1) == 2500
+    w.redis.close()
+
+
+def run_reaper_in_thread(url: str, queue: str, **kw: Any) -> Callable[[], None]:
+    reaper = Reaper(queue, url, **kw)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            reaper.run_once()
+            stop.wait(0.05)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+
+    def stopper() -> None:
+        stop.set()
+        t.join()
+        reaper.redis.close()
+
+    return stopper
+
+
+def test_always_failing_handler_dead_letters_once_then_replays(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    attempts: Counter[str] = Counter()
+    healed = threading.Event()
+
+    def handler(p: Any) -> Any:
+        attempts[p] += 1
+        if p == "bad" and not healed.is_set():
+            raise ValueError("cannot process bad")
+        return p.upper()
+
+    workers(queue_name, handler, retry_base_s=0.01)
+    stop = run_reaper_in_thread(redis_url, queue_name, min_idle_s=5)
+    q = Queue(queue_name, redis_url)
+    try:
+        # Given a job whose one sub-request always fails
+        job = q.submit(["good", "bad"], max_deliveries=3)
+        st = job.wait(timeout=30)
+        # Then it was tried max_deliveries times and dead-lettered exactly once
+        assert attempts["bad"] == 3
+        assert (st.state, st.done, st.failed) == (JobState.PARTIAL, 1, 1)
+        dead = deadletters.list_dead(r, QueueKeys(queue_name))
+        assert [(d.job_id, d.index, d.attempts) for d in dead] == [(job.id, "1", 3)]
+        assert dead[0].error == "ValueError: cannot process bad"
+        assert dead[0].as_dict()["payload"] == "bad"
+        assert completions(r, queue_name) == {job.id: 1}
+        # When it is replayed (its job is finished, so into a new job) after a fix
+        healed.set()
+        new_id = q.replay_dead(dead[0].id)
+        assert new_id != job.id
+        assert q.wait(new_id, timeout=30).state is JobState.SUCCEEDED
+        assert q.results(new_id) == {0: "BAD"}
+        assert deadletters.list_dead(r, QueueKeys(queue_name)) == []
+        # A dead letter of a job still open is replayed into that job
+        healed.clear()
+        job2 = q.open(max_deliveries=2)
+        job2.add("bad")
+        wait_until(lambda: q.status(job2.id).failed == 1, 30, "dead letter")
+        # replayed into its own job while that job is still open
+        d2 = deadletters.list_dead(r, QueueKeys(queue_name))[0]
+        healed.set()
+        assert q.replay_dead(d2.id) == job2.id
+        job2.finalize()
+        st2 = q.wait(job2.id, timeout=30)
+        assert (st2.state, st2.done, st2.failed) == (JobState.SUCCEEDED, 1, 0)
+    finally:
+        stop()
+
+
+def test_non_retryable_error_is_dead_lettered_at_once(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    calls = Counter[str]()
+
+    def handler(p: Any) -> Any:
+        calls[p] += 1
+        raise NonRetryable("bad input")
+
+    workers(queue_name, handler)
+    q = Queue(queue_name, redis_url)
+    st = q.submit(["a"], max_deliveries=5).wait(timeout=20)
+    assert (st.state, st.failed, calls["a"]) == (JobState.FAILED, 1, 1)
+
+
+def test_poison_that_kills_its_worker_is_dead_lettered(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a batch in which one sub-request kills any worker that runs it
+    q = Queue(queue_name, redis_url)
+    payloads = [{"n": i, "kill": i == 5} for i in range(12)]
+    job = q.submit(payloads, max_deliveries=3)
+    procs.reaper(queue_name, "--min-idle", "1")
+    # When workers keep being restarted
+    deadline = time.monotonic() + 90
+    while not q.status(job.id).terminal:
+        assert time.monotonic() < deadline
+        w = procs.worker(queue_name, "tests.handlers:poison", "--concurrency", "1",
+                         "--batch", "12")
+        while w.poll() is None and not q.status(job.id).terminal:
+            time.sleep(0.05)
+        w.kill()
+    # Then the poison is dead-lettered after its attempts, the others all succeed
+    st = q.status(job.id)
+    assert (st.state, st.done, st.failed) == (JobState.PARTIAL, 11, 1)
+    dead = deadletters.list_dead(r, QueueKeys(queue_name))
+    assert [(d.index, d.attempts) for d in dead] == [("5", 3)]
+    assert "worker lost" in dead[0].error
+    s = starts(r, job.id, 12)
+    assert s[5] == 3 + 1  # the first, unrecorded start, then 3 recorded ones
+    assert q.results(job.id) == {i: i * 2 for i in range(12) if i != 5}
+
+
+def test_malformed_entries_and_unknown_jobs_are_dead_lettered(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    q = Queue(queue_name, redis_url)
+    sj = q.open()
+    sj.add("fine")
+    jk = JobKeys(sj.id)
+    # entries written by something other than streamq: no fields, bad JSON, bad type
+    r.xadd(jk.tasks, {"x": "1"})
+    r.xadd(jk.tasks, {"i": "1", "t": "j", "p": "{not json"})
+    r.xadd(jk.tasks, {"i": "2", "t": "?", "p": "x"})
+    r.hincrby(jk.meta, "total", 2)
+    r.hincrby(jk.meta, "remaining", 2)
+    # a registered job with no job keys at all (unknown job)
+    ghost = JobReply(False, "active", 1, 0, 0, 1, "", 50, "default", 0, 1000)
+    call = q.scripts.register_jobs_call(q.keys, 0, [("ghost", ghost)])
+    q.scripts.run(call.name, call.keys, call.args)
+    w = workers(queue_name, lambda p: p, concurrency=2)
+    sj.finalize()
+    stop = run_reaper_in_thread(redis_url, queue_name, min_idle_s=5)
+    try:
+        st = q.wait(sj.id, timeout=30)
+    finally:
+        stop()
+    assert (st.state, st.done, st.failed) == (JobState.PARTIAL, 1, 2)
+    errors = {d.index: d.error for d in deadletters.list_dead(r, QueueKeys(queue_name))}
+    assert set(errors) == {"1", "2"} | {k for k in errors if k.startswith("entry:")}
+    assert len(errors) == 3
+    assert all(e.startswith("malformed entry") for e in errors.values())
+    assert r.zscore(QueueKeys(queue_name).active, "ghost") is None
+    assert w.stats.processed == 1
