@@ -31,14 +31,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_redis(workdir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Start a redis-server on a free loopback port; return it and its URL."""
+def start_redis(workdir: Path, *extra: str,
+                port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server on a free loopback port (or ``port``); return it and its URL."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.exit("redis-server not found: run `make install` (it installs it with apt-get)", 2)
-    port = free_port()
+    port = port or free_port()
+    if "--appendonly" not in extra:
+        extra = ("--appendonly", "no", *extra)
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--dir", str(workdir), "--protected-mode", "yes", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs
+from conftest import Procs, start_redis
 
 from streamq import JobState, NonRetryable, Queue, RetryLater, Worker, deadletters
 from streamq.keys import JobKeys, QueueKeys
@@ -292,3 +292,101 @@ def test_malformed_entries_and_unknown_jobs_are_dead_lettered(
     assert all(e.startswith("malformed entry") for e in errors.values())
     assert r.zscore(QueueKeys(queue_name).active, "ghost") is None
     assert w.stats.processed == 1
+
+
+@pytest.mark.slow
+def test_long_sub_request_runs_exactly_once(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a 60-second sub-request, a min_idle of 5 s and a busy reaper
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 1, "sleep": 60}, {"n": 2}], concurrency=2)
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--lease-ms", "3000",
+                 "--heartbeat", "1")
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+    procs.reaper(queue_name, "--min-idle", "5", "--interval", "1")
+    # When it completes
+    st = q.wait(job.id, timeout=120)
+    # Then it ran once: its live worker kept its entry fresh and its lease extended
+    assert st.state is JobState.SUCCEEDED
+    assert starts(r, job.id, 2) == [1, 1]
+    assert q.results(job.id) == {0: 2, 1: 4}
+
+
+def test_two_reapers_change_nothing_one_would_not(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given stalled entries of a dead worker, a poison entry, and two reapers at once
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "kill": False} for i in range(100)], concurrency=2)
+    bad = q.submit(["not a dict"], max_deliveries=2)
+    crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
+                           "--batch", "20", env={"STREAMQ_FAULT": "in_handler:15"})
+    assert crasher.wait(30) == -signal.SIGKILL
+    reapers = [Reaper(queue_name, redis_url, min_idle_s=1, exclusive=False) for _ in range(2)]
+    stop = threading.Event()
+
+    def loop(rp: Reaper) -> None:
+        while not stop.is_set():
+            rp.run_once()
+
+    threads = [threading.Thread(target=loop, args=(rp,), daemon=True) for rp in reapers]
+    for t in threads:
+        t.start()
+    try:
+        procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--retry-base", "0.05")
+        q.wait(job.id, timeout=60)
+        q.wait(bad.id, timeout=60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    # Then every result is stored once, one dead letter, one completion per job
+    assert_all_done_once_among(q, r, job.id, 100)
+    st = q.status(bad.id)
+    assert (st.state, st.failed) == (JobState.FAILED, 1)
+    dead = deadletters.list_dead(r, QueueKeys(queue_name))
+    assert [(d.job_id, d.attempts) for d in dead] == [(bad.id, 2)]
+    assert r.xlen(QueueKeys(queue_name).dead) == 1
+    assert completions(r, queue_name) == {job.id: 1, bad.id: 1}
+
+
+def assert_all_done_once_among(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:
+    st = q.status(job_id)
+    assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, n, n, 0)
+    assert q.results(job_id) == {i: i * 2 for i in range(n)}
+
+
+@pytest.mark.slow
+def test_redis_restart_with_aof_loses_nothing(tmp_path: Path, queue_name: str) -> None:
+    # Given a Redis with AOF (appendfsync always) and workers in flight
+    server, url = start_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    procs = Procs(url)
+    try:
+        q = Queue(queue_name, url)
+        job = q.submit([{"n": i, "sleep": 0.01} for i in range(300)], concurrency=4)
+        procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+        procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+        procs.reaper(queue_name)
+        wait_until(lambda: q.status(job.id).done >= 50, 60, "50 results")
+        # When Redis restarts on the same port and data directory
+        server.terminate()
+        server.wait(10)
+        time.sleep(1.0)
+        server, url2 = start_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always",
+                                   port=int(port))
+        assert url2 == url
+        # Then the workers reconnect and the job finishes with nothing lost or doubled
+        q2 = Queue(queue_name, url)
+        q2.wait(job.id, timeout=90)
+        st = q2.status(job.id)
+        assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 300, 0)
+        assert q2.results(job.id) == {i: i * 2 for i in range(300)}
+        assert all(p.poll() is None for p in procs.started), "a process exited"
+        q.close()
+        q2.close()
+    finally:
+        procs.stop_all()
+        server.terminate()
+        server.wait(10)
