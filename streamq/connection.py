@@ -20,6 +20,28 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class _Retry(Retry):
+    """redis-py's Retry, except that refused credentials are final: retrying a
+    wrong password only delays the clear error."""
+
+    def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                        with_failure_count: bool = False) -> Any:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, redis.AuthenticationError):
+                return False
+            return is_retryable(error) if is_retryable else True
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+#: Errors that retrying cannot fix: wrong credentials, a command the ACL user may not run.
+ACCESS_ERRORS: tuple[type[BaseException], ...] = (
+    redis.AuthenticationError,
+    redis.exceptions.NoPermissionError,
+    redis.exceptions.AuthenticationWrongNumberOfArgsError,
+)
+
+
 def connect(url: str, **overrides: Any) -> redis.Redis:
     """Return a client for ``url``; TLS, ACL user and password come from the URL.
 
@@ -30,7 +52,7 @@ def connect(url: str, **overrides: Any) -> redis.Redis:
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
         "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries=5),
+        "retry": _Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries=5),
         "health_check_interval": 30,
     }
     options.update(overrides)
@@ -44,7 +66,7 @@ def ping(client: redis.Redis) -> None:
     """Raise ConnectionFailed unless ``client`` answers PING."""
     try:
         client.ping()
-    except redis.AuthenticationError as e:
-        raise ConnectionFailed(f"Redis refused the credentials: {e}") from None
+    except ACCESS_ERRORS as e:
+        raise ConnectionFailed(f"Redis refused access: {e}") from None
     except CONNECTION_ERRORS as e:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None

@@ -21,6 +21,7 @@ from . import config
 from .client import Queue, now_ms
 from .deadletters import announce
 from .keys import JobKeys
+from .metrics import ReaperMetrics
 from .scripts import JobReply
 
 log = logging.getLogger("streamq.reaper")
@@ -45,6 +46,8 @@ class PassReport:
     orphans: int = 0
     consumers_deleted: int = 0
     skipped: bool = False  #: another reaper held the lock
+    #: sub-requests waiting for delivery (stream lag plus scheduled retries), by priority
+    backlog: dict[int, int] = field(default_factory=dict)
 
 
 class Reaper:
@@ -61,6 +64,8 @@ class Reaper:
         retention_s: float = config.DEFAULT_RETENTION_S,
         lock_ttl_s: float = 60.0,
         exclusive: bool = True,
+        metrics_port: int | None = None,
+        metrics_addr: str = "0.0.0.0",
     ) -> None:
         self.q = Queue(queue, url, client=client, retention_s=retention_s)
         self.redis = self.q.redis
@@ -71,6 +76,9 @@ class Reaper:
         self.lock_ttl_ms = int(lock_ttl_s * 1000)
         self.exclusive = exclusive
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.metrics = ReaperMetrics(queue)
+        if metrics_port is not None:
+            self.metrics.serve(metrics_port, metrics_addr)
         fault = os.environ.get("STREAMQ_FAULT", "")
         self._fault_at = fault.partition(":")[0] == "reaper_mid_pass"
 
@@ -89,6 +97,15 @@ class Reaper:
         finally:
             if self.exclusive:
                 self.scripts.unlock(self.keys.reaper_lock, self.id)
+        m = self.metrics
+        m.passes.inc()
+        m.reclaimed.inc(report.reclaimed)
+        m.dead_lettered.inc(report.dead_lettered)
+        m.leases_returned.inc(report.leases_returned)
+        m.active_jobs.set(report.jobs_checked - report.finished - report.orphans)
+        m.backlog.clear()
+        for prio, n in report.backlog.items():
+            m.backlog.labels(queue=m.queue, priority=str(prio)).set(n)
         if any((report.leases_returned, report.reclaimed, report.dead_lettered,
                 report.finished, report.orphans, report.dead_workers)):
             log.info("reaper pass: %s", report)
@@ -153,18 +170,23 @@ class Reaper:
         if completed:
             self._finish(job, reply, report)
             return
-        if not work:
-            work = self._has_undelivered(jk)
-        if work:
+        lag = self._undelivered(jk)
+        waiting = lag + int(self.redis.zcard(jk.retry))
+        report.backlog[reply.priority] = report.backlog.get(reply.priority, 0) + waiting
+        if work or lag:
             self.scripts.unpark(self.keys, job, reply.concurrency)
         report.consumers_deleted += self._delete_idle_consumers(jk, alive)
 
-    def _has_undelivered(self, jk: JobKeys) -> bool:
+    def _undelivered(self, jk: JobKeys) -> int:
+        """Entries of the job's stream not yet delivered to any worker (XINFO GROUPS lag)."""
         try:
             groups: Any = self.redis.xinfo_groups(jk.tasks)
         except redis.ResponseError:
-            return False
-        return any(g.get("lag") != 0 for g in groups)
+            return 0
+        for g in groups:
+            lag = g.get("lag")
+            return int(lag) if lag is not None else int(self.redis.xlen(jk.tasks))
+        return 0
 
     def _delete_idle_consumers(self, jk: JobKeys, alive: set[str]) -> int:
         """Delete consumers of dead workers (and the reaper's own) once nothing is pending."""

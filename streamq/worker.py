@@ -36,10 +36,11 @@ import redis
 from . import config
 from .client import Queue, now_ms
 from .codec import decode, encode_result
-from .connection import CONNECTION_ERRORS, connect, ping
+from .connection import ACCESS_ERRORS, CONNECTION_ERRORS, connect, ping
 from .deadletters import announce
-from .errors import ConfigError, NonRetryable, PayloadError, RetryLater
+from .errors import ConfigError, ConnectionFailed, NonRetryable, PayloadError, RetryLater
 from .keys import JobKeys, token_job
+from .metrics import WorkerMetrics
 from .models import Task
 from .scripts import Call, JobReply
 
@@ -92,6 +93,8 @@ class Worker:
         retention_s: float = config.DEFAULT_RETENTION_S,
         retry_base_s: float = config.DEFAULT_RETRY_BASE_S,
         retry_cap_s: float = config.DEFAULT_RETRY_CAP_S,
+        metrics_port: int | None = None,
+        metrics_addr: str = "0.0.0.0",
     ) -> None:
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
                                 ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
@@ -132,6 +135,10 @@ class Worker:
         point, _, count = fault.partition(":")
         self._fault_at = (point, int(count or 1)) if point else None
         self._fault_count = 0
+        self.metrics = WorkerMetrics(queue)
+        self._metrics_at = (metrics_port, metrics_addr)
+        #: set when the worker stopped because Redis refused access
+        self.fatal: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -142,6 +149,9 @@ class Worker:
     def run(self) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
         ping(self.redis)  # fail fast, with a clear error, when Redis is unreachable at start
+        port, addr = self._metrics_at
+        if port is not None:
+            self.metrics.serve(port, addr)
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
@@ -151,7 +161,10 @@ class Worker:
             loop_thread = threading.Thread(target=self._loop.run_forever, name="streamq-loop",
                                            daemon=True)
             loop_thread.start()
-        self._heartbeat()
+        try:
+            self._heartbeat()
+        except ACCESS_ERRORS as e:
+            raise ConnectionFailed(f"Redis refused access: {e}") from None
         slots = [threading.Thread(target=self._slot, name=f"streamq-slot-{i}", daemon=True)
                  for i in range(self.concurrency)]
         for t in slots:
@@ -166,6 +179,8 @@ class Worker:
                     t.join(self.heartbeat_s / len(slots))
             try:
                 self._heartbeat()
+            except ACCESS_ERRORS as e:
+                self._fatal(e)
             except CONNECTION_ERRORS as e:
                 log.warning("heartbeat failed: %s", e)
         if self._loop is not None and loop_thread is not None:
@@ -175,15 +190,25 @@ class Worker:
         try:
             self.redis.zrem(self.keys.workers, self.id)
             self.redis.delete(self.keys.worker(self.id))
-        except CONNECTION_ERRORS as e:
+        except (*CONNECTION_ERRORS, *ACCESS_ERRORS) as e:
             log.warning("could not deregister: %s", e)
         if self._own_client:
             self.redis.close()
         log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
+        if self.fatal is not None:
+            raise ConnectionFailed(self.fatal)
+
+    def _fatal(self, e: BaseException) -> None:
+        """Access refused (wrong credentials, a command the ACL forbids): stop, do not retry."""
+        if self.fatal is None:
+            self.fatal = f"Redis refused access: {e}"
+            log.error("%s; stopping", self.fatal)
+        self._stopping.set()
 
     def _heartbeat(self) -> None:
         with self._held_lock:
             held = list(self._held)
+        self.metrics.leases.set(len(held))
         t = now_ms()
         lost = self.scripts.heartbeat(
             self.keys, self.id,
@@ -231,6 +256,8 @@ class Worker:
                     with self._held_lock:
                         self._inflight.pop(threading.get_ident(), None)
                 self._fault("after_ack")
+            except ACCESS_ERRORS as e:
+                self._fatal(e)
             except CONNECTION_ERRORS as e:
                 log.warning("redis unavailable (%s); retrying", e)
                 self._stopping.wait(1.0)
@@ -328,9 +355,13 @@ class Worker:
                 self.redis.hset(jk.inflight, eid, self.id)
             self._fault("in_handler")
             task = Task(self.q.name, job, index, eid, attempt)
+            started = time.time()
+            self.metrics.wait_seconds.observe(max(0.0, started - int(eid.split("-", 1)[0]) / 1000))
             try:
                 result = encode_result(self._call(task, payload))
             except Exception as e:
+                self.metrics.handler_seconds.observe(time.time() - started)
+                self.metrics.failed.inc()
                 with self.stats.lock:
                     self.stats.failed += 1
                 delay = self._retry_delay(e, attempt)
@@ -340,6 +371,7 @@ class Worker:
                                        f"{type(e).__name__}: {e}", kind, raw) or completed
                 unacked.discard(eid)
                 continue
+            self.metrics.handler_seconds.observe(time.time() - started)
             done.append((eid, index, result))
             if time.monotonic() - flushed_at >= self.ack_flush_s:
                 completed = self._ack_many([(job, done)])[0] or completed
@@ -364,7 +396,10 @@ class Worker:
                                       attempts=attempts, delay_ms=delay_ms, error=error[:2000],
                                       kind=kind, payload=raw)
         outcome, reply = self.scripts.parse_fail(self.scripts.run(call.name, call.keys, call.args))
+        if outcome == 1:
+            self.metrics.retried.inc()
         if outcome == 2:
+            self.metrics.dead_lettered.inc()
             announce(self.redis, self.keys, job)
         if reply.completed:
             finish = self.q.finish_call(job, reply)
@@ -426,6 +461,7 @@ class Worker:
             if reply.job.completed:
                 finishes.append(self.q.finish_call(job, reply.job))
         self.scripts.run_many(finishes)
+        self.metrics.processed.inc(acked)
         with self.stats.lock:
             self.stats.processed += acked
         return out

@@ -1,0 +1,74 @@
+"""Prometheus metrics of a worker or reaper process (prometheus-client).
+
+Each Worker or Reaper owns a registry, served over HTTP when a port is given
+(``--metrics-port``). Names follow Prometheus conventions: ``_total`` for
+counters, base units (seconds) in histogram names, a ``queue`` label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+#: Histogram buckets for handler duration and queue wait, in seconds.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class WorkerMetrics:
+    """Counters and histograms a worker updates as it runs sub-requests."""
+
+    def __init__(self, queue: str) -> None:
+        self.registry = CollectorRegistry()
+        r, q = self.registry, {"queue": queue}
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, ["queue"], registry=r).labels(**q)
+
+        self.processed = counter("streamq_subrequests_processed_total",
+                                 "Sub-requests whose result was acknowledged by this worker.")
+        self.failed = counter("streamq_subrequests_failed_total",
+                              "Handler attempts that raised (each attempt counts).")
+        self.retried = counter("streamq_subrequests_retried_total",
+                               "Failed attempts scheduled for another attempt.")
+        self.dead_lettered = counter("streamq_subrequests_dead_lettered_total",
+                                     "Sub-requests this worker moved to the dead-letter store.")
+        self.handler_seconds = Histogram(
+            "streamq_handler_duration_seconds", "Time spent in the handler per attempt.",
+            ["queue"], buckets=BUCKETS, registry=r).labels(**q)
+        self.wait_seconds = Histogram(
+            "streamq_queue_wait_seconds",
+            "Time from a sub-request's enqueueing (its stream entry id) to its handler start.",
+            ["queue"], buckets=BUCKETS, registry=r).labels(**q)
+        self.leases = Gauge("streamq_leases", "Tokens this worker holds a lease on.", ["queue"],
+                            registry=r).labels(**q)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve /metrics on ``addr:port`` from a daemon thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
+
+
+class ReaperMetrics:
+    """What the reaper's passes recovered, and the backlog they saw."""
+
+    def __init__(self, queue: str) -> None:
+        self.registry = CollectorRegistry()
+        r, q = self.registry, {"queue": queue}
+        self.reclaimed = Counter("streamq_reclaimed_total",
+                                 "Stalled entries handed to another worker.", ["queue"],
+                                 registry=r).labels(**q)
+        self.dead_lettered = Counter("streamq_reaper_dead_lettered_total",
+                                     "Entries the reaper dead-lettered.", ["queue"],
+                                     registry=r).labels(**q)
+        self.leases_returned = Counter("streamq_leases_returned_total",
+                                       "Expired or orphaned leases returned to ready.", ["queue"],
+                                       registry=r).labels(**q)
+        self.passes = Counter("streamq_reaper_passes_total", "Reaper passes run.", ["queue"],
+                              registry=r).labels(**q)
+        self.backlog = Gauge("streamq_backlog", "Sub-requests waiting for delivery, by priority.",
+                             ["queue", "priority"], registry=r)
+        self.active_jobs = Gauge("streamq_active_jobs", "Unfinished jobs.", ["queue"],
+                                 registry=r).labels(**q)
+        self.queue = queue
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve /metrics on ``addr:port`` from a daemon thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
