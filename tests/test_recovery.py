@@ -390,3 +390,29 @@ def test_redis_restart_with_aof_loses_nothing(tmp_path: Path, queue_name: str) -
         procs.stop_all()
         server.terminate()
         server.wait(10)
+
+
+def test_dead_worker_leases_freed_and_consumers_deleted(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a worker that claimed a token, read entries, and went silent
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1, 2, 3], concurrency=1)
+    qk, jk = QueueKeys(queue_name), JobKeys(job.id)
+    claimed = q.scripts.settle(qk, "ghost-worker", int(time.time() * 1000), 600_000, 1)
+    assert [t for t, _ in claimed] == [f"{job.id}#0"]
+    r.zadd(qk.workers, {"ghost-worker": int(time.time() * 1000) + 300})
+    r.xreadgroup("workers", "ghost-worker", {jk.tasks: ">"}, count=3)
+    time.sleep(0.5)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=0.2)
+    # When the reaper passes
+    report = reaper.run_once()
+    # Then the dead worker's lease is back in ready, its entries re-added, its consumer gone
+    assert report.dead_workers == ["ghost-worker"] and report.leases_returned == 1
+    assert r.zscore(qk.ready, f"{job.id}#0") is not None and r.zcard(qk.leased) == 0
+    assert report.reclaimed == 3
+    assert r.zscore(qk.workers, "ghost-worker") is None
+    names = {c["name"] for c in r.xinfo_consumers(jk.tasks, "workers")}
+    assert b"ghost-worker" not in names and "ghost-worker" not in names
+    # and no attempt was charged: the entries were read but never started
+    assert all(f.get(b"a") == b"0" for _, f in r.xrange(jk.tasks))
