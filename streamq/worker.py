@@ -130,7 +130,7 @@ class Worker:
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
         #: per slot thread: the job and the entry ids it read and has not settled
-        self._inflight: dict[int, tuple[str, set[str]]] = {}
+        self._inflight: dict[int, dict[str, set[str]]] = {}
         fault = os.environ.get("STREAMQ_FAULT", "")
         point, _, count = fault.partition(":")
         self._fault_at = (point, int(count or 1)) if point else None
@@ -272,6 +272,9 @@ class Worker:
         for job in jobs:
             pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"}, count=self.batch)
         reads = pipe.execute(raise_on_error=False)
+        for job, reply in zip(jobs, reads):  # everything read is kept fresh until settled
+            if reply and not isinstance(reply, Exception):
+                self._track(job, [e[0].decode() for e in reply[0][1]])
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
         pending: list[tuple[int, str, list[tuple[str, int, bytes]]]] = []
@@ -323,7 +326,7 @@ class Worker:
         flushed_at = time.monotonic()
         completed = False
         jk = JobKeys(job)
-        unacked = self._track(job, [e[0].decode() for e in entries])
+        unacked = self._track(job, [e[0].decode() for e in entries])  # same set: fresh until settled
         for n, (entry_id, fields) in enumerate(entries):
             if self._stopping.is_set():
                 self._requeue(job, [e[0] for e in entries[n:]])
@@ -408,16 +411,18 @@ class Worker:
 
     def _track(self, job: str, ids: list[str]) -> set[str]:
         """Register the entries a slot holds, so heartbeats keep them fresh."""
-        unacked = set(ids)
         with self._held_lock:
-            self._inflight[threading.get_ident()] = (job, unacked)
+            by_job = self._inflight.setdefault(threading.get_ident(), {})
+            unacked = by_job.setdefault(job, set())
+            unacked.update(ids)
         return unacked
 
     def _refresh_entries(self) -> None:
         """Reset the idle time of every entry this worker holds (XCLAIM JUSTID:
         no delivery is counted), so the reaper never takes work from a live worker."""
         with self._held_lock:
-            held = [(job, list(ids)) for job, ids in self._inflight.values() if ids]
+            held = [(job, list(ids)) for by_job in self._inflight.values()
+                    for job, ids in by_job.items() if ids]
         if not held:
             return
         pipe = self.redis.pipeline(transaction=False)
