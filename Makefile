@@ -10,15 +10,15 @@ STAMP := $(VENV)/.installed
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-redis-server: ## install redis-server from Debian when it is missing
-	@command -v redis-server >/dev/null || { \
-	  echo "installing redis-server with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+redis-server: ## install redis-server (and tmux, for the terminal test) from Debian when missing
+	@command -v redis-server >/dev/null && command -v tmux >/dev/null || { \
+	  echo "installing redis-server and tmux with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server tmux >/dev/null; }
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev]'
+	$(BIN)/pip install -q -e '.[test,dev,spark]'
 	touch $(STAMP)
 
 install: redis-server $(STAMP) ## create .venv with streamq, test and dev tools
@@ -34,9 +34,10 @@ type: install ## mypy --strict
 
 bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
+	$(BIN)/python tests/bench/bench_spark.py
 
-demo: install ## the main job: an end-to-end run on a private Redis
-	$(BIN)/python -m streamq demo
+demo: install ## the main job: a Spark pipeline through streamq on a private Redis
+	$(BIN)/python -m streamq.spark.demo
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

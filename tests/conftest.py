@@ -6,6 +6,7 @@ before every test, so never point it at a server holding data you need).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -75,6 +76,16 @@ def redis_url() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Undo a CLI command's logging setup: its handler holds a stream the test closes."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
