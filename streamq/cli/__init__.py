@@ -1,0 +1,81 @@
+"""The ``streamq`` command line: one module per command group.
+
+=========  ==========================================================
+module     commands
+=========  ==========================================================
+run        ``worker``, ``reaper`` (long-running), ``demo``
+submit     ``submit``
+read       ``status``, ``pending``, ``workers``, ``health``
+dlq        ``dlq list|show|replay|purge``
+live       ``subscribe``, ``watch``
+=========  ==========================================================
+
+Errors a command lets through become one ``streamq: ...`` line on stderr and
+an :class:`ExitCode` (see :class:`common.StreamqGroup`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Annotated
+
+import typer
+
+from .. import __version__
+from .common import ExitCode, app, fail
+
+# importing a command module registers its commands, in this order in --help
+from . import submit, read, live, dlq  # isort: skip  # noqa: F401, E402
+from .run import load_handler  # isort: skip  # noqa: E402
+
+__all__ = ["ExitCode", "app", "load_handler", "main"]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"streamq {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """A job queue on Redis Streams."""
+
+
+def _spark_app() -> typer.Typer:
+    """The Spark sub-app; ImportError when pyspark or streamq.spark is missing.
+
+    pyspark is looked up, not imported: ``streamq.spark.cli`` imports it only to run.
+    """
+    if importlib.util.find_spec("pyspark") is None:
+        raise ImportError("No module named 'pyspark'")
+    module = importlib.import_module("streamq.spark.cli")
+    sub = getattr(module, "pipeline_app", None)
+    if not isinstance(sub, typer.Typer):
+        raise ImportError("streamq.spark.cli has no Typer app named pipeline_app")
+    return sub
+
+
+try:  # the Spark sub-app needs the optional pyspark dependency
+    pipeline_app = _spark_app()
+except ImportError as e:  # pyspark or streamq.spark missing
+    _missing = str(e)
+
+    @app.command(rich_help_panel="Processes", add_help_option=False,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                   "help_option_names": []})
+    def pipeline() -> None:
+        """Spark pipelines (needs PySpark: pip install 'streamq\\[spark]')."""
+        raise fail(f"pipeline needs PySpark: install streamq[spark] ({_missing})",
+                   ExitCode.USAGE)
+else:
+    app.add_typer(pipeline_app, name="pipeline", rich_help_panel="Processes")
+
+
+def main() -> None:
+    """Entry point of the ``streamq`` script."""
+    app(prog_name="streamq")

@@ -1,0 +1,175 @@
+"""What every command shares: the app, exit codes, option aliases, error mapping."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import redis
+import typer
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.retry import Retry
+from rich.console import Console
+from rich.table import Column
+from typer.core import TyperGroup
+
+from ..connection import connect, ping
+from ..errors import (
+    ConfigError,
+    ConnectionFailed,
+    HandlerError,
+    JobNotFound,
+    PayloadError,
+    StreamqError,
+)
+from ..inspect import DeadLetterNotFound, QueueNotFound
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of every streamq command."""
+
+    OK = 0
+    FAILURE = 1  #: the command ran, and what it reports failed (a job failed, a timeout)
+    USAGE = 2  #: bad argument, option, URL, handler or input file
+    REDIS_UNAVAILABLE = 3  #: Redis unreachable, or it refused the credentials
+    NOT_FOUND = 4  #: unknown queue, job or dead letter
+    UNHEALTHY = 5  #: ``streamq health``: Redis answers but the check failed
+
+
+#: Redis URL used when neither --redis-url nor STREAMQ_REDIS_URL is given.
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def error_line(message: str) -> None:
+    """Print one ``streamq: ...`` line on stderr."""
+    typer.echo(f"streamq: {message}", err=True)
+
+
+def fail(message: str, code: ExitCode) -> typer.Exit:
+    """Print one error line; return the Exit to raise."""
+    error_line(message)
+    return typer.Exit(int(code))
+
+
+def classify(e: BaseException) -> tuple[ExitCode, str] | None:
+    """The exit code and one-line message for an error a command let through."""
+    if isinstance(e, ConnectionFailed):
+        return ExitCode.REDIS_UNAVAILABLE, str(e)
+    if isinstance(e, redis.AuthenticationError):
+        return ExitCode.REDIS_UNAVAILABLE, f"Redis refused the credentials: {e}"
+    if isinstance(e, (redis.ConnectionError, redis.TimeoutError, ConnectionError)):
+        return ExitCode.REDIS_UNAVAILABLE, f"cannot reach Redis: {e}"
+    if isinstance(e, (ConfigError, HandlerError, PayloadError)):
+        return ExitCode.USAGE, str(e)
+    if isinstance(e, (JobNotFound, QueueNotFound, DeadLetterNotFound)):
+        return ExitCode.NOT_FOUND, str(e)
+    if isinstance(e, StreamqError):  # JobConflict, WaitTimeout, ...
+        return ExitCode.FAILURE, str(e)
+    if isinstance(e, redis.RedisError):
+        return ExitCode.FAILURE, f"Redis error: {e}"
+    return None
+
+
+class StreamqGroup(TyperGroup):
+    """The root command: every error becomes one stderr line and an ExitCode."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        # errors are handled here (standalone_mode=False below), and the program is
+        # always "streamq" in messages, also under `python -m streamq` and CliRunner
+        try:
+            rv = super().main(args=args, prog_name="streamq", complete_var=complete_var,
+                              standalone_mode=False, windows_expand_args=windows_expand_args,
+                              **extra)
+            code = rv if isinstance(rv, int) else 0
+        except typer.Abort:
+            error_line("aborted")
+            code = ExitCode.FAILURE
+        except typer.TyperException as e:  # click's usage errors
+            code = e.exit_code
+            if type(e).__name__ == "NoArgsIsHelpError":
+                typer.echo(e.format_message(), err=True)
+            else:
+                ctx = getattr(e, "ctx", None)
+                hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                error_line(f"{e.format_message()}{hint}")
+        except Exception as e:
+            found = classify(e)
+            if found is None:
+                raise
+            code, message = found
+            error_line(message)
+        sys.exit(int(code))
+
+
+app = typer.Typer(cls=StreamqGroup, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  add_completion=False, help="A job queue on Redis Streams.")
+
+# -- option aliases shared across commands ---------------------------------------------
+
+RedisUrl = Annotated[str, typer.Option("--redis-url", envvar="STREAMQ_REDIS_URL",
+                                       help="redis:// or rediss:// URL (user, password, TLS)")]
+QueueArg = Annotated[str, typer.Argument(help="queue name", show_default=False)]
+JsonOut = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
+Timeout = Annotated[float | None, typer.Option(min=0.0, help="give up after this many seconds")]
+LogLevel = Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")]
+
+
+class LogFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOpt = Annotated[LogFormat, typer.Option(help="text, or one JSON object per line "
+                                                      "(ts, level, logger, message)")]
+
+
+# -- connecting and printing -----------------------------------------------------------
+
+
+def make_client(url: str, *, quick: bool = False) -> redis.Redis:
+    """A client with few retries, so a dead Redis fails fast (``quick``: none, 2 s timeouts)."""
+    if quick:
+        return connect(url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=2.0,
+                       socket_timeout=2.0)
+    return connect(url, retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2))
+
+
+def client(url: str) -> redis.Redis:
+    """A client that answered PING."""
+    c = make_client(url)
+    ping(c)
+    return c
+
+
+def emit_json(doc: Any) -> None:
+    """Print one JSON document to stdout."""
+    typer.echo(json.dumps(doc, indent=2, default=str))
+
+
+def console() -> Console:
+    """A rich console on the current stdout (so CliRunner captures it); wide when the
+    output is not a terminal, so ids are never cut short in a pipe or a log."""
+    wide = None if sys.stdout.isatty() else 200
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=wide)
+
+
+def ms(value: int | None) -> str:
+    """A duration in ms, for people."""
+    if value is None:
+        return "-"
+    s = value / 1000
+    if abs(s) < 60:
+        return f"{s:.1f}s"
+    if abs(s) < 3600:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def fold(header: str) -> Column:
+    """A table column for ids: folded onto more lines, never cut short."""
+    return Column(header, overflow="fold")

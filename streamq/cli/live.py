@@ -1,0 +1,203 @@
+"""Live commands: ``subscribe`` (completions as they come) and ``watch`` (a dashboard)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+import redis
+import typer
+from rich.console import Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .. import inspect
+from ..client import Queue
+from ..connection import CONNECTION_ERRORS
+from ..keys import QueueKeys
+from ..models import Completion, JobState
+from .common import (
+    DEFAULT_URL,
+    ExitCode,
+    QueueArg,
+    RedisUrl,
+    Timeout,
+    app,
+    client,
+    console,
+    fail,
+    fold,
+    ms,
+)
+from .read import job_status
+
+#: Seconds between re-reads of the durable state of jobs still awaited (covers lost messages).
+RECHECK_S = 5.0
+
+
+def _line(c: Completion, json_out: bool) -> str:
+    if json_out:
+        return json.dumps(c.as_dict())
+    at = datetime.fromtimestamp(c.finished_ms / 1000).isoformat(sep=" ", timespec="seconds")
+    return f"{c.job_id} {c.state.value} done={c.done}/{c.total} failed={c.failed} at {at}"
+
+
+def _from_status(q: Queue, job_id: str) -> Completion | None:
+    st = job_status(q, job_id)
+    if not st.terminal:
+        return None
+    return Completion(job_id, q.name, st.state, st.total, st.done, st.failed,
+                      st.finished_ms or 0)
+
+
+@app.command(rich_help_panel="Jobs")
+def subscribe(
+    queue: QueueArg,
+    jobs: Annotated[list[str] | None, typer.Argument(help="only these jobs",
+                                                     show_default=False)] = None,
+    until_done: Annotated[bool, typer.Option("--until-done", help="exit once every JOB "
+                                                                  "completed: 0 if all "
+                                                                  "succeeded, else 1")] = False,
+    timeout: Timeout = None,
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Print each completion of QUEUE as it comes, from its pub/sub channel."""
+    wanted = list(dict.fromkeys(jobs or []))
+    if until_done and not wanted:
+        raise typer.BadParameter("--until-done needs job ids", param_hint="JOBS")
+    r = client(redis_url)
+    q = Queue(queue, client=r)
+    if not wanted:
+        inspect.require_queue(r, q.keys)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    outcome: dict[str, JobState] = {}
+
+    def show(c: Completion) -> None:
+        outcome[c.job_id] = c.state
+        typer.echo(_line(c, json_out))
+
+    pubsub = r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    try:
+        # subscribe first, then read the durable state: nothing falls in between
+        pubsub.subscribe(q.keys.channel)
+        checked = time.monotonic()
+        for j in wanted:
+            c = _from_status(q, j)  # JobNotFound for an unknown job
+            if c is not None and until_done:
+                show(c)
+        while not (until_done and len(outcome) == len(wanted)):
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if left <= 0:
+                if until_done:
+                    raise fail(f"timed out after {timeout} s waiting for "
+                               f"{len(wanted) - len(outcome)} jobs", ExitCode.FAILURE)
+                return
+            msg: Any = pubsub.get_message(timeout=left)
+            if msg is not None and msg.get("type") == "message":
+                try:
+                    c = Completion.from_dict(json.loads(msg["data"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if (not wanted or c.job_id in wanted) and c.job_id not in outcome:
+                    show(c)
+            if until_done and time.monotonic() - checked >= RECHECK_S:
+                checked = time.monotonic()
+                for j in wanted:
+                    if j not in outcome and (c := _from_status(q, j)) is not None:  # noqa: B023
+                        show(c)
+    finally:
+        pubsub.close()
+    if any(s is not JobState.SUCCEEDED for s in outcome.values()):
+        raise typer.Exit(ExitCode.FAILURE)
+
+
+# -- watch -----------------------------------------------------------------------------
+
+
+class Dashboard:
+    """Renders one frame per call; keeps the previous one to compute rates."""
+
+    def __init__(self, r: redis.Redis, qk: QueueKeys) -> None:
+        self.r = r
+        self.qk = qk
+        self._prev: tuple[float, int] | None = None
+
+    def frame(self) -> RenderableType:
+        try:
+            ov = inspect.overview(self.r, self.qk)
+            ws = inspect.workers(self.r, self.qk)
+        except CONNECTION_ERRORS as e:
+            return Panel(Text(f"Redis unavailable: {e} (retrying)", style="bold red"),
+                         title=self._title())
+        return Group(self._summary(ov, ws), self._backlog(ov), self._workers(ws))
+
+    def _title(self) -> str:
+        return f"streamq watch · queue {self.qk.name} · {datetime.now():%H:%M:%S}"
+
+    def _rate(self, ws: list[inspect.WorkerRow]) -> str:
+        processed = sum(w.processed or 0 for w in ws if w.alive)
+        now, prev = time.monotonic(), self._prev
+        self._prev = (now, processed)
+        if prev is None or now <= prev[0]:
+            return "-"
+        return f"{max(0, processed - prev[1]) / (now - prev[0]):.1f}"
+
+    def _summary(self, ov: inspect.Overview, ws: list[inspect.WorkerRow]) -> Panel:
+        t = Table.grid(padding=(0, 3))
+        t.add_row(f"processed/s [bold]{self._rate(ws)}[/]",
+                  f"throughput/s (1 min) [bold]{ov.throughput_per_s:g}[/]",
+                  f"completions (1 min) [bold]{ov.completions_last_minute}[/]")
+        t.add_row(f"active jobs [bold]{ov.active_jobs}[/]", f"queued [bold]{ov.queued}[/]",
+                  f"in flight [bold]{ov.in_flight}[/]")
+        dead = f"[bold red]{ov.dead_letters}[/]" if ov.dead_letters else "[bold]0[/]"
+        t.add_row(f"oldest pending idle [bold]{ms(ov.oldest_pending_idle_ms)}[/]",
+                  f"dead letters {dead}",
+                  f"workers [bold]{ov.workers_live}[/] live, {ov.workers_dead} dead")
+        t.add_row(f"tokens ready [bold]{ov.ready}[/]", f"leased [bold]{ov.leased}[/]",
+                  f"parked [bold]{ov.parked}[/]")
+        return Panel(t, title=self._title(), title_align="left")
+
+    def _backlog(self, ov: inspect.Overview) -> Table:
+        t = Table("priority", "jobs", "queued", "in flight", "retrying",
+                  title="backlog by priority", title_justify="left")
+        for p in ov.by_priority:
+            t.add_row(str(p.priority), str(p.jobs), str(p.queued), str(p.in_flight),
+                      str(p.retrying))
+        return t
+
+    def _workers(self, ws: list[inspect.WorkerRow], limit: int = 12) -> Table:
+        t = Table(fold("worker"), "state", "leases", "processed", "failed", "host", "pid",
+                  title=f"workers ({len(ws)})", title_justify="left")
+        for w in ws[:limit]:
+            t.add_row(w.worker_id, "live" if w.alive else "[red]dead[/]", str(w.leases),
+                      str(w.processed or 0), str(w.failed or 0), w.host or "-", str(w.pid or "-"))
+        return t
+
+
+@app.command(rich_help_panel="Inspect")
+def watch(
+    queue: QueueArg,
+    interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """A live dashboard of QUEUE: rates, backlog by priority, in flight, dead letters, workers."""
+    r = client(redis_url)
+    qk = QueueKeys(queue)
+    inspect.require_queue(r, qk)
+    board = Dashboard(r, qk)
+    if once:
+        console().print(board.frame())
+        return
+    try:
+        with Live(board.frame(), console=console(), auto_refresh=False, screen=True) as live:
+            while True:
+                time.sleep(interval)
+                live.update(board.frame(), refresh=True)
+    except KeyboardInterrupt:
+        return

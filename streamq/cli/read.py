@@ -1,0 +1,205 @@
+"""Read commands: ``status``, ``pending``, ``workers``, ``health``."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+import redis
+import typer
+from rich.table import Table
+
+from .. import inspect
+from ..client import Queue
+from ..errors import ConnectionFailed, JobNotFound
+from ..keys import QueueKeys, check_name
+from ..models import JobStatus
+from .common import (
+    DEFAULT_URL,
+    ExitCode,
+    JsonOut,
+    QueueArg,
+    RedisUrl,
+    app,
+    classify,
+    client,
+    console,
+    emit_json,
+    error_line,
+    fold,
+    make_client,
+    ms,
+)
+
+JobArg = Annotated[str | None, typer.Argument(help="a job id (omit for the whole queue)",
+                                              show_default=False)]
+
+
+def job_status(q: Queue, job_id: str) -> JobStatus:
+    """The job's status; JobNotFound also when the job belongs to another queue."""
+    st = q.status(check_name("job id", job_id))
+    if st.queue != q.name:
+        raise JobNotFound(job_id)
+    return st
+
+
+def _when(ms_epoch: int | None) -> str:
+    if ms_epoch is None:
+        return "-"
+    return datetime.fromtimestamp(ms_epoch / 1000).isoformat(sep=" ", timespec="seconds")
+
+
+@app.command(rich_help_panel="Inspect")
+def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
+           redis_url: RedisUrl = DEFAULT_URL) -> None:
+    """Overview of QUEUE (jobs by priority, tokens, workers, dead letters, rates), or one JOB."""
+    r = client(redis_url)
+    q = Queue(queue, client=r)
+    if job is not None:
+        st = job_status(q, job)
+        if json_out:
+            emit_json(st.as_dict())
+            return
+        t = Table.grid(padding=(0, 2))
+        for k, v in st.as_dict().items():
+            if k.endswith("_ms"):
+                v = _when(v)
+            t.add_row(k, str(v))
+        console().print(t)
+        return
+    ov = inspect.overview(r, q.keys)
+    if json_out:
+        emit_json(ov.as_dict())
+        return
+    print_overview(ov)
+
+
+def print_overview(ov: inspect.Overview) -> None:
+    out = console()
+    out.print(f"[bold]queue {ov.queue}[/]  active jobs {ov.active_jobs}  in flight "
+              f"{ov.in_flight}  queued {ov.queued}  oldest pending idle "
+              f"{ms(ov.oldest_pending_idle_ms)}")
+    out.print(f"tokens: ready {ov.ready}  leased {ov.leased}  parked {ov.parked}   workers: "
+              f"live {ov.workers_live}  dead {ov.workers_dead}   dead letters {ov.dead_letters}")
+    out.print(f"last minute: {ov.completions_last_minute} completions, "
+              f"{ov.throughput_per_s:g} sub-requests/s")
+    t = Table("priority", "jobs", "queued", "in flight", "retrying", title="by priority")
+    for p in ov.by_priority:
+        t.add_row(str(p.priority), str(p.jobs), str(p.queued), str(p.in_flight),
+                  str(p.retrying))
+    out.print(t)
+
+
+@app.command(rich_help_panel="Inspect")
+def pending(
+    queue: QueueArg,
+    job: JobArg = None,
+    consumer: Annotated[str | None, typer.Option(help="only this consumer (worker id)")] = None,
+    min_idle: Annotated[float, typer.Option(min=0.0, help="only entries idle at least this "
+                                                          "many seconds")] = 0.0,
+    details: Annotated[bool, typer.Option("--details", help="one row per entry (the "
+                                                            "default with JOB)")] = False,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Pending entries (delivered, not acknowledged) as XPENDING sees them."""
+    r = client(redis_url)
+    q = Queue(queue, client=r)
+    if job is not None:
+        job_status(q, job)
+        jobs = [job]
+    else:
+        inspect.require_queue(r, q.keys)
+        jobs = inspect.active_job_ids(r, q.keys)
+    rep = inspect.pending(r, q.keys, jobs, consumer=consumer, min_idle_ms=int(min_idle * 1000),
+                          details=details or job is not None)
+    if json_out:
+        emit_json(rep.as_dict())
+        return
+    out = console()
+    t = Table(fold("job"), fold("consumer"), "count", "oldest idle", "max deliveries",
+              "consumer live", title=f"{rep.total} pending in queue {queue}")
+    for g in rep.groups:
+        t.add_row(g.job_id, g.consumer, str(g.count), ms(g.oldest_idle_ms),
+                  str(g.max_deliveries), "yes" if g.consumer_live else "no")
+    out.print(t)
+    if rep.entries is not None:
+        e = Table(fold("job"), fold("entry"), "index", fold("consumer"), "idle ms", "deliveries")
+        for p in rep.entries:
+            e.add_row(p.job_id, p.entry_id, "-" if p.index is None else str(p.index),
+                      p.consumer, str(p.idle_ms), str(p.deliveries))
+        out.print(e)
+
+
+@app.command(rich_help_panel="Inspect")
+def workers(queue: QueueArg, json_out: JsonOut = False,
+            redis_url: RedisUrl = DEFAULT_URL) -> None:
+    """Workers of QUEUE, live and dead (heartbeat deadline past), with their leases."""
+    r = client(redis_url)
+    qk = QueueKeys(queue)
+    inspect.require_queue(r, qk)
+    rows = inspect.workers(r, qk)
+    if json_out:
+        emit_json({"queue": queue, "workers": [w.__dict__ for w in rows]})
+        return
+    t = Table(fold("worker"), "state", "heartbeat deadline", "leases", "processed", "failed",
+              "slots", "host", "pid", title=f"workers of queue {queue}")
+    for w in rows:
+        due = (f"in {ms(w.deadline_in_ms)}" if w.alive else f"{ms(-w.deadline_in_ms)} ago")
+        t.add_row(w.worker_id, "live" if w.alive else "[red]dead[/]", due, str(w.leases),
+                  _opt(w.processed), _opt(w.failed), _opt(w.slots), w.host or "-",
+                  _opt(w.pid))
+    console().print(t)
+
+
+def _opt(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+@app.command(rich_help_panel="Inspect")
+def health(
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="also require a live "
+                                                                    "worker of this queue")] =
+        None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="say what was checked")] =
+        False,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Exit 0 if Redis answers PING (with --queue, and a worker is live), else 5 or 3.
+
+    3 means Redis is unreachable. Prints nothing unless -v or --json.
+    """
+    qk = QueueKeys(queue) if queue is not None else None
+    r = make_client(redis_url, quick=True)
+    doc: dict[str, Any] = {"healthy": False, "redis": False}
+    code = ExitCode.OK
+    try:
+        t0 = time.perf_counter()
+        r.ping()
+        doc["redis"], doc["latency_ms"] = True, round((time.perf_counter() - t0) * 1000, 3)
+        if qk is not None:
+            live = len(inspect.live_workers(r, qk))
+            doc["queue"], doc["live_workers"] = qk.name, live
+            if live == 0:
+                code, doc["error"] = ExitCode.UNHEALTHY, f"no live worker in queue {qk.name}"
+    except (redis.ConnectionError, redis.TimeoutError, ConnectionFailed) as e:
+        found = classify(e)
+        assert found is not None
+        code, doc["error"] = found
+    except redis.RedisError as e:  # it answered, with an error (LOADING, MASTERDOWN, ...)
+        code, doc["error"] = ExitCode.UNHEALTHY, f"Redis answered with an error: {e}"
+    finally:
+        r.close()
+    doc["healthy"] = code == ExitCode.OK
+    doc["exit_code"] = int(code)
+    if json_out:
+        emit_json(doc)
+    elif verbose:
+        if code == ExitCode.OK:
+            extra = f", {doc['live_workers']} live workers" if qk is not None else ""
+            typer.echo(f"healthy: Redis answered PING in {doc['latency_ms']} ms{extra}")
+        else:
+            error_line(f"unhealthy: {doc['error']}")
+    raise typer.Exit(code)

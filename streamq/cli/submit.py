@@ -1,0 +1,153 @@
+"""``streamq submit``: enqueue one job from arguments, a JSON-lines file or stdin."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import config
+from ..client import Queue
+from ..errors import WaitTimeout
+from ..models import JobState, JobStatus
+from .common import (
+    DEFAULT_URL,
+    ExitCode,
+    JsonOut,
+    QueueArg,
+    RedisUrl,
+    Timeout,
+    app,
+    client,
+    emit_json,
+)
+
+
+def parse_argument(text: str) -> Any:
+    """A payload argument: its JSON value when it is valid JSON, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_jsonl(stream: IO[str], name: str) -> list[Any]:
+    """Every non-blank line as JSON; a malformed line raises BadParameter naming it."""
+    out = []
+    for n, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            raise typer.BadParameter(f"line {n} of {name} is not valid JSON: {e}",
+                                     param_hint="payloads") from None
+    return out
+
+
+def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
+    if file is not None and payloads:
+        raise typer.BadParameter("give payload arguments or --file, not both",
+                                 param_hint="payloads")
+    if file is None and payloads == ["-"]:
+        file = Path("-")
+    if file is None:
+        if not payloads:
+            raise typer.BadParameter("give payloads as arguments, --file PATH, or - for stdin",
+                                     param_hint="payloads")
+        return [parse_argument(p) for p in payloads]
+    if str(file) == "-":
+        return parse_jsonl(sys.stdin, "stdin")
+    try:
+        with file.open(encoding="utf-8") as f:
+            return parse_jsonl(f, str(file))
+    except OSError as e:
+        raise typer.BadParameter(f"cannot read {file}: {e.strerror or e}",
+                                 param_hint="--file") from None
+    except UnicodeDecodeError as e:
+        raise typer.BadParameter(f"{file} is not UTF-8 text: {e}", param_hint="--file") from None
+
+
+def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatus:
+    """Wait until the job is terminal, feeding a progress bar (on stderr) from its status."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pubsub = q.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
+                        TimeElapsedColumn(), console=Console(stderr=True), disable=not show)
+    try:
+        pubsub.subscribe(q.keys.job_channel(job_id))
+        with progress:
+            bar = progress.add_task(job_id[:12], total=None, extra="")
+            while True:
+                st = q.status(job_id)
+                progress.update(bar, total=max(st.total, 1), completed=st.done + st.failed,
+                                extra=f"in flight {st.in_flight}, failed {st.failed}")
+                if st.terminal:
+                    return st
+                left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+                if left <= 0:
+                    raise WaitTimeout(f"job {job_id} not complete after {timeout} s")
+                pubsub.get_message(timeout=left)
+    finally:
+        pubsub.close()
+
+
+@app.command(rich_help_panel="Jobs")
+def submit(
+    queue: QueueArg,
+    payloads: Annotated[list[str] | None, typer.Argument(
+        help="payloads: each is JSON if it parses, else a string; - reads JSON lines "
+             "from stdin", show_default=False)] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="JSON-lines file, one "
+                                              "payload per line (- for stdin)")] = None,
+    priority: Annotated[int, typer.Option(min=0, max=config.MAX_PRIORITY,
+                                          help="0 is the most urgent")] =
+        config.DEFAULT_PRIORITY,
+    concurrency: Annotated[int, typer.Option(min=1, max=config.MAX_CONCURRENCY,
+                                             help="sub-requests in flight at once")] =
+        config.DEFAULT_CONCURRENCY,
+    job_id: Annotated[str | None, typer.Option(help="job id (default: generated)")] = None,
+    client_name: Annotated[str, typer.Option("--client", help="client name, for fairness")] =
+        config.DEFAULT_CLIENT,
+    max_deliveries: Annotated[int, typer.Option(min=1, help="attempts before a sub-request "
+                                                           "is dead-lettered")] =
+        config.DEFAULT_MAX_DELIVERIES,
+    dedup_key: Annotated[str | None, typer.Option(help="a key seen before returns its job")] =
+        None,
+    wait: Annotated[bool, typer.Option("--wait", help="follow the job with a progress bar "
+                                                      "until it ends; exit 1 unless it "
+                                                      "succeeded")] = False,
+    timeout: Timeout = None,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Submit one job to QUEUE. Every payload is read and checked before anything is sent."""
+    items = read_payloads(payloads or [], file)
+    q = Queue(queue, client=client(redis_url))
+    job = q.submit(items, job_id=job_id, priority=priority, concurrency=concurrency,
+                   client=client_name, max_deliveries=max_deliveries, dedup_key=dedup_key)
+    doc: dict[str, Any] = {"job_id": job.id, "queue": queue, "created": job.created,
+                           "sub_requests": len(items)}
+    if not json_out:
+        what = "submitted" if job.created else "already exists, nothing enqueued:"
+        typer.echo(f"{what} job {job.id} ({len(items)} sub-requests, priority {priority})")
+    if not wait:
+        if json_out:
+            emit_json(doc)
+        return
+    st = follow(q, job.id, timeout, show=not json_out)
+    doc["status"] = st.as_dict()
+    if json_out:
+        emit_json(doc)
+    else:
+        typer.echo(f"job {job.id} {st.state.value}: {st.done} done, {st.failed} failed "
+                   f"of {st.total}")
+    if st.state is not JobState.SUCCEEDED:
+        raise typer.Exit(ExitCode.FAILURE)

@@ -1,0 +1,363 @@
+"""Read-side views of a queue for operators: overview, pending entries, workers.
+
+Plain Redis reads, pipelined, with no Lua and no writes, using only commands
+the read-only ``inspector`` ACL role of ``deploy/users.acl`` allows. The numbers come
+straight from XPENDING, XLEN, ZCARD and the worker registry, so they equal
+what ``redis-cli`` shows at the same moment. Used by the ``streamq`` CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from . import config, deadletters
+from .client import now_ms
+from .deadletters import DeadLetter
+from .errors import StreamqError
+from .keys import JobKeys, QueueKeys
+
+#: Pending entries examined per job for idle-time and delivery statistics.
+PENDING_CAP = 10_000
+#: Window of the completion rate and throughput, in milliseconds.
+RATE_WINDOW_MS = 60_000
+#: Jobs read per pipelined round trip.
+_CHUNK = 200
+_META = ("state", "priority", "client", "total", "done", "failed", "created")
+
+
+class QueueNotFound(StreamqError):
+    """Raised when a queue name has no key at all in Redis."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue!r} not found: no key of it in this Redis "
+                         "(check the name and --redis-url)")
+        self.queue = queue
+
+
+class DeadLetterNotFound(StreamqError):
+    """Raised when an id names no entry of the queue's dead-letter stream."""
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def queue_exists(r: redis.Redis, qk: QueueKeys) -> bool:
+    """True when any key of the queue exists (a queue is nothing but its keys)."""
+    keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
+            qk.workers, qk.events, qk.dead, qk.fair, qk.dedup)
+    return int(r.exists(*keys)) > 0
+
+
+def require_queue(r: redis.Redis, qk: QueueKeys) -> None:
+    """Raise QueueNotFound unless the queue has some key."""
+    if not queue_exists(r, qk):
+        raise QueueNotFound(qk.name)
+
+
+def active_job_ids(r: redis.Redis, qk: QueueKeys) -> list[str]:
+    """Unfinished jobs in registration order (the ``active`` registry)."""
+    raw: Any = r.zrange(qk.active, 0, -1)
+    return [_s(j) for j in raw]
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One unfinished job as its keys show it now."""
+
+    job_id: str
+    state: str  #: meta.state, or "missing" for a registered job without meta
+    priority: int
+    client: str
+    total: int
+    done: int
+    failed: int
+    in_flight: int  #: XPENDING count: delivered, not acknowledged
+    queued: int  #: XLEN - pending + retry: waiting for a worker
+    retrying: int  #: ZCARD retry: waiting for their next attempt
+    oldest_idle_ms: int | None  #: largest idle time among its pending entries
+    created_ms: int
+    consumers: dict[str, int] = field(default_factory=dict)  #: XPENDING per consumer
+
+
+def job_rows(r: redis.Redis, job_ids: Sequence[str], *, idle: bool = True) -> list[JobRow]:
+    """Read each job's meta, stream length, retries and pending list (pipelined)."""
+    out: list[JobRow] = []
+    for start in range(0, len(job_ids), _CHUNK):
+        chunk = job_ids[start : start + _CHUNK]
+        pipe = r.pipeline(transaction=False)
+        for job in chunk:
+            jk = JobKeys(job)
+            pipe.hmget(jk.meta, *_META)
+            pipe.xlen(jk.tasks)
+            pipe.zcard(jk.retry)
+            pipe.xpending(jk.tasks, config.GROUP)
+        got = pipe.execute(raise_on_error=False)
+        idle_of = _max_idle(r, [(job, _pending_count(got[4 * n + 3]))
+                                for n, job in enumerate(chunk)]) if idle else {}
+        for n, job in enumerate(chunk):
+            meta, xlen, retrying, summary = got[4 * n : 4 * n + 4]
+            pending = _pending_count(summary)
+            consumers = ({_s(c["name"]): int(c["pending"]) for c in summary["consumers"]}
+                         if pending else {})
+            retry_n = int(retrying) if isinstance(retrying, int) else 0
+            length = int(xlen) if isinstance(xlen, int) else 0
+            m = [_s(v) if v is not None else None for v in meta]
+            out.append(JobRow(
+                job_id=job, state=m[0] or "missing", priority=int(m[1] or 0),
+                client=m[2] or "", total=int(m[3] or 0), done=int(m[4] or 0),
+                failed=int(m[5] or 0), in_flight=pending,
+                queued=max(0, length - pending) + retry_n, retrying=retry_n,
+                oldest_idle_ms=idle_of.get(job), created_ms=int(m[6] or 0),
+                consumers=consumers))
+    return out
+
+
+def _pending_count(summary: Any) -> int:
+    return int(summary["pending"]) if isinstance(summary, dict) else 0
+
+
+def _max_idle(r: redis.Redis, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    busy = [(job, n) for job, n in jobs if n > 0]
+    if not busy:
+        return {}
+    pipe = r.pipeline(transaction=False)
+    for job, n in busy:
+        pipe.xpending_range(JobKeys(job).tasks, config.GROUP, "-", "+", min(n, PENDING_CAP))
+    out: dict[str, int] = {}
+    for (job, _), entries in zip(busy, pipe.execute(raise_on_error=False)):
+        if isinstance(entries, list) and entries:
+            out[job] = max(int(e["time_since_delivered"]) for e in entries)
+    return out
+
+
+# -- queue overview --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PriorityRow:
+    """Unfinished work of one priority."""
+
+    priority: int
+    jobs: int
+    queued: int
+    in_flight: int
+    retrying: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    """A snapshot of one queue."""
+
+    queue: str
+    at_ms: int
+    active_jobs: int  #: ZCARD active
+    by_priority: list[PriorityRow]
+    ready: int  #: tokens waiting for a worker (ZCARD ready)
+    leased: int  #: tokens held by workers (ZCARD leased)
+    parked: int  #: tokens of jobs with nothing deliverable now (ZCARD parked)
+    workers_live: int
+    workers_dead: int  #: registered, heartbeat deadline past
+    dead_letters: int  #: XLEN dead
+    in_flight: int  #: pending entries over all unfinished jobs
+    queued: int
+    oldest_pending_idle_ms: int | None
+    completions_last_minute: int
+    throughput_per_s: float  #: sub-requests done per second, from the last minute's completions
+    jobs: list[JobRow]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recent_completions(r: redis.Redis, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
+                       now: int | None = None) -> tuple[int, int]:
+    """(completions, sub-requests done) recorded in the events stream in the window."""
+    since = (now if now is not None else now_ms()) - window_ms
+    entries: Any = r.xrange(qk.events, min=str(max(0, since)), max="+")
+    done = sum(int(f.get(b"done", 0)) for _, f in entries)
+    return len(entries), done
+
+
+def overview(r: redis.Redis, qk: QueueKeys) -> Overview:
+    """Queue overview; raises QueueNotFound for a queue with no key."""
+    require_queue(r, qk)
+    t = now_ms()
+    pipe = r.pipeline(transaction=False)
+    for key in (qk.active, qk.ready, qk.leased, qk.parked):
+        pipe.zcard(key)
+    pipe.zcount(qk.workers, t, "+inf")
+    pipe.zcount(qk.workers, "-inf", f"({t}")
+    pipe.xlen(qk.dead)
+    active, ready, leased, parked, live, dead_w, dead_letters = pipe.execute()
+    rows = job_rows(r, active_job_ids(r, qk))
+    prio: dict[int, list[JobRow]] = {}
+    for row in rows:
+        prio.setdefault(row.priority, []).append(row)
+    by_priority = [PriorityRow(p, len(js), sum(j.queued for j in js),
+                               sum(j.in_flight for j in js), sum(j.retrying for j in js))
+                   for p, js in sorted(prio.items())]
+    idles = [row.oldest_idle_ms for row in rows if row.oldest_idle_ms is not None]
+    count, done = recent_completions(r, qk, now=t)
+    return Overview(
+        queue=qk.name, at_ms=t, active_jobs=int(active), by_priority=by_priority,
+        ready=int(ready), leased=int(leased), parked=int(parked), workers_live=int(live),
+        workers_dead=int(dead_w), dead_letters=int(dead_letters),
+        in_flight=sum(row.in_flight for row in rows), queued=sum(row.queued for row in rows),
+        oldest_pending_idle_ms=max(idles) if idles else None,
+        completions_last_minute=count, throughput_per_s=round(done / (RATE_WINDOW_MS / 1000), 3),
+        jobs=rows)
+
+
+# -- pending entries -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    """Pending entries of one job held by one consumer."""
+
+    job_id: str
+    consumer: str
+    count: int
+    oldest_idle_ms: int
+    max_deliveries: int
+    consumer_live: bool  #: the consumer is a worker with a live heartbeat
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One pending entry, as XPENDING reports it, with its sub-request index."""
+
+    job_id: str
+    entry_id: str
+    index: int | None  #: the entry's field ``i`` (None if the entry is gone or malformed)
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class PendingReport:
+    queue: str
+    total: int
+    groups: list[PendingGroup]
+    entries: list[PendingEntry] | None  #: only when details were asked for
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def live_workers(r: redis.Redis, qk: QueueKeys, now: int | None = None) -> set[str]:
+    """Ids of workers whose heartbeat deadline has not passed."""
+    raw: Any = r.zrangebyscore(qk.workers, now if now is not None else now_ms(), "+inf")
+    return {_s(w) for w in raw}
+
+
+def pending(r: redis.Redis, qk: QueueKeys, job_ids: Sequence[str], *,
+            consumer: str | None = None, min_idle_ms: int = 0, details: bool = False,
+            cap: int = PENDING_CAP) -> PendingReport:
+    """Pending entries of the given jobs, grouped by job and consumer (XPENDING)."""
+    alive = live_workers(r, qk)
+    pipe = r.pipeline(transaction=False)
+    for job in job_ids:
+        pipe.xpending_range(JobKeys(job).tasks, config.GROUP, "-", "+", cap,
+                            consumername=consumer, idle=min_idle_ms or None)
+    raw_entries: list[tuple[str, dict[str, Any]]] = []
+    for job, got in zip(job_ids, pipe.execute(raise_on_error=False)):
+        if isinstance(got, list):  # an error: the job has no stream or group (finished)
+            raw_entries.extend((job, e) for e in got)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for job, e in raw_entries:
+        groups.setdefault((job, _s(e["consumer"])), []).append(e)
+    out_groups = [
+        PendingGroup(job, c, len(es), max(int(e["time_since_delivered"]) for e in es),
+                     max(int(e["times_delivered"]) for e in es), c in alive)
+        for (job, c), es in groups.items()]
+    entries = _entries(r, raw_entries) if details else None
+    return PendingReport(qk.name, len(raw_entries), out_groups, entries)
+
+
+def _entries(r: redis.Redis, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
+    pipe = r.pipeline(transaction=False)
+    for job, e in raw:
+        pipe.xrange(JobKeys(job).tasks, e["message_id"], e["message_id"])
+    out = []
+    for (job, e), found in zip(raw, pipe.execute(raise_on_error=False)):
+        index = None
+        if isinstance(found, list) and found:
+            try:
+                index = int(found[0][1][b"i"])
+            except (KeyError, ValueError):
+                index = None
+        out.append(PendingEntry(job, _s(e["message_id"]), index, _s(e["consumer"]),
+                                int(e["time_since_delivered"]), int(e["times_delivered"])))
+    return out
+
+
+# -- workers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """One registered worker."""
+
+    worker_id: str
+    alive: bool  #: heartbeat deadline not yet passed
+    heartbeat_deadline_ms: int
+    deadline_in_ms: int  #: negative once the deadline passed
+    leases: int  #: tokens the ``owners`` hash gives to this worker now
+    host: str | None
+    pid: int | None
+    started_ms: int | None
+    slots: int | None
+    processed: int | None  #: as of its last heartbeat
+    failed: int | None
+
+
+def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
+    """Every worker in the registry, live and dead, most recently beating first."""
+    t = now_ms()
+    # only commands the read-only ``inspector`` ACL role (deploy/users.acl) allows
+    registry: Any = list(reversed(r.zrange(qk.workers, 0, -1, withscores=True)))
+    owners: Any = r.hgetall(qk.owners)
+    leases: dict[str, int] = {}
+    for w in owners.values():
+        leases[_s(w)] = leases.get(_s(w), 0) + 1
+    pipe = r.pipeline(transaction=False)
+    for wid, _ in registry:
+        pipe.hgetall(qk.worker(_s(wid)))
+    out = []
+    for (wid, deadline), info_raw in zip(registry, pipe.execute()):
+        info = {_s(k): _s(v) for k, v in info_raw.items()}
+
+        def num(name: str, info: dict[str, str] = info) -> int | None:
+            v = info.get(name)
+            return int(v) if v is not None and v.lstrip("-").isdigit() else None
+
+        name = _s(wid)
+        out.append(WorkerRow(
+            worker_id=name, alive=int(deadline) >= t, heartbeat_deadline_ms=int(deadline),
+            deadline_in_ms=int(deadline) - t, leases=leases.get(name, 0),
+            host=info.get("host"), pid=num("pid"), started_ms=num("started"),
+            slots=num("slots"), processed=num("processed"), failed=num("failed")))
+    return out
+
+
+# -- dead letters ----------------------------------------------------------------------
+
+
+def dead_letter(r: redis.Redis, qk: QueueKeys, dead_id: str) -> DeadLetter:
+    """One dead letter by its id in the dead stream; raises DeadLetterNotFound."""
+    try:
+        return deadletters.get_dead(r, qk, dead_id)
+    except redis.ResponseError:
+        raise DeadLetterNotFound(f"invalid dead-letter id {dead_id!r}") from None
+    except StreamqError:
+        raise DeadLetterNotFound(f"no dead letter {dead_id!r} in queue {qk.name!r}") from None
