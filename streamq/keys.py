@@ -185,6 +185,16 @@ class JobKeys:
         """SET of dead-lettered indexes not yet copied to the queue's dead-letter stream."""
         return self._k("unannounced")
 
+    @property
+    def added(self) -> str:
+        """HASH deterministic sub-request id -> index, written by fenced keyed adds (Spark)."""
+        return self._k("added")
+
+    @property
+    def ids(self) -> str:
+        """HASH sub-request index -> deterministic id, the reverse of :attr:`added`."""
+        return self._k("ids")
+
 
 def token(job_id: str, i: int) -> str:
     """Name of a job's i-th token."""

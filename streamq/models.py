@@ -15,9 +15,11 @@ class JobState(str, enum.Enum):
     SUCCEEDED = "succeeded"  #: every sub-request has a result
     PARTIAL = "partial"  #: some sub-requests were dead-lettered
     FAILED = "failed"  #: every sub-request was dead-lettered
+    ABORTED = "aborted"  #: stopped by its producer (a failed Spark write); no more work is done
 
 
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIAL, JobState.FAILED})
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIAL, JobState.FAILED,
+                             JobState.ABORTED})
 
 
 @dataclass(frozen=True)

@@ -338,3 +338,43 @@ class Scripts:
     def unlock(self, key: str, holder: str) -> bool:
         """Delete lock ``key`` if ``holder`` still owns it."""
         return bool(self.run("unlock", (key,), (holder,)))
+
+    # -- keyed (fenced, idempotent) adds and abort: the Spark writer ----------------
+
+    @staticmethod
+    def add_keyed_call(jk: JobKeys, keep_ms: int,
+                       entries: Sequence[tuple[str, bytes, bytes]]) -> Call:
+        """Add sub-requests under deterministic ids, skipping ids added before.
+
+        ``entries`` are ``(id, type letter, payload)``, at most ``ADD_CHUNK``;
+        ``keep_ms`` is the lifetime of the id maps; see add_keyed-4.lua.
+        """
+        args: list[Any] = [keep_ms]
+        for sub_id, kind, data in entries:
+            args += [sub_id, kind, data]
+        return Call("add_keyed", (jk.meta, jk.tasks, jk.added, jk.ids), args)
+
+    @staticmethod
+    def parse_add_keyed(reply: Any, job_id: str) -> tuple[int, int, int]:
+        """(added, skipped, new total); raises JobNotFound / JobClosed on error codes."""
+        raise_for_code("add_keyed", reply, job_id)
+        return int(reply[0]), int(reply[1]), int(reply[2])
+
+    def add_keyed(self, jk: JobKeys, keep_ms: int,
+                  entries: Sequence[tuple[str, bytes, bytes]]) -> tuple[int, int, int]:
+        """Run :meth:`add_keyed_call` now; return (added, skipped, new total)."""
+        call = self.add_keyed_call(jk, keep_ms, entries)
+        return self.parse_add_keyed(self.run(call.name, call.keys, call.args), jk.job_id)
+
+    def abort_job(self, jk: JobKeys, now_ms: int, reason: str) -> JobReply:
+        """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it."""
+        reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
+                                       jk.inflight, jk.added, jk.ids), (now_ms, reason))
+        raise_for_code("abort_job", reply, jk.job_id)
+        return JobReply.parse(reply)
+
+    def expire_keyed(self, jk: JobKeys) -> int:
+        """Give a terminal job's id maps the job's remaining lifetime; return it (ms) or 0."""
+        reply = self.run("expire_keyed", (jk.meta, jk.added, jk.ids), ())
+        raise_for_code("expire_keyed", reply, jk.job_id)
+        return int(reply)

@@ -1,0 +1,46 @@
+--[[
+  Abort a job in its own slot: an open or active job becomes terminal with
+  state `aborted` at once. No add passes afterwards (fenced adds need
+  `open`), its undelivered and pending sub-requests are dropped (stream and
+  group deleted, retries and start records too; a worker acknowledging one
+  later finds nothing to acknowledge), and its keys expire after the job's
+  retention. The results stored so far stay readable until then.
+  Aborting a job that is terminal already changes nothing.
+
+  Input:
+    KEYS[1] meta      sq:{<job>}:meta      HASH
+    KEYS[2] tasks     sq:{<job>}:tasks     STREAM
+    KEYS[3] results   sq:{<job>}:results   HASH
+    KEYS[4] errors    sq:{<job>}:errors    HASH
+    KEYS[5] retry     sq:{<job>}:retry     ZSET
+    KEYS[6] inflight  sq:{<job>}:inflight  HASH
+    KEYS[7] added     sq:{<job>}:added     HASH deterministic id -> index
+    KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
+    ARGV[1] now, ms since the epoch
+    ARGV[2] reason (stored in meta `abort_reason`)
+
+  Output:
+    the job_reply fields {completed (0|1), state, total, done, failed, ...}
+    `completed` is 1 when this call aborted the job: the caller must then
+    finish it in the queue slot (finish_job), which records its one completion.
+    ERR_JOB_NOT_FOUND (-1) no such job
+]]
+local rcall = redis.call
+local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local nowMs, reason = ARGV[1], ARGV[2]
+
+--- @include "includes/errors"
+--- @include "includes/job_reply"
+
+local state = rcall("HGET", metaKey, "state")
+if not state then return ERR_JOB_NOT_FOUND end
+if state ~= "open" and state ~= "active" then return job_reply(metaKey, 0) end
+
+rcall("HSET", metaKey, "state", "aborted", "finished", nowMs, "abort_reason", reason)
+rcall("DEL", tasksKey, retryKey, inflightKey)
+local retentionMs = rcall("HGET", metaKey, "retention")
+for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey}) do
+  rcall("PEXPIRE", key, retentionMs)
+end
+return job_reply(metaKey, 1)
