@@ -1,27 +1,24 @@
-"""Benchmark: streamq against a raw redis-py ceiling, both on one private redis-server.
+"""Benchmark streamq against a raw redis-py ceiling on one private redis-server (`make bench`).
 
-    .venv/bin/python tests/bench/bench_core.py      (or: make bench)
-
-Starts redis-server on a free 127.0.0.1 port (no persistence), worker processes
-(``python -m streamq worker ... --handler tests.bench.handlers:echo``) and plain
-redis-py consumer processes (this file run with ``--raw``), measures four things,
-prints one table and stops every process it started, even on error.
+Starts redis-server on a free 127.0.0.1 port, streamq worker processes and plain redis-py
+consumers (this file run with ``--raw``), prints one table, and stops every process it
+started, even on error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import platform
 import shutil
-import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +26,18 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from streamq import Queue  # noqa: E402
+from streamq.keys import QueueKeys  # noqa: E402
 
 BIG, SMALL, SUBMIT_CHUNK, SAMPLES, WARMUP = 100_000, 20_000, 1000, 300, 10
-SWEEP_BIG, SWEEP_SMALL = 30_000, 6_000  # sizes of the short runs that pick the worker setup
-BATCH, PIPE, GROUP = 100, 500, "g"
+REPEAT = 3  # runs of each measure; the best is reported (the least disturbed by other load)
+SWEEP_BIG = 20_000  # size of the short runs (best of 2) that pick the setup for 1
 BIG_SETUPS = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]  # (worker processes, slots each)
-PREFETCHES = [1, 8, 32]  # tokens per claim tried for the many-small-jobs run
+SMALL_SETUP = (2, 4, 32)  # processes, slots, prefetch for 3: the best of those tried here
+BATCH, PIPE, GROUP = 100, 500, "g"
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
 
@@ -43,94 +46,46 @@ def payload(i: int) -> dict[str, int]:
     return {"n": i}
 
 
-def entry(i: int) -> dict[str, Any]:
-    """The raw stream entry: the same fields streamq writes (index, type, JSON payload)."""
+def entry(i: int) -> dict[str, Any]:  # the raw stream entry: the fields streamq writes
     return {"i": i, "t": b"j", "p": json.dumps(payload(i), separators=(",", ":"))}
 
 
-def client(url: str) -> redis.Redis:
-    """A plain client; blocking calls below block for at most 60 s."""
-    return redis.Redis.from_url(url, socket_timeout=120)
-
-
-def uid(kind: str) -> str:
-    return f"{kind}-{uuid.uuid4().hex[:8]}"
-
-
-# -- raw redis-py consumers (this file run as a subprocess) ----------------------------
+def cpu_s(p: subprocess.Popen[bytes]) -> float:  # user + system seconds, from /proc
+    fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
-    r = client(url)
+    r = redis.Redis.from_url(url, socket_timeout=120)
     r.rpush(f"{key}:ready", name)
     if mode == "big":  # drain one stream: XREADGROUP COUNT 100 + one XACK of what was read
         r.blpop([f"{key}:go"], timeout=60)
         n = 0
-        while reply := r.xreadgroup(GROUP, name, {key: ">"}, count=BATCH):
-            ids = [eid for eid, _ in reply[0][1]]
-            if not ids:
-                break
-            r.xack(key, GROUP, *ids)
-            n += len(ids)
+        while (reply := r.xreadgroup(GROUP, name, {key: ">"}, count=BATCH)) and reply[0][1]:
+            r.xack(key, GROUP, *[eid for eid, _ in reply[0][1]])
+            n += len(reply[0][1])
         r.rpush(f"{key}:done", n)
-    elif mode == "small":  # stream names arrive on a list; read + ack each, count done
+    elif mode == "small":  # stream names arrive on a list; read + ack each, count them done
         while True:
-            names = r.lpop(key, BATCH)
+            names = r.lpop(key, BATCH) or [g[1] for g in [r.blpop([key], timeout=1)] if g]
             if not names:
-                got = r.blpop([key], timeout=1)
-                if got is None:
-                    continue
-                names = [got[1]]
+                continue
             reply = r.xreadgroup(GROUP, name, {s: ">" for s in names}, count=1)
             pipe = r.pipeline(transaction=False)
             for stream, entries in reply:
                 pipe.xack(stream, GROUP, *[eid for eid, _ in entries])
             pipe.incrby(f"{key}:done", len(reply))
             pipe.execute()
-    elif mode == "lat":  # blocked read; XACK + PUBLISH each entry
+    elif mode == "lat":  # a blocked read; XACK + PUBLISH each entry
         while True:
             for _, entries in r.xreadgroup(GROUP, name, {key: ">"}, count=1, block=1000):
                 for eid, fields in entries:
-                    pipe = r.pipeline(transaction=False)
-                    pipe.xack(key, GROUP, eid)
-                    pipe.publish(f"{key}:pub", fields[b"p"])
-                    pipe.execute()
-
-
-# -- processes ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server not found: run `make install`")
-    port = free_port()
-    proc = spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                  "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
-                 quiet=True)
-    url = f"redis://127.0.0.1:{port}/0"
-    c = client(url)
-    wait_until(lambda: _pings(c), 10, "redis-server did not start")
-    c.close()
-    return proc, url
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
+                    pipe = r.pipeline(transaction=False).xack(key, GROUP, eid)
+                    pipe.publish(f"{key}:pub", fields[b"p"]).execute()
 
 
 def spawn(cmd: list[str], env: dict[str, str] | None = None,
-          quiet: bool = False) -> subprocess.Popen[bytes]:
-    out = subprocess.DEVNULL if quiet else None
+          out: int | None = None) -> subprocess.Popen[bytes]:
     p = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=out)
     PROCS.append(p)
     return p
@@ -138,131 +93,132 @@ def spawn(cmd: list[str], env: dict[str, str] | None = None,
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+        p.terminate()  # SIGTERM: a worker drains and deregisters
     for p in procs:
         try:
             p.wait(20)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(5)
-        if p in PROCS:
-            PROCS.remove(p)
+    PROCS[:] = [p for p in PROCS if p not in procs]
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str,
-               every: float = 0.002) -> None:
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out: {what}")
-        time.sleep(every)
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.002)
 
 
-def start_workers(r: redis.Redis, url: str, queue: str, procs: int, slots: int,
-                  prefetch: int = 1) -> list[subprocess.Popen[bytes]]:
-    from streamq.keys import QueueKeys
+def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server") or sys.exit("redis-server not found: make install")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                  "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
+                 out=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    with redis.Redis.from_url(url, socket_timeout=120) as c:
+        for _ in range(200):
+            with contextlib.suppress(redis.ConnectionError):
+                if c.ping():
+                    return proc, url
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
 
+
+@contextlib.contextmanager
+def workers(r: redis.Redis, url: str, queue: str, procs: int, slots: int,
+            prefetch: int = 1) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes, registered and idle; stopped (and the database emptied) after."""
     env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "streamq", "worker", queue, "--handler",
            "tests.bench.handlers:echo", "--concurrency", str(slots), "--batch", str(BATCH),
            "--prefetch", str(prefetch), "--log-level", "WARNING"]
     ps = [spawn(cmd, env) for _ in range(procs)]
-    wait_until(lambda: r.zcard(QueueKeys(queue).workers) >= procs, 60, "workers to register")
-    time.sleep(0.3)  # slots past their first claim, blocked on the wake list
-    return ps
-
-
-def start_raw(r: redis.Redis, url: str, mode: str, key: str,
-              n: int) -> list[subprocess.Popen[bytes]]:
-    ps = [spawn([sys.executable, __file__, "--raw", mode, url, key, f"c{i}"]) for i in range(n)]
-    for _ in range(n):
-        if r.blpop([f"{key}:ready"], timeout=60) is None:
-            raise RuntimeError("raw consumer did not start")
-    return ps
-
-
-# -- measures ----------------------------------------------------------------------------
-
-
-def sq_big(r: redis.Redis, url: str, procs: int, slots: int, n: int) -> tuple[float, float]:
-    """(submit seconds, processing seconds) of one job of ``n`` sub-requests."""
-    from streamq import Queue
-
-    name = uid("big")
-    ws = start_workers(r, url, name, procs, slots)
     try:
-        q = Queue(name, url)
-        payloads = [payload(i) for i in range(n)]
+        wait_until(lambda: r.zcard(QueueKeys(queue).workers) >= procs, 60, "workers")
+        time.sleep(0.3)  # let the slots get past their first claim and block on the wake list
+        yield ps
+    finally:
+        stop(ps)
+        r.flushdb()
+
+
+@contextlib.contextmanager
+def consumers(r: redis.Redis, url: str, mode: str, key: str,
+              n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Raw consumer processes, ready; stopped (and the database emptied) after."""
+    ps = [spawn([sys.executable, __file__, "--raw", mode, url, key, f"c{i}"]) for i in range(n)]
+    try:
+        if any(r.blpop([f"{key}:ready"], timeout=60) is None for _ in range(n)):
+            raise RuntimeError("a raw consumer did not start")
+        yield ps
+    finally:
+        stop(ps)
+        r.flushdb()
+
+
+def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int,
+           n: int) -> tuple[float, float, float, float]:
+    """Submit seconds, processing seconds, and redis / worker CPU µs per sub-request."""
+    name = f"big-{uuid.uuid4().hex[:8]}"
+    with workers(r, url, name, procs, slots) as ws:
+        q, payloads = Queue(name, url), [payload(i) for i in range(n)]
         t0 = perf()
         job = q.submit(payloads, concurrency=procs * slots)
-        t1 = perf()
+        t1, cpu0 = perf(), [cpu_s(p) for p in (server, *ws)]
         st = job.wait(timeout=60)
-        t2 = perf()
+        t2, cpu = perf(), [cpu_s(p) - c for p, c in zip((server, *ws), cpu0)]
         if st.done != n:
-            raise RuntimeError(f"big job: {st}")
+            raise RuntimeError(f"big job incomplete: {st}")
         q.close()
-    finally:
-        stop(ws)
-        r.flushdb()
-    return t1 - t0, t2 - t1
+    return t1 - t0, t2 - t1, cpu[0] / n * 1e6, sum(cpu[1:]) / n * 1e6
 
 
-def raw_big(r: redis.Redis, url: str, procs: int, n: int) -> tuple[float, float]:
-    """(pipelined XADD seconds, consume seconds) of ``n`` entries in one stream."""
-    key = uid("rawbig")
+def raw_big(r: redis.Redis, url: str, server: Any, procs: int,
+            n: int) -> tuple[float, float, float, float]:
+    """Pipelined XADD seconds, consume seconds, and redis / consumer CPU µs per entry."""
+    key, pipe = f"rawbig-{uuid.uuid4().hex[:8]}", r.pipeline(transaction=False)
     t0 = perf()
-    pipe = r.pipeline(transaction=False)
     for i in range(n):
         pipe.xadd(key, entry(i))
-        if (i + 1) % PIPE == 0:
+        if (i + 1) % PIPE == 0 or i == n - 1:
             pipe.execute()
-    pipe.execute()
     t1 = perf()
     r.xgroup_create(key, GROUP, id="0")
-    cs = start_raw(r, url, "big", key, procs)
-    try:
-        t2 = perf()
+    with consumers(r, url, "big", key, procs) as cs:
+        t2, cpu0 = perf(), [cpu_s(p) for p in (server, *cs)]
         r.rpush(f"{key}:go", *[1] * procs)
         got = [r.blpop([f"{key}:done"], timeout=60) for _ in range(procs)]
-        t3 = perf()
+        t3, cpu = perf(), [cpu_s(p) - c for p, c in zip((server, *cs), cpu0)]
         if sum(int(g[1]) for g in got if g) != n:
-            raise RuntimeError("raw big: not all consumed")
-    finally:
-        stop(cs)
-        r.flushdb()
-    return t1 - t0, t3 - t2
+            raise RuntimeError("raw consumers did not consume everything")
+    return t1 - t0, t3 - t2, cpu[0] / n * 1e6, sum(cpu[1:]) / n * 1e6
 
 
 def sq_small(r: redis.Redis, url: str, procs: int, slots: int, prefetch: int,
              n: int) -> float:
-    """Seconds from the first submit_many to the n-th completion event."""
-    from streamq import Queue
-
-    name = uid("small")
-    ws = start_workers(r, url, name, procs, slots, prefetch)
-    try:
-        q = Queue(name, url)
-        jobs = [[payload(i)] for i in range(n)]
+    """Seconds from the first submit_many to the n-th completion in the events stream."""
+    name = f"small-{uuid.uuid4().hex[:8]}"
+    with workers(r, url, name, procs, slots, prefetch):
+        q, jobs = Queue(name, url), [[payload(i)] for i in range(n)]
         t0 = perf()
         for s in range(0, n, SUBMIT_CHUNK):
             q.submit_many(jobs[s : s + SUBMIT_CHUNK])
-        wait_until(lambda: r.xlen(q.keys.events) >= n, 300, "small jobs")
+        wait_until(lambda: r.xlen(q.keys.events) >= n, 120, "the small jobs")
         t1 = perf()
         q.close()
-    finally:
-        stop(ws)
-        r.flushdb()
     return t1 - t0
 
 
 def raw_small(r: redis.Redis, url: str, procs: int, n: int) -> float:
-    """n streams with a group each, names handed to consumers on a list, as they are made."""
-    key = uid("rawsmall")
-    cs = start_raw(r, url, "small", key, procs)
-    try:
-        t0 = perf()
-        pipe = r.pipeline(transaction=False)
+    """n streams with a group each; their names reach the consumers on a list."""
+    key = f"rawsmall-{uuid.uuid4().hex[:8]}"
+    with consumers(r, url, "small", key, procs):
+        t0, pipe = perf(), r.pipeline(transaction=False)
         for s in range(0, n, SUBMIT_CHUNK):
             names = [f"{key}:{i}" for i in range(s, min(n, s + SUBMIT_CHUNK))]
             for i, stream in enumerate(names, s):
@@ -270,165 +226,115 @@ def raw_small(r: redis.Redis, url: str, procs: int, n: int) -> float:
                 pipe.xgroup_create(stream, GROUP, id="0")
             pipe.rpush(key, *names)
             pipe.execute()
-        wait_until(lambda: int(r.get(f"{key}:done") or 0) >= n, 300, "raw small")
-        t1 = perf()
-    finally:
-        stop(cs)
-        r.flushdb()
-    return t1 - t0
+        wait_until(lambda: int(r.get(f"{key}:done") or 0) >= n, 120, "the raw small streams")
+        return perf() - t0
 
 
-def _wait_message(ps: Any, match: bytes | None, t0: float) -> None:
-    while True:
-        m = ps.get_message(timeout=5)
-        if m is not None and (match is None or match in m["data"]):
-            return
-        if perf() - t0 > 30:
-            raise RuntimeError("no completion message")
+def latencies(r: redis.Redis, channel: str, send: Callable[[int], bytes | None]) -> list[float]:
+    """Seconds from before ``send(i)`` to a message on ``channel`` holding what it returned."""
+    ps, out = r.pubsub(ignore_subscribe_messages=True), []
+    ps.subscribe(channel)
+    for i in range(SAMPLES + WARMUP):
+        t0 = perf()
+        match = send(i)
+        while (m := ps.get_message(timeout=1)) is None or (match and match not in m["data"]):
+            if perf() - t0 > 30:
+                raise RuntimeError("no completion message")
+        out.append(perf() - t0)
+    ps.close()
+    return out[WARMUP:]
 
 
-def sq_latency(r: redis.Redis, url: str, slots: int, n: int) -> list[float]:
-    from streamq import Queue
-
-    name = uid("lat")
-    ws = start_workers(r, url, name, 1, slots)
-    try:
+def sq_latency(r: redis.Redis, url: str, slots: int) -> list[float]:
+    name = f"lat-{uuid.uuid4().hex[:8]}"
+    with workers(r, url, name, 1, slots):
         q = Queue(name, url)
-        ps = r.pubsub(ignore_subscribe_messages=True)
-        ps.subscribe(q.keys.channel)
-        out = []
-        for i in range(n + WARMUP):
-            t0 = perf()
-            job = q.submit([payload(i)])
-            _wait_message(ps, job.id.encode(), t0)
-            out.append(perf() - t0)
-        ps.close()
-        q.close()
-    finally:
-        stop(ws)
-        r.flushdb()
-    return out[WARMUP:]
+        return latencies(r, q.keys.channel, lambda i: q.submit([payload(i)]).id.encode())
 
 
-def raw_latency(r: redis.Redis, url: str, n: int) -> list[float]:
-    key = uid("rawlat")
+def raw_latency(r: redis.Redis, url: str) -> list[float]:
+    key = f"rawlat-{uuid.uuid4().hex[:8]}"
     r.xgroup_create(key, GROUP, id="$", mkstream=True)
-    ps = r.pubsub(ignore_subscribe_messages=True)
-    ps.subscribe(f"{key}:pub")
-    cs = start_raw(r, url, "lat", key, 1)
-    try:
-        out = []
-        for i in range(n + WARMUP):
-            t0 = perf()
-            r.xadd(key, entry(i))
-            _wait_message(ps, None, t0)
-            out.append(perf() - t0)
-    finally:
-        ps.close()
-        stop(cs)
-        r.flushdb()
-    return out[WARMUP:]
+    with consumers(r, url, "lat", key, 1):
+        return latencies(r, f"{key}:pub", lambda i: r.xadd(key, entry(i)) and None)
 
 
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))] * 1000
+def pcts(xs: list[float]) -> tuple[float, float]:  # p50 and p99, in ms
+    q = statistics.quantiles(xs, n=100, method="inclusive")
+    return q[49] * 1000, q[98] * 1000
 
 
-# -- the run -----------------------------------------------------------------------------
+def fastest(run: Callable[[], Any], key: Callable[[Any], float]) -> Any:  # best of REPEAT
+    return min((run() for _ in range(REPEAT)), key=key)
 
 
-def bench(console: Any, url: str) -> Any:
-    from rich.table import Table
-
-    t_start = perf()
-    r = client(url)
-    log = console.log
-    sweep = {}
-    for procs, slots in BIG_SETUPS:
-        sweep[(procs, slots)] = SWEEP_BIG / sq_big(r, url, procs, slots, SWEEP_BIG)[1]
-        log(f"sweep big job: {procs} proc x {slots} slots -> {sweep[(procs, slots)]:,.0f}/s")
-    procs, slots = max(sweep, key=lambda k: sweep[k])
-    submit_s, big_s = sq_big(r, url, procs, slots, BIG)
-    xadd_s, raw_big_s = raw_big(r, url, procs, BIG)
-    log(f"big: streamq {BIG / big_s:,.0f}/s, raw {BIG / raw_big_s:,.0f}/s")
-    psweep = {}
-    for pf in PREFETCHES:
-        psweep[pf] = SWEEP_SMALL / sq_small(r, url, procs, slots, pf, SWEEP_SMALL)
-        log(f"sweep small jobs: prefetch {pf} -> {psweep[pf]:,.0f} jobs/s")
-    prefetch = max(psweep, key=lambda k: psweep[k])
-    small_s = sq_small(r, url, procs, slots, prefetch, SMALL)
-    raw_small_s = raw_small(r, url, procs, SMALL)
-    log(f"small: streamq {SMALL / small_s:,.0f}/s, raw {SMALL / raw_small_s:,.0f}/s")
-    lat = sq_latency(r, url, slots, SAMPLES)
-    raw_lat = raw_latency(r, url, SAMPLES)
+def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
+    t_start, r = perf(), redis.Redis.from_url(url, socket_timeout=120)
+    sweep = {o: SWEEP_BIG / min(sq_big(r, url, server, *o, SWEEP_BIG)[1] for _ in range(2))
+             for o in BIG_SETUPS}
+    procs, slots = max(sweep, key=lambda o: sweep[o])
+    sweep_text = ", ".join(f"{p}x{s}: {v:,.0f}" for (p, s), v in sweep.items())
+    log(f"big job, sub-requests/s by processes x slots: {sweep_text}")
+    submit_s, big_s, sq_rcpu, sq_wcpu = fastest(
+        lambda: sq_big(r, url, server, procs, slots, BIG), lambda t: t[1])
+    xadd_s, raw_big_s, raw_rcpu, raw_ccpu = fastest(
+        lambda: raw_big(r, url, server, procs, BIG), lambda t: t[1])
+    small_s = fastest(lambda: sq_small(r, url, *SMALL_SETUP, SMALL), float)
+    raw_small_s = fastest(lambda: raw_small(r, url, SMALL_SETUP[0], SMALL), float)
+    lat = fastest(lambda: sq_latency(r, url, slots), lambda xs: pcts(xs)[1])
+    raw_lat = fastest(lambda: raw_latency(r, url), lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
-    r.close()
 
-    def ok(flag: bool) -> str:
-        return "[green]met[/]" if flag else "[red]MISSED[/]"
-
-    big_rate, raw_big_rate = BIG / big_s, BIG / raw_big_s
-    p50, p99, rp50, rp99 = pct(lat, 50), pct(lat, 99), pct(raw_lat, 50), pct(raw_lat, 99)
+    ok = {True: "[green]met[/]", False: "[red]MISSED[/]"}
+    big, raw_big_rate, small = BIG / big_s, BIG / raw_big_s, SMALL / small_s
+    (p50, p99), (rp50, rp99) = pcts(lat), pcts(raw_lat)
     rows = [
-        ("1. one job of 100,000 sub-requests, end to end (sub-requests/s)",
-         big_rate, raw_big_rate, big_rate / raw_big_rate,
-         f">= 40% of raw: {ok(big_rate >= 0.4 * raw_big_rate)}"),
+        ("1. one job of 100,000 sub-requests, end to end (sub-requests/s)", big, raw_big_rate,
+         big / raw_big_rate, f">= 40% of raw: {ok[big >= 0.4 * raw_big_rate]}"),
         ("2. submit of those 100,000 (sub-requests/s)", BIG / submit_s, BIG / xadd_s,
          xadd_s / submit_s, ""),
-        ("3. 20,000 one-sub-request jobs, end to end (jobs/s)", SMALL / small_s,
-         SMALL / raw_small_s, raw_small_s / small_s,
-         f">= 5,000 jobs/s: {ok(SMALL / small_s >= 5000)}"),
+        ("3. 20,000 one-sub-request jobs, end to end (jobs/s)", small, SMALL / raw_small_s,
+         raw_small_s / small_s, f">= 5,000 jobs/s: {ok[small >= 5000]}"),
         ("4a. submit-to-completion latency p50 (ms)", p50, rp50, rp50 / p50, ""),
         ("4b. submit-to-completion latency p99 (ms)", p99, rp99, rp99 / p99,
-         f"p99 <= 10 ms: {ok(p99 <= 10)}"),
+         f"<= 10 ms: {ok[p99 <= 10]}"),
     ]
-    elapsed = perf() - t_start
     caption = "\n".join([
-        f"{os.cpu_count()} cores ({platform.machine()}), redis-server {version} on 127.0.0.1 "
-        f"(no persistence), Python {platform.python_version()}, redis-py {redis.__version__}; "
-        f"measured in {elapsed:.0f} s.",
-        f"Workers for 1-3: {procs} process(es) x {slots} slot(s), --batch {BATCH}; "
-        f"job concurrency {procs * slots}; prefetch 1 for 1, {prefetch} for 3. "
-        "Picked by short runs: big job " + ", ".join(
-            f"{p}x{s}={v:,.0f}/s" for (p, s), v in sweep.items())
-        + "; small jobs " + ", ".join(f"prefetch {k}={v:,.0f}/s" for k, v in psweep.items())
-        + ".",
-        f"Raw ceiling: same payload fields; 1 = {procs} plain consumer process(es) doing "
-        "XREADGROUP COUNT 100 + one XACK, timed from a go signal to the last ack; "
-        f"2 = pipelined XADD, {PIPE} per execute (both sides include JSON encoding).",
-        f"3 = submit_many of {SUBMIT_CHUNK} per call, timed to the 20,000th event in "
-        f"the events stream; raw: {SMALL:,} streams each with its own group, XADD + XGROUP "
-        "CREATE + RPUSH of the name pipelined per 1000, consumers LPOP 100 names, one "
-        "XREADGROUP over them + pipelined XACKs.",
-        f"4 = {SAMPLES} jobs one at a time, 1 worker process (idle), from before submit to "
-        f"the message on sq:{{queue}}:done; raw: XADD -> consumer in XREADGROUP BLOCK -> "
-        f"XACK + PUBLISH -> producer. {WARMUP} warm-up samples dropped on each side.",
-        "Ratio: higher is better (rates streamq/raw; latency raw/streamq). Rows 1 and 2 "
-        "come from the same submit; processing is timed from submit's return to job.wait.",
+        f"{os.cpu_count()} cores, redis-server {version} on 127.0.0.1 (no persistence), Python "
+        f"{sys.version.split()[0]}, redis-py {redis.__version__}; measured in "
+        f"{perf() - t_start:.0f} s. Each figure is the best of {REPEAT} runs. Ratio: higher is "
+        "better (rates streamq/raw, latency raw/streamq).",
+        f"Workers, all --batch {BATCH}: 1: {procs} process(es) x {slots} slot(s), job concurrency "
+        f"{procs * slots}, --prefetch 1, chosen by short runs (sub-requests/s by processes x "
+        f"slots: {sweep_text}); 3: {SMALL_SETUP[0]} x {SMALL_SETUP[1]}, --prefetch "
+        f"{SMALL_SETUP[2]}; 4: 1 x {slots}.",
+        f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT 100 "
+        f"+ one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} µs (raw "
+        f"{raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f}).",
+        f"2: the submit of 1 (workers idle); raw: XADD pipelined {PIPE} per execute; both encode.",
+        f"3: submit_many of {SUBMIT_CHUNK} to the {SMALL:,}th record in sq:{{queue}}:events; raw: "
+        f"{SMALL:,} streams, XADD + XGROUP CREATE + RPUSH name pipelined per {SUBMIT_CHUNK}; "
+        f"{SMALL_SETUP[0]} consumers LPOP 100 names, one XREADGROUP, pipelined XACKs, INCRBY.",
+        f"4: {SAMPLES} jobs one at a time (+{WARMUP} warm-up), idle workers, from before submit to "
+        "the message on sq:{queue}:done; raw: XADD -> XREADGROUP BLOCK -> XACK + PUBLISH.",
     ])
     table = Table(title="streamq vs raw redis-py (same redis-server, same run)",
                   caption=caption, caption_justify="left")
-    for col, just in (("measure", "left"), ("streamq", "right"),
-                      ("raw redis-py ceiling", "right"),
-                      ("ratio (higher = better)", "right"), ("target", "left")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for col in ("measure", "streamq", "raw redis-py ceiling", "ratio (higher = better)", "target"):
+        table.add_column(col, justify="left" if col in ("measure", "target") else "right")
     for label, sq, raw, ratio, target in rows:
-        fmt = "{:,.2f}" if "ms" in label else "{:,.0f}"
+        fmt = "{:,.2f}" if "(ms)" in label else "{:,.0f}"
         table.add_row(label, fmt.format(sq), fmt.format(raw), f"{ratio:.0%}", target)
     return table
 
 
 def main() -> None:
-    from rich.console import Console
-
-    console = Console()
-    t0 = perf()
+    t0, errors = perf(), Console(stderr=True)
+    console = Console(width=None if sys.stdout.isatty() else 150)
     with tempfile.TemporaryDirectory(prefix="streamq-bench-") as workdir:
         try:
-            _server, url = start_redis(workdir)
-            console.log(f"private redis-server at {url}")
-            table = bench(Console(stderr=True), url)
+            server, url = start_redis(workdir)
+            table = bench(errors.log, url, server)
         finally:
             stop(list(reversed(PROCS)))  # workers and consumers first, redis-server last
     console.print(table)
@@ -436,10 +342,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--raw"]:  # a raw consumer process: never the bench itself
-        try:
+    if sys.argv[1:2] == ["--raw"]:  # a raw consumer process, never the bench itself
+        with contextlib.suppress(KeyboardInterrupt):
             raw_consumer(*sys.argv[2:])
-        except KeyboardInterrupt:
-            pass
     else:
         main()
