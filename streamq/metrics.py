@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from .errors import ConfigError
+
 #: Histogram buckets for handler duration and queue wait, in seconds.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+def serve(registry: CollectorRegistry, port: int, addr: str) -> None:
+    """Serve ``registry`` on ``addr:port``; ConfigError when the port cannot be bound."""
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as e:
+        raise ConfigError(f"cannot serve metrics on {addr}:{port}: {e.strerror or e}") from None
 
 
 class WorkerMetrics:
@@ -43,7 +53,7 @@ class WorkerMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /metrics on ``addr:port`` from a daemon thread."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        serve(self.registry, port, addr)
 
 
 class ReaperMetrics:
@@ -71,4 +81,4 @@ class ReaperMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /metrics on ``addr:port`` from a daemon thread."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        serve(self.registry, port, addr)

@@ -116,7 +116,8 @@ RedisUrl = Annotated[str, typer.Option("--redis-url", envvar="STREAMQ_REDIS_URL"
 QueueArg = Annotated[str, typer.Argument(help="queue name", show_default=False)]
 JsonOut = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
 Timeout = Annotated[float | None, typer.Option(min=0.0, help="give up after this many seconds")]
-LogLevel = Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR")]
+LogLevel = Annotated[str, typer.Option(envvar="STREAMQ_LOG_LEVEL",
+                                       help="DEBUG, INFO, WARNING, ERROR")]
 
 
 class LogFormat(str, enum.Enum):
@@ -124,8 +125,16 @@ class LogFormat(str, enum.Enum):
     json = "json"
 
 
-LogFormatOpt = Annotated[LogFormat, typer.Option(help="text, or one JSON object per line "
+LogFormatOpt = Annotated[LogFormat, typer.Option(envvar="STREAMQ_LOG_FORMAT",
+                                                 help="text, or one JSON object per line "
                                                       "(ts, level, logger, message)")]
+ProcessQueue = Annotated[str, typer.Argument(envvar="STREAMQ_QUEUE", show_default=False,
+                                             help="queue name (env STREAMQ_QUEUE)")]
+MetricsPort = Annotated[int | None, typer.Option(
+    envvar="STREAMQ_METRICS_PORT", min=1, max=65535,
+    help="serve Prometheus metrics on this port (off when not given)")]
+MetricsAddr = Annotated[str, typer.Option(envvar="STREAMQ_METRICS_ADDR",
+                                          help="address the metrics endpoint listens on")]
 
 
 # -- connecting and printing -----------------------------------------------------------

@@ -13,7 +13,19 @@ import typer
 
 from .. import config
 from ..errors import HandlerError, StreamqError
-from .common import DEFAULT_URL, ExitCode, LogFormat, LogFormatOpt, LogLevel, RedisUrl, app, fail
+from .common import (
+    DEFAULT_URL,
+    ExitCode,
+    LogFormat,
+    LogFormatOpt,
+    LogLevel,
+    MetricsAddr,
+    MetricsPort,
+    ProcessQueue,
+    RedisUrl,
+    app,
+    fail,
+)
 
 
 def load_handler(ref: str) -> Callable[..., Any]:
@@ -59,52 +71,74 @@ def setup_logging(level: str, fmt: LogFormat) -> None:
 
 @app.command(rich_help_panel="Processes")
 def worker(
-    queue: Annotated[str, typer.Argument(help="queue to serve")],
-    handler: Annotated[str, typer.Option(help="module:function run for each sub-request")],
+    queue: ProcessQueue,
+    handler: Annotated[str, typer.Option(envvar="STREAMQ_HANDLER",
+                                         help="module:function run for each sub-request")],
     redis_url: RedisUrl = DEFAULT_URL,
-    concurrency: Annotated[int, typer.Option(min=1, help="handler slots")] =
+    concurrency: Annotated[int, typer.Option(min=1, envvar="STREAMQ_CONCURRENCY",
+                                             help="handler slots")] =
         config.DEFAULT_WORKER_CONCURRENCY,
-    batch: Annotated[int, typer.Option(min=1, help="entries per read")] = config.DEFAULT_BATCH,
-    prefetch: Annotated[int, typer.Option(min=1, help="tokens claimed per round trip")] =
+    batch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_BATCH",
+                                       help="entries per read")] = config.DEFAULT_BATCH,
+    prefetch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_PREFETCH",
+                                          help="tokens claimed per round trip")] =
         config.DEFAULT_PREFETCH,
-    heartbeat: Annotated[float, typer.Option(min=0.05, help="seconds between heartbeats; a "
-                                                            "worker silent for 3 is dead")] =
+    heartbeat: Annotated[float, typer.Option(min=0.05, envvar="STREAMQ_HEARTBEAT",
+                                             help="seconds between heartbeats; a "
+                                                  "worker silent for 3 is dead")] =
         config.DEFAULT_HEARTBEAT_S,
-    lease_ms: Annotated[int, typer.Option(min=100, help="token lease length, ms")] =
+    lease_ms: Annotated[int, typer.Option(min=100, envvar="STREAMQ_LEASE_MS",
+                                          help="token lease length, ms")] =
         config.DEFAULT_LEASE_MS,
-    retry_base: Annotated[float, typer.Option(min=0.0, help="first retry delay, seconds")] =
+    retry_base: Annotated[float, typer.Option(min=0.0, envvar="STREAMQ_RETRY_BASE",
+                                              help="first retry delay, seconds")] =
         config.DEFAULT_RETRY_BASE_S,
+    metrics_port: MetricsPort = None,
+    metrics_addr: MetricsAddr = "0.0.0.0",
     log_level: LogLevel = "INFO",
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
-    """Serve QUEUE until SIGTERM or SIGINT, then drain and exit 0."""
+    """Serve QUEUE until SIGTERM or SIGINT, then drain and exit 0.
+
+    Every option can also be set by its environment variable (shown in --help).
+    """
     from ..worker import Worker
 
     setup_logging(log_level, log_format)
     fn = load_handler(handler)
     w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch,
                heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
-               idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat))
+               idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat),
+               metrics_port=metrics_port, metrics_addr=metrics_addr)
     w.run()
 
 
 @app.command(rich_help_panel="Processes")
 def reaper(
-    queue: Annotated[str, typer.Argument(help="queue to look after")],
+    queue: ProcessQueue,
     redis_url: RedisUrl = DEFAULT_URL,
-    interval: Annotated[float, typer.Option(min=0.1, help="seconds between passes")] =
+    interval: Annotated[float, typer.Option(min=0.1, envvar="STREAMQ_REAPER_INTERVAL",
+                                            help="seconds between passes")] =
         config.DEFAULT_REAPER_INTERVAL_S,
-    min_idle: Annotated[float, typer.Option(min=0.1, help="seconds before a pending entry "
-                                                          "counts as stalled")] =
+    min_idle: Annotated[float, typer.Option(min=0.1, envvar="STREAMQ_MIN_IDLE",
+                                            help="seconds before a pending entry "
+                                                 "counts as stalled")] =
         config.DEFAULT_MIN_IDLE_S,
-    max_deliveries: Annotated[int, typer.Option(min=0, help="cap on attempts (0: each job's "
-                                                            "own max_deliveries)")] = 0,
-    retention: Annotated[float, typer.Option(min=1, help="seconds completion records are "
-                                                         "kept")] = config.DEFAULT_RETENTION_S,
+    max_deliveries: Annotated[int, typer.Option(min=0, envvar="STREAMQ_MAX_DELIVERIES",
+                                                help="cap on attempts (0: each job's "
+                                                     "own max_deliveries)")] = 0,
+    retention: Annotated[float, typer.Option(min=1, envvar="STREAMQ_RETENTION",
+                                             help="seconds completion records are "
+                                                  "kept")] = config.DEFAULT_RETENTION_S,
+    metrics_port: MetricsPort = None,
+    metrics_addr: MetricsAddr = "0.0.0.0",
     log_level: LogLevel = "INFO",
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
-    """Recover stalled entries, expired leases and dead workers of QUEUE until SIGTERM."""
+    """Recover stalled entries, expired leases and dead workers of QUEUE until SIGTERM.
+
+    Every option can also be set by its environment variable (shown in --help).
+    """
     from ..connection import connect, ping
     from ..reaper import Reaper
     from ..scheduler import run_reaper
@@ -113,7 +147,8 @@ def reaper(
     client = connect(redis_url)
     ping(client)
     r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
-               retention_s=retention, lock_ttl_s=max(10.0, interval * 5))
+               retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
+               metrics_port=metrics_port, metrics_addr=metrics_addr)
     run_reaper(r, interval)
 
 

@@ -1,0 +1,207 @@
+"""compose.yaml run as local processes: no Docker engine is needed.
+
+The test reads compose.yaml and the Dockerfile, starts redis-server with the
+compose Redis settings and ACL file, starts every other service's command (the
+image's entry point plus the service's command, replicas included) as a local
+process with the service's environment, waits for each service's health
+check, submits jobs as the producer user, and then stops every service with
+its stop signal, each within its grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from conftest import ROOT, free_port
+
+from streamq import JobState, Queue
+from streamq.example import handle
+
+PRODUCER_PASSWORD = "producer-secret"  # the password deploy/users.acl hashes for `producer`
+COMPOSE_HOST = "redis:6379"  # how services reach Redis inside compose's network
+
+
+def seconds(value: str) -> float:
+    """A compose duration ("30s", "2m", "1m30s") in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", value)
+    assert parts and "".join(n + u for n, u in parts) == value, f"bad duration {value!r}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def entrypoint() -> list[str]:
+    """The Dockerfile's exec-form ENTRYPOINT."""
+    text = (ROOT / "Dockerfile").read_text()
+    found = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", text, re.M)
+    assert found, "the Dockerfile has no exec-form ENTRYPOINT"
+    return list(yaml.safe_load(found.group(1)))
+
+
+def local_command(argv: list[str]) -> list[str]:
+    """Run the image's ``streamq`` with this interpreter, as installed here."""
+    assert argv[0] == "streamq", argv
+    return [sys.executable, "-m", "streamq", *argv[1:]]
+
+
+@dataclass
+class Service:
+    name: str
+    spec: dict[str, Any]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    metrics_ports: list[int] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def grace_s(self) -> float:
+        return seconds(self.spec.get("stop_grace_period", "10s"))
+
+    @property
+    def stop_signal(self) -> signal.Signals:
+        return signal.Signals[self.spec.get("stop_signal", "SIGTERM")]
+
+
+def redis_conf(spec: dict[str, Any], workdir: Path, port: int) -> Path:
+    """The compose Redis's config file, with mounts mapped to local paths and loopback only."""
+    mounts = {}
+    for volume in spec.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = ROOT / source
+    conf_path = spec["command"][1]
+    lines = []
+    for line in mounts[conf_path].read_text().splitlines():
+        words = line.split()
+        if words and words[0] in ("bind", "port", "dir", "protected-mode"):
+            continue  # loopback, a free port and a temporary directory instead
+        if len(words) == 2 and words[1] in mounts:
+            line = f"{words[0]} {mounts[words[1]]}"
+        lines.append(line)
+    lines += [f"port {port}", "bind 127.0.0.1", f"dir {workdir}", "protected-mode yes"]
+    out = workdir / "redis.conf"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def service_env(spec: dict[str, Any], port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    for k, v in spec.get("environment", {}).items():
+        env[k] = str(v).replace(COMPOSE_HOST, f"127.0.0.1:{port}")
+    return env
+
+
+def healthy(test: list[str], env: dict[str, str], port: int) -> bool:
+    """Run a compose health check (``CMD`` form) here; redis-cli gets the local port."""
+    assert test[0] == "CMD", test
+    argv = test[1:]
+    if argv[0] == "redis-cli":
+        argv = [argv[0], "-p", str(port), *argv[1:]]
+    else:
+        argv = local_command(argv)
+    out = subprocess.run(argv, env=env, capture_output=True, timeout=30)
+    return out.returncode == 0 and (argv[0] != "redis-cli" or out.stdout.strip() == b"PONG")
+
+
+def wait_healthy(svc: Service, env: dict[str, str], port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not healthy(svc.spec["healthcheck"]["test"], env, port):
+        assert all(p.poll() is None for p in svc.procs), f"{svc.name} exited early"
+        assert time.monotonic() < deadline, f"{svc.name} never became healthy"
+        time.sleep(0.3)
+
+
+def scrape_processed(port: int) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(r"^streamq_subrequests_processed_total\{[^}]*\} ([0-9.e+]+)$", body, re.M)
+    assert found, body
+    return float(found.group(1))
+
+
+@pytest.fixture
+def compose(tmp_path: Path) -> Iterator[tuple[dict[str, Service], int]]:
+    """Every compose service started as local processes; all killed at teardown."""
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = {name: Service(name, s) for name, s in spec["services"].items()}
+    port = free_port()
+    try:
+        rs = services["redis"]
+        conf = redis_conf(rs.spec, tmp_path, port)
+        rs.procs.append(subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL))
+        wait_healthy(rs, dict(os.environ), port)
+        for svc in services.values():
+            if svc is rs:
+                continue
+            env = service_env(svc.spec, port)
+            for _ in range(svc.spec.get("deploy", {}).get("replicas", 1)):
+                e = dict(env)
+                if "STREAMQ_METRICS_PORT" in e:  # one port per replica: no network namespaces
+                    e["STREAMQ_METRICS_PORT"] = str(free_port())
+                    svc.metrics_ports.append(int(e["STREAMQ_METRICS_PORT"]))
+                argv = local_command([*entrypoint(), *svc.spec["command"]])
+                log = tmp_path / f"{svc.name}-{len(svc.procs)}.log"
+                with log.open("wb") as out:
+                    svc.procs.append(subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out))
+                svc.logs.append(log)
+            wait_healthy(svc, env, port)
+        yield services, port
+    finally:
+        for svc in services.values():
+            for p in svc.procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(10)
+
+
+def test_compose_services_run_jobs_and_stop_within_their_grace(
+        compose: tuple[dict[str, Service], int]) -> None:
+    services, port = compose
+    worker, reaper = services["worker"], services["reaper"]
+    queue = worker.spec["environment"]["STREAMQ_QUEUE"]
+    assert reaper.spec["environment"]["STREAMQ_QUEUE"] == queue
+    # Given the compose services, each replica up and healthy
+    assert len(worker.procs) == worker.spec["deploy"]["replicas"] >= 2
+    producer_url = f"redis://producer:{PRODUCER_PASSWORD}@127.0.0.1:{port}/0"
+    q = Queue(queue, producer_url)
+    inspector = redis.Redis.from_url(f"redis://127.0.0.1:{port}/0", username="inspector",
+                                     password="inspector-secret")
+    deadline = time.monotonic() + 30
+    while inspector.zcard(q.keys.workers) < len(worker.procs):
+        assert time.monotonic() < deadline, "not every worker replica registered"
+        time.sleep(0.1)
+
+    # When the producer user submits jobs
+    payloads = [[{"n": j, "i": i} for i in range(10)] for j in range(20)]
+    jobs = [q.submit(p, concurrency=2) for p in payloads]
+
+    # Then every job completes with the example handler's results
+    for job, p in zip(jobs, payloads):
+        assert job.wait(timeout=60).state is JobState.SUCCEEDED
+        assert job.results() == {i: handle(x) for i, x in enumerate(p)}
+    # and the replicas' metrics add up to the work done
+    assert sum(scrape_processed(mp) for mp in worker.metrics_ports) == 200
+
+    # When every service gets its stop signal
+    # Then each exits 0 within its grace period
+    for svc in (worker, reaper, services["redis"]):
+        for p in svc.procs:
+            p.send_signal(svc.stop_signal)
+        for i, p in enumerate(svc.procs):
+            try:
+                code = p.wait(svc.grace_s)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{svc.name} did not stop within {svc.grace_s} s")
+            log = svc.logs[i].read_text()[-2000:] if svc.logs else ""
+            assert code == 0, f"{svc.name} exited {code}: {log}"
+    q.close()
