@@ -1,6 +1,7 @@
 --[[
   Acknowledge processed sub-requests and store their results, atomically.
-  XACK and XDEL go together (an acknowledged entry is garbage). Only an
+  XACK and deletion go together (an acknowledged entry is garbage; see
+  includes/delete_settled for how entries are deleted). Only an
   entry that XACK actually acknowledged stores its result and lowers the
   counter, so a sub-request processed twice is counted once.
 
@@ -26,16 +27,25 @@ local group, nowMs = ARGV[1], ARGV[2]
 
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
+--- @include "includes/chunked"
+--- @include "includes/delete_settled"
 
-local acked = 0
+-- XACK one by one (only what it acknowledged counts); then delete those
+-- entries (delete_settled: XTRIM MINID below the oldest pending entry, XDEL
+-- for the rest), and store the results, 500 per HSET
+local ids, fields = {}, {}
 for j = 3, #ARGV, 3 do
-  local id = ARGV[j]
-  if rcall("XACK", tasksKey, group, id) == 1 then
-    rcall("XDEL", tasksKey, id)
-    rcall("HDEL", inflightKey, id)
-    rcall("HSET", resultsKey, ARGV[j + 1], ARGV[j + 2])
-    acked = acked + 1
+  if rcall("XACK", tasksKey, group, ARGV[j]) == 1 then
+    ids[#ids + 1] = ARGV[j]
+    fields[#fields + 1] = ARGV[j + 1]
+    fields[#fields + 1] = ARGV[j + 2]
   end
+end
+local acked = #ids
+if acked > 0 then
+  delete_settled(tasksKey, group, ids)
+  if rcall("EXISTS", inflightKey) == 1 then chunked("HDEL", inflightKey, ids) end
+  chunked("HSET", resultsKey, fields)
 end
 
 local completed = 0

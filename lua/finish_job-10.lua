@@ -17,7 +17,7 @@
     KEYS[9]  kick      sq:{<queue>}:kick      HASH
     KEYS[10] dedupx    sq:{<queue>}:dedupx    ZSET dedup key -> forget-after ms
     ARGV[1]  job id
-    ARGV[2]  terminal state (succeeded | partial | failed)
+    ARGV[2]  terminal state (succeeded | partial | failed | aborted)
     ARGV[3]  total sub-requests
     ARGV[4]  done (acknowledged with a result)
     ARGV[5]  failed (dead-lettered)

@@ -14,6 +14,10 @@ from .errors import PayloadError, PayloadTooLarge
 
 BYTES, TEXT, JSON = b"b", b"s", b"j"
 
+# built once: json.dumps with options builds a new encoder on every call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_DECODER = json.JSONDecoder()
+
 
 def encode(value: Any, max_bytes: int | None = None, *, what: str = "payload") -> tuple[bytes, bytes]:
     """Encode ``value`` as ``(type letter, data)``; raise PayloadError if it cannot be."""
@@ -23,7 +27,7 @@ def encode(value: Any, max_bytes: int | None = None, *, what: str = "payload") -
         kind, data = TEXT, value.encode("utf-8", "surrogatepass")
     else:
         try:
-            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+            data = _ENCODER.encode(value).encode()
         except (TypeError, ValueError) as e:
             raise PayloadError(
                 f"{what} of type {type(value).__name__} is not bytes, str or JSON: {e}"
@@ -42,7 +46,11 @@ def decode(kind: bytes, data: bytes) -> Any:
         if kind == TEXT:
             return data.decode("utf-8", "surrogatepass")
         if kind == JSON:
-            return json.loads(data)
+            try:
+                text = data.decode()  # UTF-8, as encode() writes it
+            except UnicodeDecodeError:
+                return json.loads(data)  # UTF-16/32 JSON, or a clear error
+            return _DECODER.decode(text)
     except (UnicodeDecodeError, ValueError) as e:
         raise PayloadError(f"malformed {kind.decode(errors='replace')} value: {e}") from None
     raise PayloadError(f"unknown value type {kind!r}")

@@ -42,7 +42,7 @@ class JobStatus:
 
     @property
     def terminal(self) -> bool:
-        """True once the job is succeeded, partial or failed."""
+        """True once the job is succeeded, partial, failed or aborted."""
         return self.state in TERMINAL_STATES
 
     def as_dict(self) -> dict[str, Any]:

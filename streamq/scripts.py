@@ -10,6 +10,7 @@ Negative integer replies are streamq's error codes, mapped to exceptions in
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,8 @@ class Scripts:
         """
         if not calls:
             return []
+        if len(calls) == 1:  # a pipeline of one costs more than the call itself
+            return [self.run(calls[0].name, calls[0].keys, calls[0].args)]
         pipe = self.client.pipeline(transaction=False)
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
@@ -184,9 +187,8 @@ class Scripts:
 
     @staticmethod
     def ack_call(jk: JobKeys, now_ms: int, done: Sequence[tuple[str, int, bytes]]) -> Call:
-        args: list[Any] = [GROUP, now_ms]
-        for entry_id, index, result in done:
-            args += [entry_id, index, result]
+        # done holds (entry id, index, result) triples: ARGV's order
+        args: list[Any] = [GROUP, now_ms, *itertools.chain.from_iterable(done)]
         return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight), args)
 
     @staticmethod

@@ -268,24 +268,37 @@ class Worker:
     def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
         """Serve the claimed tokens once; return how to settle each."""
         jobs = [token_job(t) for t in tokens]
-        pipe = self.redis.pipeline(transaction=False)
-        for job in jobs:
-            pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"}, count=self.batch)
-        reads = pipe.execute(raise_on_error=False)
+        reads: list[Any]
+        if len(jobs) == 1:  # a pipeline of one costs more than the call itself
+            try:
+                reads = [self.redis.xreadgroup(config.GROUP, self.id,
+                                               {JobKeys(jobs[0]).tasks: ">"}, count=self.batch)]
+            except redis.ResponseError as e:  # NOGROUP: the job finished meanwhile
+                reads = [e]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for job in jobs:
+                pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"},
+                                count=self.batch)
+            reads = pipe.execute(raise_on_error=False)
+        read_ids: list[list[str]] = []
         for job, reply in zip(jobs, reads):  # everything read is kept fresh until settled
+            ids = []
             if reply and not isinstance(reply, Exception):
-                self._track(job, [e[0].decode() for e in reply[0][1]])
+                ids = [e[0].decode() for e in reply[0][1]]
+                self._track(job, ids)
+            read_ids.append(ids)
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
         pending: list[tuple[int, str, list[tuple[str, int, bytes]]]] = []
-        for tok, job, reply in zip(tokens, jobs, reads):
+        for tok, job, reply, ids in zip(tokens, jobs, reads, read_ids):
             if isinstance(reply, redis.ResponseError) or not reply:
                 # no stream/group (job finished or gone) or nothing new: park, or drop when done
                 settled.append((tok, self._idle_mode(job)))
                 continue
             if isinstance(reply, Exception):
                 raise reply
-            done, completed = self._run_entries(job, reply[0][1])
+            done, completed = self._run_entries(job, reply[0][1], ids)
             settled.append((tok, "d" if completed else "r"))
             if done:
                 pending.append((len(settled) - 1, job, done))
@@ -316,22 +329,26 @@ class Worker:
         self.scripts.run(call.name, call.keys, call.args)
 
     def _run_entries(
-        self, job: str, entries: list[Any]
+        self, job: str, entries: list[Any], ids: list[str]
     ) -> tuple[list[tuple[str, int, bytes]], bool]:
-        """Run a job's entries in order, acknowledging every ``ack_flush_s``.
+        """Run a job's entries (``ids`` are their decoded ids) in order, acknowledging
+        every ``ack_flush_s``.
 
         Returns the results not yet acknowledged, and whether the job completed.
         """
         done: list[tuple[str, int, bytes]] = []
-        flushed_at = time.monotonic()
+        flushed_at = time.perf_counter()
         completed = False
         jk = JobKeys(job)
-        unacked = self._track(job, [e[0].decode() for e in entries])  # same set: fresh until settled
-        for n, (entry_id, fields) in enumerate(entries):
-            if self._stopping.is_set():
+        unacked = self._track(job, ids)  # the same set: fresh until settled
+        waits: list[float] = []  # metrics, added in one go per flush
+        durations: list[float] = []
+        queue, stopping, clock = self.q.name, self._stopping, time.perf_counter
+        for n, (_, fields) in enumerate(entries):
+            if stopping.is_set():
                 self._requeue(job, [e[0] for e in entries[n:]])
                 break
-            eid = entry_id.decode()
+            eid = ids[n]
             index = _int_field(fields, b"i")
             try:
                 if index is None:
@@ -343,6 +360,7 @@ class Worker:
                 payload = decode(kind, raw)
             except PayloadError as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
+                self._observe(waits, durations)
                 completed = self._fail(job, eid, -1 if index is None else index, 1, -1,
                                        f"malformed entry: {e}", fields.get(b"t", b"b"),
                                        fields.get(b"p", b"")) or completed
@@ -352,36 +370,49 @@ class Worker:
                 # suspect (its worker died): acknowledge what is done, then record the
                 # start, so a kill inside this handler counts an attempt for it alone
                 if done:
+                    self._observe(waits, durations)
                     completed = self._ack_many([(job, done)])[0] or completed
                     unacked.difference_update(d[0] for d in done)
                     done = []
                 self.redis.hset(jk.inflight, eid, self.id)
-            self._fault("in_handler")
-            task = Task(self.q.name, job, index, eid, attempt)
-            started = time.time()
-            self.metrics.wait_seconds.observe(max(0.0, started - int(eid.split("-", 1)[0]) / 1000))
+            if self._fault_at is not None:
+                self._fault("in_handler")
+            waits.append(max(0.0, time.time() - int(eid[:eid.find("-")]) / 1000))
+            started = clock()
             try:
-                result = encode_result(self._call(task, payload))
+                result = encode_result(self._call(Task(queue, job, index, eid, attempt), payload))
             except Exception as e:
-                self.metrics.handler_seconds.observe(time.time() - started)
+                durations.append(clock() - started)
                 self.metrics.failed.inc()
                 with self.stats.lock:
                     self.stats.failed += 1
                 delay = self._retry_delay(e, attempt)
                 log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
                             attempt, type(e).__name__, e)
+                self._observe(waits, durations)
                 completed = self._fail(job, eid, index, attempt, delay,
                                        f"{type(e).__name__}: {e}", kind, raw) or completed
                 unacked.discard(eid)
                 continue
-            self.metrics.handler_seconds.observe(time.time() - started)
+            durations.append(clock() - started)
             done.append((eid, index, result))
-            if time.monotonic() - flushed_at >= self.ack_flush_s:
+            if clock() - flushed_at >= self.ack_flush_s:
+                self._observe(waits, durations)
                 completed = self._ack_many([(job, done)])[0] or completed
                 unacked.difference_update(d[0] for d in done)
                 done = []
-                flushed_at = time.monotonic()
+                flushed_at = clock()
+        self._observe(waits, durations)
         return done, completed
+
+    def _observe(self, waits: list[float], durations: list[float]) -> None:
+        """Add the gathered queue waits and handler durations to the histograms; empty
+        both lists. Called before anything is acknowledged, so the metrics never lag
+        behind a completion."""
+        self.metrics.wait_seconds.observe_many(waits)
+        self.metrics.handler_seconds.observe_many(durations)
+        waits.clear()
+        durations.clear()
 
     def _retry_delay(self, e: Exception, attempt: int) -> int:
         """Milliseconds until the next attempt, or -1 to dead-letter at once."""
