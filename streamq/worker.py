@@ -57,6 +57,24 @@ def current_task() -> Task | None:
 Handler = Callable[[Any], Any]
 
 
+def _raw_reply(response: Any, **_: Any) -> Any:
+    return response
+
+
+def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The entries of a raw XREADGROUP reply of one stream: a RESP2 list
+    ``[[stream, [[id, [field, value, ...]], ...]]]``, a RESP3 map, or nil."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]
+    out = []
+    for entries in streams:
+        for entry_id, flat in entries:
+            it = iter(flat or ())
+            out.append((entry_id, dict(zip(it, it))))
+    return out
+
+
 def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
     try:
         value = int(fields[name])
@@ -109,6 +127,11 @@ class Worker:
             client = connect(url, max_connections=concurrency * 2 + 4)
         self.q = Queue(queue, client=client, retention_s=retention_s)
         self.redis = client
+        # reads go through a client of the same pool whose XREADGROUP replies are left
+        # raw and turned into entries by _entries(): redis-py's generic stream reply
+        # parsing cost more per entry than the rest of a worker's bookkeeping
+        self._reader = redis.Redis(connection_pool=client.connection_pool)
+        self._reader.set_response_callback("XREADGROUP", _raw_reply)
         self.scripts = self.q.scripts
         self.keys = self.q.keys
         self.handler = handler
@@ -268,25 +291,30 @@ class Worker:
     def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
         """Serve the claimed tokens once; return how to settle each."""
         jobs = [token_job(t) for t in tokens]
-        reads: list[Any]
+        replies: list[Any]
         if len(jobs) == 1:  # a pipeline of one costs more than the call itself
             try:
-                reads = [self.redis.xreadgroup(config.GROUP, self.id,
-                                               {JobKeys(jobs[0]).tasks: ">"}, count=self.batch)]
+                replies = [self._reader.xreadgroup(config.GROUP, self.id,
+                                                   {JobKeys(jobs[0]).tasks: ">"},
+                                                   count=self.batch)]
             except redis.ResponseError as e:  # NOGROUP: the job finished meanwhile
-                reads = [e]
+                replies = [e]
         else:
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self._reader.pipeline(transaction=False)
             for job in jobs:
                 pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"},
                                 count=self.batch)
-            reads = pipe.execute(raise_on_error=False)
+            replies = pipe.execute(raise_on_error=False)
+        reads: list[Any] = []
         read_ids: list[list[str]] = []
-        for job, reply in zip(jobs, reads):  # everything read is kept fresh until settled
-            ids = []
-            if reply and not isinstance(reply, Exception):
-                ids = [e[0].decode() for e in reply[0][1]]
-                self._track(job, ids)
+        for job, reply in zip(jobs, replies):  # everything read is kept fresh until settled
+            ids: list[str] = []
+            if not isinstance(reply, Exception):
+                reply = _entries(reply)
+                ids = [e[0].decode() for e in reply]
+                if ids:
+                    self._track(job, ids)
+            reads.append(reply)
             read_ids.append(ids)
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
@@ -298,7 +326,7 @@ class Worker:
                 continue
             if isinstance(reply, Exception):
                 raise reply
-            done, completed = self._run_entries(job, reply[0][1], ids)
+            done, completed = self._run_entries(job, reply, ids)
             settled.append((tok, "d" if completed else "r"))
             if done:
                 pending.append((len(settled) - 1, job, done))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import redis
@@ -73,3 +74,62 @@ def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
     assert s.parse_create(raw).created
     r.script_flush()
     assert s.add_tasks(jk, [(b"s", b"y")], expect_total=1) == 2
+
+
+def _open_job(r: redis.Redis, job: str, n: int) -> tuple[Scripts, JobKeys]:
+    s, jk = Scripts(r), JobKeys(job)
+    s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
+                                  max_deliveries=3, now_ms=1, retention_ms=60_000, dedup="",
+                                  mode="open", entries=[(b"s", b"x")] * min(n, 500))])
+    for start in range(500, n, 500):
+        s.add_tasks(jk, [(b"s", b"x")] * min(500, n - start))
+    return s, jk
+
+
+def _read(r: redis.Redis, jk: JobKeys, consumer: str, count: int) -> list[tuple[str, int]]:
+    reply = r.xreadgroup("workers", consumer, {jk.tasks: ">"}, count=count)
+    return [(eid.decode(), int(f[b"i"])) for eid, f in reply[0][1]]
+
+
+def _ack(s: Scripts, jk: JobKeys, entries: list[tuple[str, int]]) -> int:
+    reply = s.parse_ack(s.run("ack", *_args(s.ack_call(jk, 1, [(e, i, b"sok") for e, i in entries]))))
+    return reply.acked
+
+
+def _args(call: Call) -> tuple[Any, Any]:
+    return call.keys, call.args
+
+
+def test_ack_deletes_exactly_the_acknowledged_entries_in_any_order(r: redis.Redis) -> None:
+    # Given a job of 1,000 entries, read in four batches by two consumers
+    s, jk = _open_job(r, "j-del", 1000)
+    a1, b1, a2, b2 = (_read(r, jk, c, 100) for c in ("a", "b", "a", "b"))
+    # When batches are acknowledged out of order (ahead of older pending entries),
+    # in order (at the head), and one entry twice
+    assert _ack(s, jk, b1) == 100
+    assert _ack(s, jk, a1[:50]) == 50
+    assert _ack(s, jk, a1[40:]) == 50  # ten of them a second time: not counted again
+    assert _ack(s, jk, list(reversed(b2))) == 100
+    # Then exactly the acknowledged entries are gone: the pending and the unread stay
+    left = sorted(int(f[b"i"]) for _, f in r.xrange(jk.tasks))
+    assert left == [i for _, i in a2] + list(range(400, 1000))
+    assert r.xpending(jk.tasks, "workers")["pending"] == 100
+    assert r.hlen(jk.results) == 300
+    # When the last pending batch is acknowledged with nothing else pending
+    assert _ack(s, jk, a2) == 100
+    # Then the stream holds only the 600 entries never read
+    assert r.xlen(jk.tasks) == 600
+    rest = _read(r, jk, "c", 600)
+    assert len(rest) == 600 and min(i for _, i in rest) == 400
+
+
+def test_ack_of_more_than_8000_entries_in_one_call(r: redis.Redis) -> None:
+    # Given 9,000 entries read at once (more than Lua's stack takes in one unpack)
+    s, jk = _open_job(r, "j-big", 9000)
+    entries = _read(r, jk, "a", 9000)
+    # When all are acknowledged in one call, half of them ahead of the other half
+    assert _ack(s, jk, entries[4500:]) == 4500
+    assert _ack(s, jk, entries[:4500]) == 4500
+    # Then every result is stored and the stream is empty
+    assert r.hlen(jk.results) == 9000
+    assert r.xlen(jk.tasks) == 0
