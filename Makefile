@@ -34,6 +34,7 @@ type: install ## mypy --strict
 
 bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
+	$(BIN)/python tests/bench/bench_durability.py
 	$(BIN)/python tests/bench/bench_spark.py
 
 demo: install ## the main job: a Spark pipeline through streamq on a private Redis
