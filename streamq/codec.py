@@ -14,9 +14,41 @@ from .errors import PayloadError, PayloadTooLarge
 
 BYTES, TEXT, JSON = b"b", b"s", b"j"
 
-# built once: json.dumps with options builds a new encoder on every call
+# built once: json.dumps with options builds a new encoder on every call, and
+# JSONEncoder.encode builds its C encoder on every call
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _DECODER = json.JSONDecoder()
+_scan = _DECODER.scan_once  # type: ignore[attr-defined]
+try:
+    from json.encoder import (  # type: ignore[attr-defined]
+        c_make_encoder,
+        encode_basestring_ascii,
+    )
+
+    # no circular-reference markers: a circular value ends in RecursionError instead
+    _c_encode = c_make_encoder(None, _ENCODER.default, encode_basestring_ascii, None,
+                               ":", ",", False, False, False)
+except (ImportError, TypeError):  # an interpreter without json's C accelerator
+    _c_encode = None
+
+
+def _dumps(value: Any) -> str:
+    if _c_encode is None:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_c_encode(value, 0))
+    except RecursionError:
+        raise ValueError("circular reference detected") from None
+
+
+def _loads(text: str) -> Any:
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        end = -1
+    if end == len(text):
+        return value
+    return _DECODER.decode(text)  # whitespace around the value, or a clear error
 
 
 def encode(value: Any, max_bytes: int | None = None, *, what: str = "payload") -> tuple[bytes, bytes]:
@@ -27,7 +59,7 @@ def encode(value: Any, max_bytes: int | None = None, *, what: str = "payload") -
         kind, data = TEXT, value.encode("utf-8", "surrogatepass")
     else:
         try:
-            data = _ENCODER.encode(value).encode()
+            data = _dumps(value).encode()
         except (TypeError, ValueError) as e:
             raise PayloadError(
                 f"{what} of type {type(value).__name__} is not bytes, str or JSON: {e}"
@@ -50,7 +82,7 @@ def decode(kind: bytes, data: bytes) -> Any:
                 text = data.decode()  # UTF-8, as encode() writes it
             except UnicodeDecodeError:
                 return json.loads(data)  # UTF-16/32 JSON, or a clear error
-            return _DECODER.decode(text)
+            return _loads(text)
     except (UnicodeDecodeError, ValueError) as e:
         raise PayloadError(f"malformed {kind.decode(errors='replace')} value: {e}") from None
     raise PayloadError(f"unknown value type {kind!r}")

@@ -46,12 +46,16 @@ from .scripts import Call, JobReply
 
 log = logging.getLogger("streamq.worker")
 
-_current: contextvars.ContextVar[Task | None] = contextvars.ContextVar("streamq_task", default=None)
+#: (queue, job id, index, entry id, attempt) of the sub-request being run; a Task is made
+#: from it only when a handler asks, not for every sub-request
+_current: contextvars.ContextVar[tuple[str, str, int, str, int] | None] = contextvars.ContextVar(
+    "streamq_task", default=None)
 
 
 def current_task() -> Task | None:
     """The sub-request the calling handler is running (None outside a handler)."""
-    return _current.get()
+    fields = _current.get()
+    return None if fields is None else Task(*fields)
 
 
 Handler = Callable[[Any], Any]
@@ -383,7 +387,7 @@ class Worker:
                     raise PayloadError("missing or invalid index field 'i'")
                 if b"t" not in fields or b"p" not in fields:
                     raise PayloadError("missing type 't' or payload 'p' field")
-                attempt = (_int_field(fields, b"a") or 0) + 1
+                attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
                 kind, raw = fields[b"t"], fields[b"p"]
                 payload = decode(kind, raw)
             except PayloadError as e:
@@ -408,7 +412,7 @@ class Worker:
             waits.append(max(0.0, time.time() - int(eid[:eid.find("-")]) / 1000))
             started = clock()
             try:
-                result = encode_result(self._call(Task(queue, job, index, eid, attempt), payload))
+                result = encode_result(self._call((queue, job, index, eid, attempt), payload))
             except Exception as e:
                 durations.append(clock() - started)
                 self.metrics.failed.inc()
@@ -496,7 +500,7 @@ class Worker:
             if self._fault_count >= self._fault_at[1]:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def _call(self, task: Task, payload: Any) -> Any:
+    def _call(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
         if self._loop is None:
             reset = _current.set(task)
             try:
@@ -505,7 +509,7 @@ class Worker:
                 _current.reset(reset)
         return asyncio.run_coroutine_threadsafe(self._acall(task, payload), self._loop).result()
 
-    async def _acall(self, task: Task, payload: Any) -> Any:
+    async def _acall(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
         _current.set(task)
         return await self.handler(payload)
 

@@ -27,3 +27,18 @@ def test_errors() -> None:
         decode(b"j", b"{not json")
     with pytest.raises(PayloadError, match="unknown value type"):
         decode(b"p", b"\x80\x04")
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(PayloadError, match="circular"):
+        encode(circular)
+    with pytest.raises(PayloadError, match="not bytes, str or JSON"):
+        encode(float("nan"))
+    with pytest.raises(PayloadError, match="Extra data"):
+        decode(b"j", b'{"a":1}x')
+
+
+def test_json_from_other_writers_is_read_like_json_loads() -> None:
+    # entries written by other producers: surrounding white space, UTF-16
+    assert decode(b"j", b' {"a": [1, 2]}\n') == {"a": [1, 2]}
+    assert decode(b"j", '{"a": "é"}'.encode("utf-16")) == {"a": "é"}
+    assert encode({"k": "é", "n": [1.5, None]})[1] == b'{"k":"\\u00e9","n":[1.5,null]}'
