@@ -90,6 +90,11 @@ def decode(kind: bytes, data: bytes) -> Any:
 
 def encode_result(value: Any) -> bytes:
     """Encode a handler's return value for the results hash."""
+    if type(value) is dict or type(value) is list:  # the common case, without encode()'s checks
+        try:
+            return JSON + _dumps(value).encode()
+        except (TypeError, ValueError):
+            pass  # encode() says what is wrong
     kind, data = encode(value, what="result")
     return kind + data
 

@@ -375,7 +375,9 @@ class Worker:
         unacked = self._track(job, ids)  # the same set: fresh until settled
         waits: list[float] = []  # metrics, added in one go per flush
         durations: list[float] = []
-        queue, stopping, clock = self.q.name, self._stopping, time.perf_counter
+        queue, stopping, clock, wall = self.q.name, self._stopping, time.perf_counter, time.time
+        handler, sync, flush_s = self.handler, self._loop is None, self.ack_flush_s
+        faults = self._fault_at is not None
         for n, (_, fields) in enumerate(entries):
             if stopping.is_set():
                 self._requeue(job, [e[0] for e in entries[n:]])
@@ -407,12 +409,21 @@ class Worker:
                     unacked.difference_update(d[0] for d in done)
                     done = []
                 self.redis.hset(jk.inflight, eid, self.id)
-            if self._fault_at is not None:
+            if faults:
                 self._fault("in_handler")
-            waits.append(max(0.0, time.time() - int(eid[:eid.find("-")]) / 1000))
+            waits.append(max(0.0, wall() - int(eid[:eid.find("-")]) / 1000))
             started = clock()
+            task = (queue, job, index, eid, attempt)
             try:
-                result = encode_result(self._call((queue, job, index, eid, attempt), payload))
+                if sync:  # _call, inline: this runs once per sub-request
+                    reset = _current.set(task)
+                    try:
+                        value = handler(payload)
+                    finally:
+                        _current.reset(reset)
+                else:
+                    value = self._call(task, payload)
+                result = encode_result(value)
             except Exception as e:
                 durations.append(clock() - started)
                 self.metrics.failed.inc()
@@ -428,7 +439,7 @@ class Worker:
                 continue
             durations.append(clock() - started)
             done.append((eid, index, result))
-            if clock() - flushed_at >= self.ack_flush_s:
+            if clock() - flushed_at >= flush_s:
                 self._observe(waits, durations)
                 completed = self._ack_many([(job, done)])[0] or completed
                 unacked.difference_update(d[0] for d in done)
