@@ -415,14 +415,14 @@ class Worker:
             started = clock()
             task = (queue, job, index, eid, attempt)
             try:
-                if sync:  # _call, inline: this runs once per sub-request
+                if sync:  # inline rather than a method call: this runs per sub-request
                     reset = _current.set(task)
                     try:
                         value = handler(payload)
                     finally:
                         _current.reset(reset)
                 else:
-                    value = self._call(task, payload)
+                    value = self._call_async(task, payload)
                 result = encode_result(value)
             except Exception as e:
                 durations.append(clock() - started)
@@ -511,13 +511,10 @@ class Worker:
             if self._fault_count >= self._fault_at[1]:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def _call(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
-        if self._loop is None:
-            reset = _current.set(task)
-            try:
-                return self.handler(payload)
-            finally:
-                _current.reset(reset)
+    def _call_async(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
+        """Run an ``async def`` handler on the worker's event loop; wait for its result.
+        (Sync handlers are called inline in :meth:`_run_entries`.)"""
+        assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(self._acall(task, payload), self._loop).result()
 
     async def _acall(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
