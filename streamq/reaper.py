@@ -20,6 +20,7 @@ import redis
 from . import config
 from .client import Queue, now_ms
 from .deadletters import announce
+from .errors import StreamqError
 from .keys import JobKeys
 from .metrics import ReaperMetrics
 from .scripts import JobReply
@@ -46,6 +47,8 @@ class PassReport:
     orphans: int = 0
     consumers_deleted: int = 0
     skipped: bool = False  #: another reaper held the lock
+    #: jobs whose recovery failed with an error Redis or the job's data caused (logged)
+    job_errors: list[str] = field(default_factory=list)
     #: sub-requests waiting for delivery (stream lag plus scheduled retries), by priority
     backlog: dict[int, int] = field(default_factory=dict)
 
@@ -134,17 +137,28 @@ class Reaper:
         metas: list[Any] = pipe.execute()
         for job, m in zip(jobs, metas):
             report.jobs_checked += 1
-            if m[0] is None:
-                self.scripts.forget_job(self.keys, job)
-                report.orphans += 1
-                continue
-            reply = JobReply.parse([1, *m])
-            if reply.state not in ("open", "active"):
-                self._finish(job, reply, report)
-                continue
-            self._recover_job(job, reply, alive, report)
+            try:
+                self._recover_one(job, m, alive, report)
+            except (redis.ResponseError, ValueError, TypeError, StreamqError) as e:
+                # one job's broken keys (wrong type, corrupt meta) must not stop the
+                # recovery of every job after it; connection errors still end the pass
+                log.error("reaper: job %s could not be recovered: %s: %s", job,
+                          type(e).__name__, e)
+                report.job_errors.append(job)
             if self._fault_at:
                 os.kill(os.getpid(), 9)
+
+    def _recover_one(self, job: str, m: list[Any], alive: set[str],
+                     report: PassReport) -> None:
+        if m[0] is None:
+            self.scripts.forget_job(self.keys, job)
+            report.orphans += 1
+            return
+        reply = JobReply.parse([1, *m])
+        if reply.state not in ("open", "active"):
+            self._finish(job, reply, report)
+            return
+        self._recover_job(job, reply, alive, report)
 
     def _recover_job(self, job: str, reply: JobReply, alive: set[str],
                      report: PassReport) -> None:

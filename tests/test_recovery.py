@@ -417,3 +417,25 @@ def test_dead_worker_leases_freed_and_consumers_deleted(
     assert b"ghost-worker" not in names and "ghost-worker" not in names
     # and no attempt was charged: the entries were read but never started
     assert all(f.get(b"a") == b"0" for _, f in r.xrange(jk.tasks))
+
+
+def test_a_broken_job_does_not_stop_the_recovery_of_the_others(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a job whose stream key was overwritten with a string (registered first),
+    # and a job whose 5 entries a vanished consumer read and never settled
+    q = Queue(queue_name, redis_url)
+    broken = q.submit([1, 2])
+    r.delete(JobKeys(broken.id).tasks)
+    r.set(JobKeys(broken.id).tasks, "not a stream")
+    job = q.submit([{"n": i} for i in range(5)])
+    r.xreadgroup("workers", "vanished", {JobKeys(job.id).tasks: ">"}, count=5)
+    time.sleep(0.2)
+    # When a reaper pass runs
+    report = Reaper(queue_name, redis_url, min_idle_s=0.1).run_once()
+    # Then the broken job is reported and the other job's entries are handed on
+    assert report.job_errors == [broken.id]
+    assert report.reclaimed == 5
+    workers(queue_name, lambda p: p["n"] * 2)
+    assert q.wait(job.id, timeout=20).state is JobState.SUCCEEDED
+    assert q.results(job.id) == {i: i * 2 for i in range(5)}
