@@ -58,7 +58,7 @@ end
 
 if dead_letter(metaKey, errorsKey, dlqKey, unannouncedKey, index, entryId, ARGV[7], attempts,
                ARGV[8], ARGV[9], nowMs) == 1 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
   return reply(2, 1)
 end
 return reply(2, 0)

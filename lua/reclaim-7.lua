@@ -90,6 +90,6 @@ for _, entry in ipairs(entries) do
 end
 
 if completed == 1 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
 end
 return reply(cursor, readded, dead, completed)

@@ -152,13 +152,13 @@ class Scripts:
         mode: str,
         entries: Iterable[tuple[bytes, bytes]],
     ) -> Call:
-        """``mode`` is "final", "open" or "submit"; see create_job-4.lua."""
+        """``mode`` is "final", "open" or "submit"; see create_job-5.lua."""
         args: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
                            retention_ms, dedup, mode, GROUP]
         for kind, data in entries:
             args.append(kind)
             args.append(data)
-        return Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors), args)
+        return Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq), args)
 
     @staticmethod
     def parse_create(r: Sequence[Any]) -> CreateReply:
@@ -181,7 +181,8 @@ class Scripts:
 
     def finalize_job(self, jk: JobKeys, now_ms: int) -> JobReply:
         """Close an open job; completion may follow at once."""
-        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors), (now_ms,))
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
+                         (now_ms,))
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 
@@ -189,7 +190,7 @@ class Scripts:
     def ack_call(jk: JobKeys, now_ms: int, done: Sequence[tuple[str, int, bytes]]) -> Call:
         # done holds (entry id, index, result) triples: ARGV's order
         args: list[Any] = [GROUP, now_ms, *itertools.chain.from_iterable(done)]
-        return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight), args)
+        return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight, jk.dlq), args)
 
     @staticmethod
     def parse_ack(r: Sequence[Any]) -> AckReply:
@@ -371,7 +372,7 @@ class Scripts:
     def abort_job(self, jk: JobKeys, now_ms: int, reason: str) -> JobReply:
         """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it."""
         reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
-                                       jk.inflight, jk.added, jk.ids), (now_ms, reason))
+                                       jk.inflight, jk.added, jk.ids, jk.dlq), (now_ms, reason))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
 

@@ -196,6 +196,10 @@ def test_always_failing_handler_dead_letters_once_then_replays(
         assert dead[0].error == "ValueError: cannot process bad"
         assert dead[0].as_dict()["payload"] == "bad"
         assert completions(r, queue_name) == {job.id: 1}
+        # and the job's dead-letter payloads expire with its results, not never
+        jk = JobKeys(job.id)
+        assert r.hexists(jk.dlq, "1")
+        assert 0 < r.pttl(jk.dlq) <= r.pttl(jk.results)
         # When it is replayed (its job is finished, so into a new job) after a fix
         healed.set()
         new_id = q.replay_dead(dead[0].id)

@@ -3,10 +3,11 @@
   terminal state, in the job's own slot.
   Terminal state: succeeded (nothing failed), failed (everything failed),
   partial (some failed). Sets `finished`, lets meta, results and errors expire
-  after the job's retention (meta field `retention`, ms) and deletes the (empty) task stream with its group.
+  after the job's retention (meta field `retention`, ms), the dead-letter payloads
+  (`dlq`) with them, and deletes the (empty) task stream with its group.
   Returns the terminal state.
 ]]
-local function complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
+local function complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
   local retentionMs = rcall("HGET", metaKey, "retention")
   local total = tonumber(rcall("HGET", metaKey, "total") or "0")
   local failed = tonumber(rcall("HGET", metaKey, "failed") or "0")
@@ -19,5 +20,6 @@ local function complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
   rcall("PEXPIRE", metaKey, retentionMs)
   rcall("PEXPIRE", resultsKey, retentionMs)
   rcall("PEXPIRE", errorsKey, retentionMs)
+  rcall("PEXPIRE", dlqKey, retentionMs)
   return state
 end

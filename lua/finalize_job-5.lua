@@ -8,6 +8,7 @@
     KEYS[2] tasks    sq:{<job>}:tasks    STREAM
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
+    KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1] now, ms since the epoch
 
   Output:
@@ -17,7 +18,7 @@
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call
-local metaKey, tasksKey, resultsKey, errorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 --- @include "includes/errors"
 --- @include "includes/job_reply"
@@ -29,7 +30,7 @@ if state ~= "open" then return job_reply(metaKey, 0) end
 
 rcall("HSET", metaKey, "state", "active")
 if rcall("HINCRBY", metaKey, "remaining", -1) <= 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, ARGV[1])
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, ARGV[1])
   return job_reply(metaKey, 1)
 end
 return job_reply(metaKey, 0)

@@ -16,6 +16,7 @@
     KEYS[6] inflight  sq:{<job>}:inflight  HASH
     KEYS[7] added     sq:{<job>}:added     HASH deterministic id -> index
     KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
+    KEYS[9] dlq       sq:{<job>}:dlq       HASH dead-letter payloads
     ARGV[1] now, ms since the epoch
     ARGV[2] reason (stored in meta `abort_reason`)
 
@@ -26,8 +27,8 @@
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call
-local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey, dlqKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local nowMs, reason = ARGV[1], ARGV[2]
 
 --- @include "includes/errors"
@@ -40,7 +41,7 @@ if state ~= "open" and state ~= "active" then return job_reply(metaKey, 0) end
 rcall("HSET", metaKey, "state", "aborted", "finished", nowMs, "abort_reason", reason)
 rcall("DEL", tasksKey, retryKey, inflightKey)
 local retentionMs = rcall("HGET", metaKey, "retention")
-for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey}) do
+for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey, dlqKey}) do
   rcall("PEXPIRE", key, retentionMs)
 end
 return job_reply(metaKey, 1)

@@ -11,6 +11,7 @@
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
     KEYS[5] inflight sq:{<job>}:inflight HASH entry id -> consumer (recorded starts)
+    KEYS[6] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1] consumer group name
     ARGV[2] now, ms since the epoch
     ARGV[3..] triples (entry id, sub-request index, encoded result)
@@ -22,7 +23,8 @@
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.
 ]]
 local rcall = redis.call
-local tasksKey, metaKey, resultsKey, errorsKey, inflightKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tasksKey, metaKey, resultsKey, errorsKey, inflightKey, dlqKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, nowMs = ARGV[1], ARGV[2]
 
 --- @include "includes/job_reply"
@@ -53,7 +55,7 @@ if acked > 0 then
   rcall("HINCRBY", metaKey, "done", acked)
   local remaining = rcall("HINCRBY", metaKey, "remaining", -acked)
   if remaining <= 0 and rcall("HGET", metaKey, "state") == "active" then
-    complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
+    complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
     completed = 1
   end
 end

@@ -8,6 +8,7 @@
     KEYS[2] tasks    sq:{<job>}:tasks    STREAM (+ consumer group ARGV[10])
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
+    KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1]  queue name
     ARGV[2]  priority (0..99, 0 most urgent)
     ARGV[3]  concurrency (tokens)
@@ -31,7 +32,7 @@
     finalized at once): the caller must then finish it in the queue slot.
 ]]
 local rcall = redis.call
-local metaKey, tasksKey, resultsKey, errorsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local nowMs, retentionMs = ARGV[6], ARGV[7]
 local finalize = ARGV[9] == "final"
 
@@ -64,7 +65,7 @@ rcall("HSET", metaKey,
   "mode", ARGV[9], "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
 
 if remaining == 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, nowMs)
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
   return reply(1, 1)
 end
 return reply(1, 0)
