@@ -32,9 +32,10 @@ local group, nowMs = ARGV[1], ARGV[2]
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
 
--- XACK one by one (only what it acknowledged counts); then delete those
--- entries (delete_settled: XTRIM MINID below the oldest pending entry, XDEL
--- for the rest), and store the results, 500 per HSET
+-- XACK one by one (only what it acknowledged counts); store the results, 500
+-- per HSET; then, unless the job completed (complete_job deletes the whole
+-- stream), delete those entries (delete_settled: XTRIM MINID below the
+-- oldest pending entry, XDEL for the rest)
 local ids, fields = {}, {}
 for j = 3, #ARGV, 3 do
   if rcall("XACK", tasksKey, group, ARGV[j]) == 1 then
@@ -44,19 +45,17 @@ for j = 3, #ARGV, 3 do
   end
 end
 local acked = #ids
-if acked > 0 then
-  delete_settled(tasksKey, group, ids)
-  if rcall("EXISTS", inflightKey) == 1 then chunked("HDEL", inflightKey, ids) end
-  chunked("HSET", resultsKey, fields)
-end
-
 local completed = 0
 if acked > 0 then
+  chunked("HSET", resultsKey, fields)
+  if rcall("EXISTS", inflightKey) == 1 then chunked("HDEL", inflightKey, ids) end
   rcall("HINCRBY", metaKey, "done", acked)
   local remaining = rcall("HINCRBY", metaKey, "remaining", -acked)
   if remaining <= 0 and rcall("HGET", metaKey, "state") == "active" then
     complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
     completed = 1
+  else
+    delete_settled(tasksKey, group, ids)
   end
 end
 local r = job_reply(metaKey, completed)

@@ -115,24 +115,35 @@ class Scripts:
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run several scripts in one pipelined round trip; replies in order.
 
-        A script missing from the server's cache (NOSCRIPT, after a restart)
-        did not run; it is run again on its own, which loads it.
+        A script missing from the server's cache (NOSCRIPT, after a restart or
+        SCRIPT FLUSH) did not run: each missing script is loaded once and the
+        calls it failed are run again, in one more round trip.
         """
         if not calls:
             return []
         if len(calls) == 1:  # a pipeline of one costs more than the call itself
             return [self.run(calls[0].name, calls[0].keys, calls[0].args)]
+        replies = self._pipelined(calls)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+        if missing:  # load each missing script once, then run those calls in one round trip
+            for name in dict.fromkeys(calls[i].name for i in missing):
+                self.client.script_load(self._scripts[name].script)
+            for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):
+                if isinstance(reply, redis.exceptions.NoScriptError):  # flushed again meanwhile
+                    reply = self.run(calls[i].name, calls[i].keys, calls[i].args)
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _pipelined(self, calls: Sequence[Call]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
             pipe.evalsha(self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args)
         replies: list[Any] = pipe.execute(raise_on_error=False)
-        for i, reply in enumerate(replies):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                replies[i] = self.run(calls[i].name, calls[i].keys, calls[i].args)
-            elif isinstance(reply, Exception):
-                raise reply
         return replies
 
     # -- job slot ---------------------------------------------------------------

@@ -76,6 +76,24 @@ def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
     assert s.add_tasks(jk, [(b"s", b"y")], expect_total=1) == 2
 
 
+def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Redis) -> None:
+    s = Scripts(r)
+    r.script_flush()
+    r.config_resetstat()
+    calls = [s.create_job_call(JobKeys(f"j-flush-{i}"), queue="q", priority=1, concurrency=1,
+                               client="c", max_deliveries=3, now_ms=1, retention_ms=1000,
+                               dedup="", mode="open", entries=[(b"s", b"x")])
+             for i in range(50)]
+    replies = s.run_many(calls)
+    assert all(s.parse_create(raw).created for raw in replies)
+    stats = r.info("commandstats")
+    assert stats["cmdstat_script|load"]["calls"] == 1  # one script, loaded once
+    # 50 that failed with NOSCRIPT, then 50 that ran: none run one at a time
+    assert stats["cmdstat_evalsha"]["calls"] == 100
+    assert stats["cmdstat_evalsha"]["failed_calls"] + stats["cmdstat_evalsha"].get(
+        "rejected_calls", 0) == 50
+
+
 def _open_job(r: redis.Redis, job: str, n: int) -> tuple[Scripts, JobKeys]:
     s, jk = Scripts(r), JobKeys(job)
     s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",

@@ -8,9 +8,10 @@
   Returns the terminal state.
 ]]
 local function complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
-  local retentionMs = rcall("HGET", metaKey, "retention")
-  local total = tonumber(rcall("HGET", metaKey, "total") or "0")
-  local failed = tonumber(rcall("HGET", metaKey, "failed") or "0")
+  local m = rcall("HMGET", metaKey, "retention", "total", "failed")
+  local retentionMs = m[1]
+  local total = tonumber(m[2] or "0")
+  local failed = tonumber(m[3] or "0")
   local state = "succeeded"
   if failed > 0 then
     if failed >= total then state = "failed" else state = "partial" end
