@@ -32,17 +32,40 @@ local group, nowMs = ARGV[1], ARGV[2]
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
 
--- XACK one by one (only what it acknowledged counts); store the results, 500
--- per HSET; then, unless the job completed (complete_job deletes the whole
+-- XACK every id at once (in slices of 500). Only what XACK acknowledged may
+-- count. When it acknowledged them all (the usual case) that is every id;
+-- otherwise some were settled before this call, and a delivered entry is
+-- still in the stream exactly while it is pending (every script that settles
+-- an entry deletes it in the same call), so the ones this call acknowledged
+-- are the ones still in the stream (each id once). Then store their results,
+-- 500 per HSET, and, unless the job completed (complete_job deletes the whole
 -- stream), delete those entries (delete_settled: XTRIM MINID below the
 -- oldest pending entry, XDEL for the rest)
 local ids, fields = {}, {}
 for j = 3, #ARGV, 3 do
-  if rcall("XACK", tasksKey, group, ARGV[j]) == 1 then
-    ids[#ids + 1] = ARGV[j]
+  ids[#ids + 1] = ARGV[j]
+end
+local ackedNow = 0
+for i = 1, #ids, 500 do
+  ackedNow = ackedNow + rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
+end
+if ackedNow == #ids then
+  for j = 3, #ARGV, 3 do
     fields[#fields + 1] = ARGV[j + 1]
     fields[#fields + 1] = ARGV[j + 2]
   end
+else
+  local kept, seen = {}, {}
+  for j = 3, #ARGV, 3 do
+    local id = ARGV[j]
+    if not seen[id] and #rcall("XRANGE", tasksKey, id, id) > 0 then
+      kept[#kept + 1] = id
+      fields[#fields + 1] = ARGV[j + 1]
+      fields[#fields + 1] = ARGV[j + 2]
+    end
+    seen[id] = true
+  end
+  ids = kept
 end
 local acked = #ids
 local completed = 0

@@ -33,6 +33,9 @@ DEFAULT_PREFETCH = 1
 DEFAULT_LEASE_MS = 30_000
 #: Worker heartbeat period, in seconds; leases are extended on the same beat.
 DEFAULT_HEARTBEAT_S = 5.0
+#: How long a stopping worker keeps trying an unreachable Redis to hand back its tokens
+#: before it exits without (its leases then expire and the reaper reclaims its entries).
+DEFAULT_STOP_RETRY_S = 30.0
 #: Longest a worker blocks waiting for a wake-up before it looks for work again, in seconds.
 DEFAULT_IDLE_WAIT_S = 1.0
 #: Longest a finished result waits before it is acknowledged, in seconds.

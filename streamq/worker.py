@@ -117,6 +117,7 @@ class Worker:
         retry_cap_s: float = config.DEFAULT_RETRY_CAP_S,
         metrics_port: int | None = None,
         metrics_addr: str = "0.0.0.0",
+        stop_retry_s: float = config.DEFAULT_STOP_RETRY_S,
     ) -> None:
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
                                 ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
@@ -147,6 +148,9 @@ class Worker:
         self.heartbeat_s = heartbeat_s
         self.idle_wait_s = idle_wait_s
         self.ack_flush_s = ack_flush_s
+        self.stop_retry_s = stop_retry_s
+        #: tokens a stopping worker could not hand back (Redis unreachable)
+        self.undrained = 0
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.stats = _Stats()
         self._stopping = threading.Event()
@@ -224,6 +228,11 @@ class Worker:
         log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
         if self.fatal is not None:
             raise ConnectionFailed(self.fatal)
+        if self.undrained:
+            raise ConnectionFailed(
+                f"Redis unreachable for {self.stop_retry_s:g} s while stopping: "
+                f"{self.undrained} token(s) left to expire (nothing is lost: the reaper hands "
+                "their entries to other workers)")
 
     def _fatal(self, e: BaseException) -> None:
         """Access refused (wrong credentials, a command the ACL forbids): stop, do not retry."""
@@ -260,8 +269,13 @@ class Worker:
 
     def _slot(self) -> None:
         settled: list[tuple[str, str]] = []
+        stop_seen: float | None = None
         while True:
             stopping = self._stopping.is_set()
+            if stopping and not settled:
+                return  # nothing to hand back
+            if stopping and stop_seen is None:
+                stop_seen = time.monotonic()
             try:
                 claimed = self.scripts.settle(self.keys, self.id, now_ms(), self.lease_ms,
                                               0 if stopping else self.prefetch, settled)
@@ -286,11 +300,26 @@ class Worker:
             except ACCESS_ERRORS as e:
                 self._fatal(e)
             except CONNECTION_ERRORS as e:
+                if stop_seen is not None and time.monotonic() - stop_seen >= self.stop_retry_s:
+                    log.error("redis unavailable while stopping (%s): leaving %d token(s) to "
+                              "expire; the reaper hands their entries to other workers", e,
+                              len(settled))
+                    with self._held_lock:
+                        self.undrained += len(settled)
+                    return
                 log.warning("redis unavailable (%s); retrying", e)
-                self._stopping.wait(1.0)
+                self._pause(stopping)
             except Exception:
                 log.exception("unexpected error in a worker slot; its tokens are released")
-                self._stopping.wait(1.0)
+                self._pause(stopping)
+
+    def _pause(self, stopping: bool) -> None:
+        """Wait before a retry: a second, cut short by a stop; half a second once stopping
+        (the stop event is set then, so waiting on it would not pause at all)."""
+        if stopping:
+            time.sleep(0.5)
+        else:
+            self._stopping.wait(1.0)
 
     def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
         """Serve the claimed tokens once; return how to settle each."""

@@ -397,6 +397,43 @@ def test_redis_restart_with_aof_loses_nothing(tmp_path: Path, queue_name: str) -
         server.wait(10)
 
 
+def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
+        tmp_path: Path, queue_name: str) -> None:
+    # Given a worker holding a token of a running job, and a reaper, on a Redis that then
+    # goes away for good
+    server, url = start_redis(tmp_path)
+    procs = Procs(url)
+    try:
+        q = Queue(queue_name, url)
+        job = q.submit([{"n": i, "sleep": 0.05} for i in range(200)], concurrency=1)
+        worker = procs.worker(queue_name, "tests.handlers:count", "--stop-retry", "2")
+        reaper = procs.reaper(queue_name)
+        wait_until(lambda: q.status(job.id).done >= 5, 30, "work in flight")
+        q.close()
+        server.terminate()
+        server.wait(10)
+        time.sleep(0.5)
+        # When both are told to stop
+        t0 = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        reaper.send_signal(signal.SIGTERM)
+        # Then the worker gives up on handing its token back after --stop-retry and says
+        # why in one line, with the exit code for an unreachable Redis; the reaper stops
+        _, err = worker.communicate(timeout=20)
+        assert time.monotonic() - t0 < 15
+        assert worker.returncode == 3
+        last = err.decode().strip().splitlines()[-1]
+        assert "Redis unreachable for 2 s while stopping: 1 token(s) left to expire" in last
+        assert "Traceback" not in err.decode()
+        _, rerr = reaper.communicate(timeout=20)
+        assert reaper.returncode == 0, rerr.decode()
+        assert "Traceback" not in rerr.decode()
+    finally:
+        procs.stop_all()
+        server.kill()
+        server.wait(10)
+
+
 def test_dead_worker_leases_freed_and_consumers_deleted(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:

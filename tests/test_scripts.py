@@ -151,3 +151,25 @@ def test_ack_of_more_than_8000_entries_in_one_call(r: redis.Redis) -> None:
     # Then every result is stored and the stream is empty
     assert r.hlen(jk.results) == 9000
     assert r.xlen(jk.tasks) == 0
+
+
+def test_ack_counts_only_what_it_acknowledged_when_some_were_settled_before(
+        r: redis.Redis) -> None:
+    # Given ten entries read by one worker; two of them already acknowledged by an
+    # earlier call and one moved back to the queue (requeue re-adds it as a new entry)
+    s, jk = _open_job(r, "j-mixed", 10)
+    entries = _read(r, jk, "a", 10)
+    assert _ack(s, jk, entries[:2]) == 2
+    assert s.requeue(jk, "a", [entries[2][0]]) == 1
+    # When one call acknowledges all ten, with one fresh entry listed twice
+    reply = s.parse_ack(s.run("ack", *_args(s.ack_call(
+        jk, 1, [(e, i, f"r{i}".encode()) for e, i in entries + [entries[5]]]))))
+    # Then it counts the seven it acknowledged, each once, and stores their results
+    assert reply.acked == 7
+    assert reply.job.done == 9
+    assert sorted(int(k) for k in r.hkeys(jk.results)) == [0, 1, 3, 4, 5, 6, 7, 8, 9]
+    assert r.hget(jk.results, "5") == b"r5"
+    # And only the requeued copy of entry 2 is left to do
+    left = [(int(f[b"i"])) for _, f in r.xrange(jk.tasks)]
+    assert left == [2]
+    assert r.xpending(jk.tasks, "workers")["pending"] == 0

@@ -93,6 +93,10 @@ def worker(
     retry_base: Annotated[float, typer.Option(min=0.0, envvar="STREAMQ_RETRY_BASE",
                                               help="first retry delay, seconds")] =
         config.DEFAULT_RETRY_BASE_S,
+    stop_retry: Annotated[float, typer.Option(min=0.0, envvar="STREAMQ_STOP_RETRY",
+                                              help="seconds a stopping worker keeps trying "
+                                                   "an unreachable Redis")] =
+        config.DEFAULT_STOP_RETRY_S,
     metrics_port: MetricsPort = None,
     metrics_addr: MetricsAddr = "0.0.0.0",
     log_level: LogLevel = "INFO",
@@ -109,7 +113,7 @@ def worker(
     w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch,
                heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
                idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat),
-               metrics_port=metrics_port, metrics_addr=metrics_addr)
+               metrics_port=metrics_port, metrics_addr=metrics_addr, stop_retry_s=stop_retry)
     w.run()
 
 
