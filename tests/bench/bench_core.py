@@ -35,7 +35,10 @@ from streamq.keys import QueueKeys  # noqa: E402
 BIG, SMALL, SUBMIT_CHUNK, SAMPLES, WARMUP = 100_000, 20_000, 1000, 300, 10
 REPEAT = 3  # runs of each measure; the best is reported (the least disturbed by other load)
 SWEEP_BIG = 20_000  # size of the short runs (best of 2) that pick the setup for 1
-BIG_SETUPS = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]  # (worker processes, slots each)
+# (worker processes, slots each, --batch): the raw ceiling reads COUNT 100 (BATCH); streamq
+# may read more per round trip, and then the raw consumers at that COUNT are shown too
+BIG_SETUPS = [(p, s, b) for b in (100, 500) for p, s in [(1, 1), (1, 2), (1, 4), (2, 1),
+                                                          (2, 2), (2, 4)]]
 SMALL_SETUP = (2, 4, 32)  # processes, slots, prefetch for 3: the best of those tried here
 BATCH, PIPE, GROUP = 100, 500, "g"
 PROCS: list[subprocess.Popen[bytes]] = []
@@ -55,13 +58,13 @@ def cpu_s(p: subprocess.Popen[bytes]) -> float:  # user + system seconds, from /
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
+def raw_consumer(mode: str, url: str, key: str, name: str, count: str = str(BATCH)) -> None:
     r = redis.Redis.from_url(url, socket_timeout=120)
     r.rpush(f"{key}:ready", name)
     if mode == "big":  # drain one stream: XREADGROUP COUNT 100 + one XACK of what was read
         r.blpop([f"{key}:go"], timeout=60)
         n = 0
-        while (reply := r.xreadgroup(GROUP, name, {key: ">"}, count=BATCH)) and reply[0][1]:
+        while (reply := r.xreadgroup(GROUP, name, {key: ">"}, count=int(count))) and reply[0][1]:
             r.xack(key, GROUP, *[eid for eid, _ in reply[0][1]])
             n += len(reply[0][1])
         r.rpush(f"{key}:done", n)
@@ -131,11 +134,11 @@ def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
 
 @contextlib.contextmanager
 def workers(r: redis.Redis, url: str, queue: str, procs: int, slots: int,
-            prefetch: int = 1) -> Iterator[list[subprocess.Popen[bytes]]]:
+            prefetch: int = 1, batch: int = BATCH) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Worker processes, registered and idle; stopped (and the database emptied) after."""
     env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "streamq", "worker", queue, "--handler",
-           "tests.bench.handlers:echo", "--concurrency", str(slots), "--batch", str(BATCH),
+           "tests.bench.handlers:echo", "--concurrency", str(slots), "--batch", str(batch),
            "--prefetch", str(prefetch), "--log-level", "WARNING"]
     ps = [spawn(cmd, env) for _ in range(procs)]
     try:
@@ -148,10 +151,11 @@ def workers(r: redis.Redis, url: str, queue: str, procs: int, slots: int,
 
 
 @contextlib.contextmanager
-def consumers(r: redis.Redis, url: str, mode: str, key: str,
-              n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+def consumers(r: redis.Redis, url: str, mode: str, key: str, n: int,
+              count: int = BATCH) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Raw consumer processes, ready; stopped (and the database emptied) after."""
-    ps = [spawn([sys.executable, __file__, "--raw", mode, url, key, f"c{i}"]) for i in range(n)]
+    ps = [spawn([sys.executable, __file__, "--raw", mode, url, key, f"c{i}", str(count)])
+          for i in range(n)]
     try:
         if any(r.blpop([f"{key}:ready"], timeout=60) is None for _ in range(n)):
             raise RuntimeError("a raw consumer did not start")
@@ -161,11 +165,11 @@ def consumers(r: redis.Redis, url: str, mode: str, key: str,
         r.flushdb()
 
 
-def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int,
+def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int, batch: int,
            n: int) -> tuple[float, float, float, float]:
     """Submit seconds, processing seconds, and redis / worker CPU µs per sub-request."""
     name = f"big-{uuid.uuid4().hex[:8]}"
-    with workers(r, url, name, procs, slots) as ws:
+    with workers(r, url, name, procs, slots, batch=batch) as ws:
         q, payloads = Queue(name, url), [payload(i) for i in range(n)]
         t0 = perf()
         job = q.submit(payloads, concurrency=procs * slots)
@@ -178,8 +182,8 @@ def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int,
     return t1 - t0, t2 - t1, cpu[0] / n * 1e6, sum(cpu[1:]) / n * 1e6
 
 
-def raw_big(r: redis.Redis, url: str, server: Any, procs: int,
-            n: int) -> tuple[float, float, float, float]:
+def raw_big(r: redis.Redis, url: str, server: Any, procs: int, n: int,
+            count: int = BATCH) -> tuple[float, float, float, float]:
     """Pipelined XADD seconds, consume seconds, and redis / consumer CPU µs per entry."""
     key, pipe = f"rawbig-{uuid.uuid4().hex[:8]}", r.pipeline(transaction=False)
     t0 = perf()
@@ -189,7 +193,7 @@ def raw_big(r: redis.Redis, url: str, server: Any, procs: int,
             pipe.execute()
     t1 = perf()
     r.xgroup_create(key, GROUP, id="0")
-    with consumers(r, url, "big", key, procs) as cs:
+    with consumers(r, url, "big", key, procs, count) as cs:
         t2, cpu0 = perf(), [cpu_s(p) for p in (server, *cs)]
         r.rpush(f"{key}:go", *[1] * procs)
         got = [r.blpop([f"{key}:done"], timeout=60) for _ in range(procs)]
@@ -268,21 +272,38 @@ def fastest(run: Callable[[], Any], key: Callable[[Any], float]) -> Any:  # best
     return min((run() for _ in range(REPEAT)), key=key)
 
 
+def paired(*runs: Callable[[], Any], key: Callable[[Any], float]) -> list[Any]:
+    """The best of REPEAT runs of each, taken in turns (a, b, a, b, ...), so that both
+    meet the same spells of load from other tenants of a shared machine."""
+    got: list[list[Any]] = [[] for _ in runs]
+    for _ in range(REPEAT):
+        for out, run in zip(got, runs):
+            out.append(run())
+    return [min(out, key=key) for out in got]
+
+
 def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
     t_start, r = perf(), redis.Redis.from_url(url, socket_timeout=120)
     sweep = {o: SWEEP_BIG / min(sq_big(r, url, server, *o, SWEEP_BIG)[1] for _ in range(2))
              for o in BIG_SETUPS}
-    procs, slots = max(sweep, key=lambda o: sweep[o])
-    sweep_text = ", ".join(f"{p}x{s}: {v:,.0f}" for (p, s), v in sweep.items())
-    log(f"big job, sub-requests/s by processes x slots: {sweep_text}")
-    submit_s, big_s, sq_rcpu, sq_wcpu = fastest(
-        lambda: sq_big(r, url, server, procs, slots, BIG), lambda t: t[1])
-    xadd_s, raw_big_s, raw_rcpu, raw_ccpu = fastest(
-        lambda: raw_big(r, url, server, procs, BIG), lambda t: t[1])
-    small_s = fastest(lambda: sq_small(r, url, *SMALL_SETUP, SMALL), float)
-    raw_small_s = fastest(lambda: raw_small(r, url, SMALL_SETUP[0], SMALL), float)
-    lat = fastest(lambda: sq_latency(r, url, slots), lambda xs: pcts(xs)[1])
-    raw_lat = fastest(lambda: raw_latency(r, url), lambda xs: pcts(xs)[1])
+    procs, slots, batch = max(sweep, key=lambda o: sweep[o])
+    sweep_text = ", ".join(f"{p}x{s} b{b}: {v:,.0f}" for (p, s, b), v in sweep.items())
+    log(f"big job, sub-requests/s by processes x slots, batch: {sweep_text}")
+    big_runs = [lambda: sq_big(r, url, server, procs, slots, batch, BIG),
+                lambda: raw_big(r, url, server, procs, BIG)]
+    if batch != BATCH:
+        big_runs.append(lambda: raw_big(r, url, server, procs, BIG, batch))
+    sq_run, raw_run, *same_run = paired(*big_runs, key=lambda t: t[1])
+    submit_s, big_s, sq_rcpu, sq_wcpu = sq_run
+    xadd_s, raw_big_s, raw_rcpu, raw_ccpu = raw_run
+    same_count = "".join(
+        f" Beside the ceiling, raw consumers reading COUNT {batch} like the workers: "
+        f"{BIG / t[1]:,.0f} sub-requests/s (streamq at {t[1] / big_s:.0%} of that)."
+        for t in same_run)
+    small_s, raw_small_s = paired(lambda: sq_small(r, url, *SMALL_SETUP, SMALL),
+                                  lambda: raw_small(r, url, SMALL_SETUP[0], SMALL), key=float)
+    lat, raw_lat = paired(lambda: sq_latency(r, url, slots), lambda: raw_latency(r, url),
+                          key=lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
 
     ok = {True: "[green]met[/]", False: "[red]MISSED[/]"}
@@ -302,15 +323,16 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
     caption = "\n".join([
         f"{os.cpu_count()} cores, redis-server {version} on 127.0.0.1 (no persistence), Python "
         f"{sys.version.split()[0]}, redis-py {redis.__version__}; measured in "
-        f"{perf() - t_start:.0f} s. Each figure is the best of {REPEAT} runs. Ratio: higher is "
-        "better (rates streamq/raw, latency raw/streamq).",
-        f"Workers, all --batch {BATCH}: 1: {procs} process(es) x {slots} slot(s), job concurrency "
+        f"{perf() - t_start:.0f} s. Each figure is the best of {REPEAT} runs, streamq's and raw "
+        "taken in turns. Ratio: higher is better (rates streamq/raw, latency raw/streamq).",
+        f"Workers: 1: {procs} process(es) x {slots} slot(s), --batch {batch}, job concurrency "
         f"{procs * slots}, --prefetch 1, chosen by short runs (sub-requests/s by processes x "
-        f"slots: {sweep_text}); 3: {SMALL_SETUP[0]} x {SMALL_SETUP[1]}, --prefetch "
-        f"{SMALL_SETUP[2]}; 4: 1 x {slots}.",
-        f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT 100 "
-        f"+ one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} µs (raw "
-        f"{raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f}).",
+        f"slots, batch: {sweep_text}); 3: {SMALL_SETUP[0]} x {SMALL_SETUP[1]}, --batch {BATCH}, "
+        f"--prefetch {SMALL_SETUP[2]}; 4: 1 x {slots}, --batch {BATCH}.",
+        f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT "
+        f"{BATCH} + one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} "
+        f"µs (raw {raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f})."
+        f"{same_count}",
         f"2: the submit of 1 (workers idle); raw: XADD pipelined {PIPE} per execute; both encode.",
         f"3: submit_many of {SUBMIT_CHUNK} to the {SMALL:,}th record in sq:{{queue}}:events; raw: "
         f"{SMALL:,} streams, XADD + XGROUP CREATE + RPUSH name pipelined per {SUBMIT_CHUNK}; "
