@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -12,7 +11,7 @@ from typing import Any, TypeVar, cast
 import redis
 
 from . import config, deadletters
-from .codec import decode_result, encode
+from .codec import compact_json, decode_result, encode
 from .connection import CONNECTION_ERRORS, connect
 from .deadletters import DeadLetter
 from .errors import (
@@ -339,8 +338,8 @@ class Queue:
     def finish_call(self, jid: str, reply: JobReply) -> Call:
         """The queue-slot step that records and announces a terminal job's completion."""
         t = now_ms()
-        message = json.dumps(Completion(jid, self.name, JobState(reply.state), reply.total,
-                                        reply.done, reply.failed, t).as_dict())
+        message = compact_json(Completion(jid, self.name, JobState(reply.state), reply.total,
+                                          reply.done, reply.failed, t).as_dict())
         return self.scripts.finish_job_call(
             self.keys, jid, reply, now_ms=t,
             events_maxlen=self.events_maxlen, message=message)

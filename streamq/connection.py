@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
@@ -70,3 +72,48 @@ def ping(client: redis.Redis) -> None:
         raise ConnectionFailed(f"Redis refused access: {e}") from None
     except CONNECTION_ERRORS as e:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None
+
+
+def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send ``commands`` in one round trip; return their raw replies in order.
+
+    A reply that is an error is returned as its ``ResponseError`` (NOSCRIPT as
+    ``NoScriptError``), never raised. Connection errors are retried as redis-py
+    retries any command of ``client`` (the batch is sent again, so what ran before
+    the connection broke runs again) and raised when retries run out.
+
+    This is redis-py's non-transactional pipeline without its per-command
+    bookkeeping (option dicts, response callbacks, instrumentation hooks), which
+    costs more than packing and parsing the command itself; replies are left as
+    the parser returns them.
+    """
+    if not commands:
+        return []
+    if getattr(client, "connection", None) is not None:  # a single-connection client
+        pipe = client.pipeline(transaction=False)
+        for args in commands:
+            pipe.execute_command(*args)  # type: ignore[no-untyped-call]
+        return list(pipe.execute(raise_on_error=False))
+    packed = [b"".join([pack_command(tuple(args)) for args in commands])]
+    pool = client.connection_pool
+    conn: Any = pool.get_connection()
+
+    def send_and_read() -> list[Any]:
+        conn.send_packed_command(packed)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as e:
+                replies.append(e)
+        return replies
+
+    try:
+        replies: list[Any] = conn.retry.call_with_retry(send_and_read,
+                                                         lambda _: conn.disconnect())
+        return replies
+    except BaseException:
+        conn.disconnect()  # replies may be left unread on it: never reuse it as it is
+        raise
+    finally:
+        pool.release(conn)

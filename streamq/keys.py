@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from .config import PREFIX
 from .errors import ConfigError
@@ -36,62 +37,62 @@ class QueueKeys:
     def _k(self, part: str) -> str:
         return f"{PREFIX}:{{{self.name}}}:{part}"
 
-    @property
+    @cached_property
     def ready(self) -> str:
         """ZSET token -> score (priority, then fairness rank); lower is served first."""
         return self._k("ready")
 
-    @property
+    @cached_property
     def leased(self) -> str:
         """ZSET token -> lease deadline (ms since the epoch)."""
         return self._k("leased")
 
-    @property
+    @cached_property
     def parked(self) -> str:
         """ZSET token -> score, tokens whose job has nothing deliverable now."""
         return self._k("parked")
 
-    @property
+    @cached_property
     def tokens(self) -> str:
         """HASH token -> its score; a token exists while its job is unfinished."""
         return self._k("tokens")
 
-    @property
+    @cached_property
     def owners(self) -> str:
         """HASH token -> id of the worker holding its lease."""
         return self._k("owners")
 
-    @property
+    @cached_property
     def kick(self) -> str:
         """HASH token -> 1, set when a leased token's job got work (park goes to ready)."""
         return self._k("kick")
 
-    @property
+    @cached_property
     def active(self) -> str:
         """ZSET job id -> registration time (ms): the registry of unfinished jobs."""
         return self._k("active")
 
-    @property
+    @cached_property
     def finished(self) -> str:
         """ZSET job id -> completion time (ms), kept for the retention period."""
         return self._k("finished")
 
-    @property
+    @cached_property
     def fair(self) -> str:
         """HASH ``<priority>:<client>`` -> last rank given; ``<priority>`` -> rank last claimed."""
         return self._k("fair")
 
-    @property
+    @cached_property
     def dedup(self) -> str:
         """HASH dedup key -> job id."""
         return self._k("dedup")
 
-    @property
+    @cached_property
     def dedup_expiry(self) -> str:
         """ZSET dedup key -> time (ms) after which it is forgotten."""
         return self._k("dedupx")
 
-    @property
+    @cached_property
     def workers(self) -> str:
         """ZSET worker id -> heartbeat deadline (ms)."""
         return self._k("workers")
@@ -100,27 +101,27 @@ class QueueKeys:
         """HASH describing one worker (host, pid, started, processed)."""
         return self._k(f"worker:{worker_id}")
 
-    @property
+    @cached_property
     def wake(self) -> str:
         """LIST of wake-up signals idle workers block on."""
         return self._k("wake")
 
-    @property
+    @cached_property
     def events(self) -> str:
         """STREAM of completion records, the durable twin of the pub/sub channels."""
         return self._k("events")
 
-    @property
+    @cached_property
     def reaper_lock(self) -> str:
         """STRING holder id with a TTL: one reaper pass at a time."""
         return self._k("reaper-lock")
 
-    @property
+    @cached_property
     def dead(self) -> str:
         """STREAM of dead letters."""
         return self._k("dead")
 
-    @property
+    @cached_property
     def channel(self) -> str:
         """Pub/sub channel announcing every completion of the queue."""
         return self._k("done")
@@ -142,27 +143,27 @@ class JobKeys:
     def _k(self, part: str) -> str:
         return f"{PREFIX}:{{{self.job_id}}}:{part}"
 
-    @property
+    @cached_property
     def tasks(self) -> str:
         """STREAM of sub-requests, with the consumer group ``workers``."""
         return self._k("tasks")
 
-    @property
+    @cached_property
     def meta(self) -> str:
         """HASH of the job's settings, counters and state."""
         return self._k("meta")
 
-    @property
+    @cached_property
     def results(self) -> str:
         """HASH sub-request index -> encoded result."""
         return self._k("results")
 
-    @property
+    @cached_property
     def errors(self) -> str:
         """HASH sub-request index -> error text of a dead-lettered sub-request."""
         return self._k("errors")
 
-    @property
+    @cached_property
     def retry(self) -> str:
         """ZSET of sub-requests waiting for their next attempt (score: due time in ms).
 
@@ -170,27 +171,27 @@ class JobKeys:
         """
         return self._k("retry")
 
-    @property
+    @cached_property
     def inflight(self) -> str:
         """HASH entry id -> consumer, for entries whose start was recorded before the handler ran."""
         return self._k("inflight")
 
-    @property
+    @cached_property
     def dlq(self) -> str:
         """HASH sub-request index -> type letter + payload of a dead-lettered sub-request."""
         return self._k("dlq")
 
-    @property
+    @cached_property
     def unannounced(self) -> str:
         """SET of dead-lettered indexes not yet copied to the queue's dead-letter stream."""
         return self._k("unannounced")
 
-    @property
+    @cached_property
     def added(self) -> str:
         """HASH deterministic sub-request id -> index, written by fenced keyed adds (Spark)."""
         return self._k("added")
 
-    @property
+    @cached_property
     def ids(self) -> str:
         """HASH sub-request index -> deterministic id, the reverse of :attr:`added`."""
         return self._k("ids")

@@ -19,6 +19,7 @@ import redis
 from redis.commands.core import Script
 
 from .config import GROUP, WAKE_CAP
+from .connection import pipelined
 from .errors import JobClosed, JobNotFound, ScriptError
 from .keys import JobKeys, QueueKeys
 from .luaload import load_all
@@ -108,9 +109,13 @@ class Scripts:
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script (EVALSHA, loading it after NOSCRIPT)."""
-        if len(keys) != self._numkeys[name]:
-            raise ValueError(f"{name} takes {self._numkeys[name]} keys, got {len(keys)}")
-        return self._scripts[name](keys=list(keys), args=list(args))
+        (reply,) = self._pipelined([Call(name, keys, args)])
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            self.client.script_load(self._scripts[name].script)
+            (reply,) = self._pipelined([Call(name, keys, args)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run several scripts in one pipelined round trip; replies in order.
@@ -121,8 +126,6 @@ class Scripts:
         """
         if not calls:
             return []
-        if len(calls) == 1:  # a pipeline of one costs more than the call itself
-            return [self.run(calls[0].name, calls[0].keys, calls[0].args)]
         replies = self._pipelined(calls)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if missing:  # load each missing script once, then run those calls in one round trip
@@ -138,13 +141,13 @@ class Scripts:
         return replies
 
     def _pipelined(self, calls: Sequence[Call]) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
+        """EVALSHA each call, in one round trip; errors are returned, not raised."""
+        commands = []
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
-            pipe.evalsha(self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        return replies
+            commands.append(("EVALSHA", self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args))
+        return pipelined(self.client, commands)
 
     # -- job slot ---------------------------------------------------------------
 

@@ -36,7 +36,7 @@ import redis
 from . import config
 from .client import Queue, now_ms
 from .codec import decode, encode_result
-from .connection import ACCESS_ERRORS, CONNECTION_ERRORS, connect, ping
+from .connection import ACCESS_ERRORS, CONNECTION_ERRORS, connect, ping, pipelined
 from .deadletters import announce
 from .errors import ConfigError, ConnectionFailed, NonRetryable, PayloadError, RetryLater
 from .keys import JobKeys, token_job
@@ -59,10 +59,6 @@ def current_task() -> Task | None:
 
 
 Handler = Callable[[Any], Any]
-
-
-def _raw_reply(response: Any, **_: Any) -> Any:
-    return response
 
 
 def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
@@ -132,11 +128,6 @@ class Worker:
             client = connect(url, max_connections=concurrency * 2 + 4)
         self.q = Queue(queue, client=client, retention_s=retention_s)
         self.redis = client
-        # reads go through a client of the same pool whose XREADGROUP replies are left
-        # raw and turned into entries by _entries(): redis-py's generic stream reply
-        # parsing cost more per entry than the rest of a worker's bookkeeping
-        self._reader = redis.Redis(connection_pool=client.connection_pool)
-        self._reader.set_response_callback("XREADGROUP", _raw_reply)
         self.scripts = self.q.scripts
         self.keys = self.q.keys
         self.handler = handler
@@ -324,20 +315,11 @@ class Worker:
     def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
         """Serve the claimed tokens once; return how to settle each."""
         jobs = [token_job(t) for t in tokens]
-        replies: list[Any]
-        if len(jobs) == 1:  # a pipeline of one costs more than the call itself
-            try:
-                replies = [self._reader.xreadgroup(config.GROUP, self.id,
-                                                   {JobKeys(jobs[0]).tasks: ">"},
-                                                   count=self.batch)]
-            except redis.ResponseError as e:  # NOGROUP: the job finished meanwhile
-                replies = [e]
-        else:
-            pipe = self._reader.pipeline(transaction=False)
-            for job in jobs:
-                pipe.xreadgroup(config.GROUP, self.id, {JobKeys(job).tasks: ">"},
-                                count=self.batch)
-            replies = pipe.execute(raise_on_error=False)
+        # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
+        # finished meanwhile) is returned in place of its reply
+        replies = pipelined(self.redis, [
+            ("XREADGROUP", "GROUP", config.GROUP, self.id, "COUNT", self.batch, "STREAMS",
+             JobKeys(job).tasks, ">") for job in jobs])
         reads: list[Any] = []
         read_ids: list[list[str]] = []
         for job, reply in zip(jobs, replies):  # everything read is kept fresh until settled
