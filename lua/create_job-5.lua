@@ -64,8 +64,11 @@ rcall("HSET", metaKey,
   "max_deliveries", ARGV[5], "created", nowMs, "retention", retentionMs, "dedup", ARGV[8],
   "mode", ARGV[9], "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
 
+-- the reply of a job created here, from what was just written (no read back)
+local completed = 0
 if remaining == 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
-  return reply(1, 1)
+  state = complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
+  completed = 1
 end
-return reply(1, 0)
+return {1, ARGV[1], completed, state, n, 0, 0, tonumber(ARGV[3]), ARGV[8], tonumber(ARGV[2]),
+        ARGV[4], tonumber(nowMs), tonumber(retentionMs)}

@@ -53,14 +53,17 @@ rcall("XTRIM", eventsKey, "MAXLEN", "~", ARGV[8])
 rcall("PUBLISH", ARGV[11], ARGV[13])
 rcall("PUBLISH", ARGV[12], ARGV[13])
 
+-- a token is in exactly one of leased, ready and parked: look no further than
+-- the set that held it
 for i = 0, tonumber(ARGV[9]) - 1 do
   local tok = job .. "#" .. i
   rcall("HDEL", tokensKey, tok)
-  rcall("ZREM", readyKey, tok)
-  rcall("ZREM", leasedKey, tok)
-  rcall("ZREM", parkedKey, tok)
-  rcall("HDEL", ownersKey, tok)
   rcall("HDEL", kickKey, tok)
+  if rcall("ZREM", leasedKey, tok) == 1 then
+    rcall("HDEL", ownersKey, tok)  -- an owner only while leased
+  elseif rcall("ZREM", readyKey, tok) == 0 then
+    rcall("ZREM", parkedKey, tok)
+  end
 end
 if ARGV[10] ~= "" then
   rcall("ZADD", dedupxKey, nowMs + retentionMs, ARGV[10])

@@ -33,6 +33,7 @@ local worker, nowMs, leaseMs, want, cap =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 --- @include "includes/signal_ready"
+--- @include "includes/chunked"
 
 for j = 6, #ARGV, 2 do
   local tok, mode = ARGV[j], ARGV[j + 1]
@@ -51,21 +52,38 @@ for j = 6, #ARGV, 2 do
   end
 end
 
+-- claim: one ZADD and one HSET for all claimed tokens; the fairness clock of
+-- each priority advances to the highest rank claimed in it
 local out = {}
 if want > 0 then
   local popped = rcall("ZPOPMIN", readyKey, want)
   local deadline = nowMs + leaseMs
+  local leased, owners, topRank, prios = {}, {}, {}, {}
   for j = 1, #popped, 2 do
     local tok, score = popped[j], tonumber(popped[j + 1])
-    rcall("ZADD", leasedKey, deadline, tok)
-    rcall("HSET", ownersKey, tok, worker)
+    leased[#leased + 1] = deadline
+    leased[#leased + 1] = tok
+    owners[#owners + 1] = tok
+    owners[#owners + 1] = worker
     local prio = math.floor(score / 1e12)
     local rank = score - prio * 1e12
-    if rank > tonumber(rcall("HGET", fairKey, tostring(prio)) or "0") then
-      rcall("HSET", fairKey, tostring(prio), rank)
+    if topRank[prio] == nil then
+      prios[#prios + 1] = prio
+      topRank[prio] = rank
+    elseif rank > topRank[prio] then
+      topRank[prio] = rank
     end
     out[#out + 1] = tok
     out[#out + 1] = popped[j + 1]
+  end
+  if #popped > 0 then
+    chunked("ZADD", leasedKey, leased)
+    chunked("HSET", ownersKey, owners)
+    for _, prio in ipairs(prios) do
+      if topRank[prio] > tonumber(rcall("HGET", fairKey, tostring(prio)) or "0") then
+        rcall("HSET", fairKey, tostring(prio), topRank[prio])
+      end
+    end
   end
 end
 signal_ready(readyKey, wakeKey, cap)
