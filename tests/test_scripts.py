@@ -9,6 +9,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from streamq import Queue
 from streamq.keys import JobKeys, QueueKeys
 from streamq.luaload import load_all
 from streamq.scripts import Call, JobReply, Scripts
@@ -173,3 +174,28 @@ def test_ack_counts_only_what_it_acknowledged_when_some_were_settled_before(
     left = [(int(f[b"i"])) for _, f in r.xrange(jk.tasks)]
     assert left == [2]
     assert r.xpending(jk.tasks, "workers")["pending"] == 0
+
+
+def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url: str) -> None:
+    # Given a job of concurrency 3 whose tokens are one parked, one leased (with an
+    # owner and a kick) and one ready
+    q = Queue("q-finish-tokens", redis_url)
+    qk, job = q.keys, q.submit([1, 2, 3], concurrency=3).id
+    now = int(r.time()[0]) * 1000
+    ((first, _),) = q.scripts.settle(qk, "w", now, 60_000, 1)
+    q.scripts.settle(qk, "w", now, 60_000, 0, [(first, "p")])
+    ((second, _),) = q.scripts.settle(qk, "w", now, 60_000, 1)
+    r.hset(qk.kick, second, 1)
+    tokens = {f"{job}#{i}" for i in range(3)}
+    assert r.zscore(qk.parked, first) is not None and r.zscore(qk.leased, second) is not None
+    assert len(tokens & {t.decode() for t in r.zrange(qk.ready, 0, -1)}) == 1
+    # When the job is finished in the queue slot
+    reply = JobReply(True, "succeeded", 3, 3, 0, 3, "", 50, "default", now, 60_000)
+    call = q.finish_call(job, reply)
+    assert q.scripts.run(call.name, call.keys, call.args) == 1
+    # Then none of its tokens is left anywhere
+    for key in (qk.ready, qk.leased, qk.parked):
+        assert not tokens & {t.decode() for t in r.zrange(key, 0, -1)}, key
+    for key in (qk.tokens, qk.owners, qk.kick):
+        assert not tokens & {t.decode() for t in r.hkeys(key)}, key
+    q.close()
