@@ -199,3 +199,20 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
     for key in (qk.tokens, qk.owners, qk.kick):
         assert not tokens & {t.decode() for t in r.hkeys(key)}, key
     q.close()
+
+
+def test_a_client_arriving_late_takes_turns_with_the_rest(r: redis.Redis, redis_url: str) -> None:
+    # Given client A's ten jobs, five of them already claimed
+    q = Queue("q-fair-clock", redis_url)
+    qk, now = q.keys, int(r.time()[0]) * 1000
+    a_jobs = {j.id for j in q.submit_many([[1]] * 10, client="A")}
+    assert len(q.scripts.settle(qk, "w", now, 60_000, 5)) == 5
+    # When client B submits ten jobs of the same priority afterwards
+    b_jobs = {j.id for j in q.submit_many([[1]] * 10, client="B")}
+    # Then B's jobs take turns with A's five waiting ones instead of going first: B's
+    # ranks start at the priority's fairness clock (5), not at 1, so the next twelve
+    # claims are B's rank 5, both clients' ranks 6-10 and B's rank 11
+    claimed = [t.split("#")[0] for t, _ in q.scripts.settle(qk, "w", now, 60_000, 12)]
+    assert sum(j in a_jobs for j in claimed) == 5
+    assert sum(j in b_jobs for j in claimed) == 7
+    q.close()
