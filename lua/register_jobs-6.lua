@@ -27,8 +27,11 @@ local activeKey, finishedKey, tokensKey, readyKey, fairKey, wakeKey =
 local nowMs, cap = ARGV[1], tonumber(ARGV[2])
 
 --- @include "includes/signal_ready"
+--- @include "includes/chunked"
 
-local out = {}
+-- fairness ranks are read once per client and priority and written back once;
+-- all tokens go in with one HSET and one ZADD (in slices of 500) at the end
+local out, lastRank, served, touched, tokenScores, readyPairs = {}, {}, {}, {}, {}, {}
 for j = 3, #ARGV, 5 do
   local job, prio, client, conc = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
   local finishedAt = rcall("ZSCORE", finishedKey, job)
@@ -42,18 +45,36 @@ for j = 3, #ARGV, 5 do
     out[#out + 1] = 1
   else
     local clientField = prio .. ":" .. client
-    local rank = tonumber(rcall("HGET", fairKey, clientField) or "0") + 1
-    local served = tonumber(rcall("HGET", fairKey, tostring(prio)) or "0")
-    if rank < served then rank = served end
-    rcall("HSET", fairKey, clientField, rank)
+    if lastRank[clientField] == nil then
+      lastRank[clientField] = tonumber(rcall("HGET", fairKey, clientField) or "0")
+      touched[#touched + 1] = clientField
+    end
+    if served[prio] == nil then
+      served[prio] = tonumber(rcall("HGET", fairKey, tostring(prio)) or "0")
+    end
+    local rank = lastRank[clientField] + 1
+    if rank < served[prio] then rank = served[prio] end
+    lastRank[clientField] = rank
     local score = prio * 1e12 + rank
     for i = 0, conc - 1 do
       local tok = job .. "#" .. i
-      rcall("HSET", tokensKey, tok, score)
-      rcall("ZADD", readyKey, score, tok)
+      tokenScores[#tokenScores + 1] = tok
+      tokenScores[#tokenScores + 1] = score
+      readyPairs[#readyPairs + 1] = score
+      readyPairs[#readyPairs + 1] = tok
     end
     out[#out + 1] = 2
   end
+end
+if #touched > 0 then
+  local fields = {}
+  for _, f in ipairs(touched) do
+    fields[#fields + 1] = f
+    fields[#fields + 1] = lastRank[f]
+  end
+  chunked("HSET", fairKey, fields)
+  chunked("HSET", tokensKey, tokenScores)
+  chunked("ZADD", readyKey, readyPairs)
 end
 signal_ready(readyKey, wakeKey, cap)
 return out
