@@ -109,31 +109,27 @@ class Scripts:
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run one script (EVALSHA, loading it after NOSCRIPT)."""
-        (reply,) = self._pipelined([Call(name, keys, args)])
-        if isinstance(reply, redis.exceptions.NoScriptError):
-            self.client.script_load(self._scripts[name].script)
-            (reply,) = self._pipelined([Call(name, keys, args)])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+        return self.run_many([Call(name, keys, args)])[0]
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run several scripts in one pipelined round trip; replies in order.
 
         A script missing from the server's cache (NOSCRIPT, after a restart or
         SCRIPT FLUSH) did not run: each missing script is loaded once and the
-        calls it failed are run again, in one more round trip.
+        calls it failed are run again, in one more round trip (twice at most, in
+        case the cache was flushed again meanwhile). Any other error is raised.
         """
         if not calls:
             return []
         replies = self._pipelined(calls)
-        missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-        if missing:  # load each missing script once, then run those calls in one round trip
+        for _ in range(2):
+            missing = [i for i, r in enumerate(replies)
+                       if isinstance(r, redis.exceptions.NoScriptError)]
+            if not missing:
+                break
             for name in dict.fromkeys(calls[i].name for i in missing):
                 self.client.script_load(self._scripts[name].script)
             for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):
-                if isinstance(reply, redis.exceptions.NoScriptError):  # flushed again meanwhile
-                    reply = self.run(calls[i].name, calls[i].keys, calls[i].args)
                 replies[i] = reply
         for reply in replies:
             if isinstance(reply, Exception):
