@@ -23,7 +23,7 @@
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
     `completed` is 1 when this call aborted the job: the caller must then
-    finish it in the queue slot (finish_job), which records its one completion.
+    finish it in the queue slot (finish_jobs), which records its one completion.
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call

@@ -27,7 +27,6 @@ local tasksKey, metaKey, resultsKey, errorsKey, inflightKey, dlqKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group, nowMs = ARGV[1], ARGV[2]
 
---- @include "includes/job_reply"
 --- @include "includes/complete_job"
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
@@ -67,20 +66,28 @@ else
   end
   ids = kept
 end
+-- meta is read once (the reply and the counters) and written once: the counters,
+-- and the terminal state when this call completes the job
 local acked = #ids
 local completed = 0
+local m = rcall("HMGET", metaKey, "state", "remaining", "done", "total", "failed", "retention",
+                "concurrency", "dedup", "priority", "client", "created")
+local state, done = m[1] or "", tonumber(m[3] or "0")
 if acked > 0 then
   chunked("HSET", resultsKey, fields)
   if rcall("EXISTS", inflightKey) == 1 then chunked("HDEL", inflightKey, ids) end
-  rcall("HINCRBY", metaKey, "done", acked)
-  local remaining = rcall("HINCRBY", metaKey, "remaining", -acked)
-  if remaining <= 0 and rcall("HGET", metaKey, "state") == "active" then
-    complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
+  done = done + acked
+  local remaining = tonumber(m[2] or "0") - acked
+  local counters = {"remaining", remaining, "done", done}
+  if remaining <= 0 and state == "active" then
+    state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs, m[6],
+                           tonumber(m[4] or "0"), tonumber(m[5] or "0"), counters)
     completed = 1
   else
+    rcall("HSET", metaKey, unpack(counters))
     delete_settled(tasksKey, group, ids)
   end
 end
-local r = job_reply(metaKey, completed)
-table.insert(r, 1, acked)
-return r
+return {acked, completed, state, tonumber(m[4] or "0"), done, tonumber(m[5] or "0"),
+        tonumber(m[7] or "1"), m[8] or "", tonumber(m[9] or "0"), m[10] or "",
+        tonumber(m[11] or "0"), tonumber(m[6] or "0")}

@@ -59,10 +59,13 @@ if not finalize then
   remaining = n + 1
   state = "open"
 end
+-- the fields acknowledgements read and write come first: a small hash is a flat
+-- list that a field lookup scans from its head
 rcall("HSET", metaKey,
-  "queue", ARGV[1], "priority", ARGV[2], "concurrency", ARGV[3], "client", ARGV[4],
-  "max_deliveries", ARGV[5], "created", nowMs, "retention", retentionMs, "dedup", ARGV[8],
-  "mode", ARGV[9], "state", state, "total", n, "remaining", remaining, "done", 0, "failed", 0)
+  "state", state, "remaining", remaining, "done", "0", "total", n, "failed", "0",
+  "retention", retentionMs, "concurrency", ARGV[3], "dedup", ARGV[8], "priority", ARGV[2],
+  "client", ARGV[4], "created", nowMs, "queue", ARGV[1], "max_deliveries", ARGV[5],
+  "mode", ARGV[9])
 
 -- the reply of a job created here, from what was just written (no read back)
 local completed = 0

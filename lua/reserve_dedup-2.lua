@@ -1,7 +1,7 @@
 --[[
   Reserve a de-duplication key for a job id, or return the job that holds it.
   Keys whose forget-after time has passed are forgotten first (at most 100
-  per call). A reserved key is kept while its job runs; finish_job sets its
+  per call). A reserved key is kept while its job runs; finish_jobs sets its
   forget-after time to completion + retention.
 
   Input:

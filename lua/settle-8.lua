@@ -57,7 +57,7 @@ end
 local out = {}
 if want > 0 then
   local popped = rcall("ZPOPMIN", readyKey, want)
-  local deadline = nowMs + leaseMs
+  local deadline = tostring(nowMs + leaseMs)  -- formatted once, not once per token
   local leased, owners, topRank, prios = {}, {}, {}, {}
   for j = 1, #popped, 2 do
     local tok, score = popped[j], tonumber(popped[j + 1])

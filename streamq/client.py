@@ -336,17 +336,24 @@ class Queue:
             self.scripts.run(call.name, call.keys, call.args)
 
     def finish_call(self, jid: str, reply: JobReply) -> Call:
-        """The queue-slot step that records and announces a terminal job's completion."""
+        """The queue-slot step that records and announces a terminal job's completion;
+        the call replies ``[1]`` when it finished the job, ``[0]`` when it was finished."""
+        return self.finish_many_call([(jid, reply)])
+
+    def finish_many_call(self, jobs: Sequence[tuple[str, JobReply]]) -> Call:
+        """:meth:`finish_call` for several terminal jobs at once (one code per job)."""
         t = now_ms()
-        message = compact_json(Completion(jid, self.name, JobState(reply.state), reply.total,
-                                          reply.done, reply.failed, t).as_dict())
-        return self.scripts.finish_job_call(
-            self.keys, jid, reply, now_ms=t,
-            events_maxlen=self.events_maxlen, message=message)
+        queue = self.name
+        return self.scripts.finish_jobs_call(
+            self.keys,
+            [(jid, reply, compact_json(Completion(jid, queue, JobState(reply.state), reply.total,
+                                                  reply.done, reply.failed, t).as_dict()))
+             for jid, reply in jobs],
+            now_ms=t, events_maxlen=self.events_maxlen)
 
     def _finish(self, jid: str, reply: JobReply) -> bool:
         call = self.finish_call(jid, reply)
-        return bool(self.scripts.run(call.name, call.keys, call.args))
+        return bool(self.scripts.run(call.name, call.keys, call.args)[0])
 
     # -- following -------------------------------------------------------------------
 

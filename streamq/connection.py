@@ -10,6 +10,11 @@ from hiredis import pack_command
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
+try:  # what redis-py's hiredis reader returns while a reply is incomplete
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _INCOMPLETE
+except ImportError:  # pragma: no cover - redis-py versions whose reader returns False
+    _INCOMPLETE = False
+
 from .config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SOCKET_TIMEOUT_S
 from .errors import ConfigError, ConnectionFailed
 
@@ -100,13 +105,7 @@ def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[An
 
     def send_and_read() -> list[Any]:
         conn.send_packed_command(packed)
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as e:
-                replies.append(e)
-        return replies
+        return _read_replies(conn, len(commands))
 
     try:
         replies: list[Any] = conn.retry.call_with_retry(send_and_read,
@@ -117,3 +116,44 @@ def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[An
         raise
     finally:
         pool.release(conn)
+
+
+def _read_replies(conn: Any, n: int) -> list[Any]:
+    """Read ``n`` replies from ``conn``, errors in place.
+
+    With redis-py's hiredis parser the replies are taken from its reader as they are
+    (hiredis makes error replies into the same ResponseError subclasses redis-py
+    raises); the socket is read through the parser, which turns timeouts and
+    broken connections into redis-py's errors. Any other parser goes through
+    ``read_response``.
+    """
+    parser = getattr(conn, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    read_more = getattr(parser, "read_from_socket", None)
+    replies: list[Any] = []
+    if reader is None or read_more is None:
+        for _ in range(n):
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as e:
+                replies.append(e)
+        return replies
+    push = getattr(parser, "_hiredis_PushNotificationType", None)
+    gets = reader.gets
+    try:
+        while len(replies) < n:
+            reply = gets()
+            while reply is _INCOMPLETE:  # not enough data buffered yet
+                read_more()
+                reply = gets()
+            if isinstance(reply, redis.ConnectionError):
+                raise reply
+            if push is not None and isinstance(reply, push):
+                parser.handle_push_response(reply)  # type: ignore[union-attr]
+                continue
+            replies.append(reply)
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise
+    except OSError as e:
+        raise redis.ConnectionError(f"error while reading from the socket: {e}") from e
+    return replies

@@ -131,70 +131,71 @@ class QueueKeys:
         return self._k(f"done:{job_id}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobKeys:
-    """Keys of one job; all share the job's cluster slot."""
+    """Keys of one job; all share the job's cluster slot.
+
+    Made for every job a worker serves, so its names are plain properties (built on
+    access) rather than cached ones, whose first access costs more than the name.
+    """
 
     job_id: str
 
     def __post_init__(self) -> None:
         check_name("job id", self.job_id)
 
-    def _k(self, part: str) -> str:
-        return f"{PREFIX}:{{{self.job_id}}}:{part}"
-
-    @cached_property
+    @property
     def tasks(self) -> str:
         """STREAM of sub-requests, with the consumer group ``workers``."""
-        return self._k("tasks")
+        return f"{PREFIX}:{{{self.job_id}}}:tasks"
 
-    @cached_property
+    @property
     def meta(self) -> str:
         """HASH of the job's settings, counters and state."""
-        return self._k("meta")
+        return f"{PREFIX}:{{{self.job_id}}}:meta"
 
-    @cached_property
+    @property
     def results(self) -> str:
         """HASH sub-request index -> encoded result."""
-        return self._k("results")
+        return f"{PREFIX}:{{{self.job_id}}}:results"
 
-    @cached_property
+    @property
     def errors(self) -> str:
         """HASH sub-request index -> error text of a dead-lettered sub-request."""
-        return self._k("errors")
+        return f"{PREFIX}:{{{self.job_id}}}:errors"
 
-    @cached_property
+    @property
     def retry(self) -> str:
         """ZSET of sub-requests waiting for their next attempt (score: due time in ms).
 
         A member is ``<attempts made>|<index>|<type>|<payload bytes>``.
         """
-        return self._k("retry")
+        return f"{PREFIX}:{{{self.job_id}}}:retry"
 
-    @cached_property
+    @property
     def inflight(self) -> str:
         """HASH entry id -> consumer, for entries whose start was recorded before the handler ran."""
-        return self._k("inflight")
+        return f"{PREFIX}:{{{self.job_id}}}:inflight"
 
-    @cached_property
+    @property
     def dlq(self) -> str:
         """HASH sub-request index -> type letter + payload of a dead-lettered sub-request."""
-        return self._k("dlq")
+        return f"{PREFIX}:{{{self.job_id}}}:dlq"
 
-    @cached_property
+    @property
     def unannounced(self) -> str:
         """SET of dead-lettered indexes not yet copied to the queue's dead-letter stream."""
-        return self._k("unannounced")
+        return f"{PREFIX}:{{{self.job_id}}}:unannounced"
 
-    @cached_property
+    @property
     def added(self) -> str:
         """HASH deterministic sub-request id -> index, written by fenced keyed adds (Spark)."""
-        return self._k("added")
+        return f"{PREFIX}:{{{self.job_id}}}:added"
 
-    @cached_property
+    @property
     def ids(self) -> str:
         """HASH sub-request index -> deterministic id, the reverse of :attr:`added`."""
-        return self._k("ids")
+        return f"{PREFIX}:{{{self.job_id}}}:ids"
 
 
 def token(job_id: str, i: int) -> str:

@@ -219,7 +219,7 @@ class Reaper:
     def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
         announce(self.redis, self.keys, job)
         call = self.q.finish_call(job, reply)
-        report.finished += int(self.scripts.run(call.name, call.keys, call.args))
+        report.finished += int(self.scripts.run(call.name, call.keys, call.args)[0])
 
     def trim(self) -> None:
         """Drop completion records, finished marks and dedup keys past the retention."""

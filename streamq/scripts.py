@@ -13,7 +13,7 @@ import enum
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -50,9 +50,8 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-@dataclass(frozen=True)
-class JobReply:
-    """A job as a job-slot script left it."""
+class JobReply(NamedTuple):
+    """A job as a job-slot script left it (a tuple: made for every job a worker acks)."""
 
     completed: bool  #: this call made the job terminal: finish it in the queue slot
     state: str
@@ -68,8 +67,12 @@ class JobReply:
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
-        return cls(bool(r[0]), _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]),
-                   int(r[7]), _s(r[8]), int(r[9]), int(r[10]))
+        state, dedup, client = r[1], r[6], r[8]
+        return cls(r[0] == 1, state.decode() if isinstance(state, bytes) else str(state),
+                   int(r[2]), int(r[3]), int(r[4]), int(r[5]),
+                   dedup.decode() if isinstance(dedup, bytes) else str(dedup), int(r[7]),
+                   client.decode() if isinstance(client, bytes) else str(client),
+                   int(r[9]), int(r[10]))
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,30 @@ class Scripts:
         return Call("register_jobs",
                     (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake), args)
 
+    @staticmethod
+    def settle_call(
+        qk: QueueKeys,
+        worker: str,
+        now_ms: int,
+        lease_ms: int,
+        claim: int,
+        settled: Sequence[tuple[str, str]] = (),
+    ) -> Call:
+        """Release/park/drop held tokens, then claim up to ``claim`` new ones."""
+        args: list[Any] = [worker, now_ms, lease_ms, claim, WAKE_CAP]
+        for tok, mode in settled:
+            args += [tok, mode]
+        return Call(
+            "settle",
+            (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick),
+            args,
+        )
+
+    @staticmethod
+    def parse_settle(reply: Sequence[Any]) -> list[tuple[str, float]]:
+        """The claimed tokens and their scores."""
+        return [(_s(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
     def settle(
         self,
         qk: QueueKeys,
@@ -228,34 +255,29 @@ class Scripts:
         claim: int,
         settled: Sequence[tuple[str, str]] = (),
     ) -> list[tuple[str, float]]:
-        """Release/park/drop held tokens, then claim up to ``claim`` new ones."""
-        args: list[Any] = [worker, now_ms, lease_ms, claim, WAKE_CAP]
-        for tok, mode in settled:
-            args += [tok, mode]
-        reply = self.run(
-            "settle",
-            (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick),
-            args,
-        )
-        return [(_s(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+        """Run :meth:`settle_call` now; return the claimed tokens and their scores."""
+        call = self.settle_call(qk, worker, now_ms, lease_ms, claim, settled)
+        return self.parse_settle(self.run(call.name, call.keys, call.args))
 
     @staticmethod
-    def finish_job_call(
+    def finish_jobs_call(
         qk: QueueKeys,
-        job_id: str,
-        job: JobReply,
+        jobs: Sequence[tuple[str, JobReply, str]],
         *,
         now_ms: int,
         events_maxlen: int,
-        message: str,
     ) -> Call:
+        """Finish terminal jobs, given as (job id, reply, completion message); the
+        reply of the call is one code per job: 1 finished now, 0 finished before."""
+        args: list[Any] = [now_ms, events_maxlen, qk.channel, qk.job_channel("")]
+        for job_id, job, message in jobs:
+            args += [job_id, job.state, job.total, job.done, job.failed, job.retention_ms,
+                     job.concurrency, job.dedup, message]
         return Call(
-            "finish_job",
+            "finish_jobs",
             (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
              qk.owners, qk.kick, qk.dedup_expiry),
-            (job_id, job.state, job.total, job.done, job.failed, now_ms, job.retention_ms,
-             events_maxlen, job.concurrency, job.dedup, qk.job_channel(job_id), qk.channel,
-             message),
+            args,
         )
 
     def unpark(self, qk: QueueKeys, job_id: str, concurrency: int) -> int:

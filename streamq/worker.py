@@ -42,7 +42,7 @@ from .errors import ConfigError, ConnectionFailed, NonRetryable, PayloadError, R
 from .keys import JobKeys, token_job
 from .metrics import WorkerMetrics
 from .models import Task
-from .scripts import Call, JobReply
+from .scripts import JobReply
 
 log = logging.getLogger("streamq.worker")
 
@@ -260,16 +260,17 @@ class Worker:
 
     def _slot(self) -> None:
         settled: list[tuple[str, str]] = []
+        #: jobs the last acknowledgements completed, finished with the next settle
+        finishes: list[tuple[str, JobReply]] = []
         stop_seen: float | None = None
         while True:
             stopping = self._stopping.is_set()
-            if stopping and not settled:
+            if stopping and not settled and not finishes:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             try:
-                claimed = self.scripts.settle(self.keys, self.id, now_ms(), self.lease_ms,
-                                              0 if stopping else self.prefetch, settled)
+                claimed = self._settle(settled, finishes, 0 if stopping else self.prefetch)
                 with self._held_lock:
                     self._held.difference_update(t for t, _ in settled)
                     self._held.update(t for t, _ in claimed)
@@ -283,7 +284,7 @@ class Worker:
                 settled = [(t, "r") for t, _ in claimed]
                 self._fault("after_claim")
                 try:
-                    settled = self._work([t for t, _ in claimed])
+                    settled = self._work([t for t, _ in claimed], finishes)
                 finally:
                     with self._held_lock:
                         self._inflight.pop(threading.get_ident(), None)
@@ -304,6 +305,24 @@ class Worker:
                 log.exception("unexpected error in a worker slot; its tokens are released")
                 self._pause(stopping)
 
+    def _settle(self, settled: list[tuple[str, str]], finishes: list[tuple[str, JobReply]],
+                claim: int) -> list[tuple[str, float]]:
+        """Finish the completed jobs in ``finishes`` (emptied once done), then settle
+        the held tokens and claim up to ``claim`` new ones: one round trip."""
+        if not finishes:
+            call = self.scripts.settle_call(self.keys, self.id, now_ms(), self.lease_ms, claim,
+                                            settled)
+            return self.scripts.parse_settle(self.scripts.run(call.name, call.keys, call.args))
+        # finishing a job removes its tokens (now, or when it was finished before): a
+        # token of a job finished here needs no drop of its own
+        done = {job for job, _ in finishes}
+        call = self.scripts.settle_call(
+            self.keys, self.id, now_ms(), self.lease_ms, claim,
+            [(t, m) for t, m in settled if m != "d" or token_job(t) not in done])
+        reply = self.scripts.run_many([self.q.finish_many_call(finishes), call])[1]
+        finishes.clear()
+        return self.scripts.parse_settle(reply)
+
     def _pause(self, stopping: bool) -> None:
         """Wait before a retry: a second, cut short by a stop; half a second once stopping
         (the stop event is set then, so waiting on it would not pause at all)."""
@@ -312,41 +331,45 @@ class Worker:
         else:
             self._stopping.wait(1.0)
 
-    def _work(self, tokens: list[str]) -> list[tuple[str, str]]:
-        """Serve the claimed tokens once; return how to settle each."""
-        jobs = [token_job(t) for t in tokens]
+    def _work(self, tokens: list[str],
+              finishes: list[tuple[str, JobReply]]) -> list[tuple[str, str]]:
+        """Serve the claimed tokens once; return how to settle each. Jobs that the
+        last acknowledgements completed are added to ``finishes``."""
+        jks = [JobKeys(token_job(t)) for t in tokens]
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
         # finished meanwhile) is returned in place of its reply
         replies = pipelined(self.redis, [
             ("XREADGROUP", "GROUP", config.GROUP, self.id, "COUNT", self.batch, "STREAMS",
-             JobKeys(job).tasks, ">") for job in jobs])
+             jk.tasks, ">") for jk in jks])
         reads: list[Any] = []
-        read_ids: list[list[str]] = []
-        for job, reply in zip(jobs, replies):  # everything read is kept fresh until settled
-            ids: list[str] = []
+        for jk, reply in zip(jks, replies):  # everything read is kept fresh until settled
             if not isinstance(reply, Exception):
                 reply = _entries(reply)
-                ids = [e[0].decode() for e in reply]
-                if ids:
-                    self._track(job, ids)
+                if reply:
+                    ids = [e[0].decode() for e in reply]
+                    reply = (reply, ids, self._track(jk.job_id, ids))
             reads.append(reply)
-            read_ids.append(ids)
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
-        pending: list[tuple[int, str, list[tuple[str, int, bytes]]]] = []
-        for tok, job, reply, ids in zip(tokens, jobs, reads, read_ids):
-            if isinstance(reply, redis.ResponseError) or not reply:
+        pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
+        waits: list[float] = []  # metrics, added in one go before anything is acknowledged
+        durations: list[float] = []
+        for tok, jk, read in zip(tokens, jks, reads):
+            if isinstance(read, redis.ResponseError) or not read:
                 # no stream/group (job finished or gone) or nothing new: park, or drop when done
-                settled.append((tok, self._idle_mode(job)))
+                settled.append((tok, self._idle_mode(jk.job_id)))
                 continue
-            if isinstance(reply, Exception):
-                raise reply
-            done, completed = self._run_entries(job, reply, ids)
+            if isinstance(read, Exception):
+                raise read
+            entries, ids, unacked = read
+            done, completed = self._run_entries(jk, entries, ids, unacked, waits, durations)
             settled.append((tok, "d" if completed else "r"))
             if done:
-                pending.append((len(settled) - 1, job, done))
+                pending.append((len(settled) - 1, jk, done))
         # acknowledge what is left of every job in one round trip
-        for (pos, _, _), ok in zip(pending, self._ack_many([(j, d) for _, j, d in pending])):
+        self._observe(waits, durations)
+        for (pos, _, _), ok in zip(pending,
+                                   self._ack_many([(jk, d) for _, jk, d in pending], finishes)):
             if ok:
                 settled[pos] = (settled[pos][0], "d")
         return settled
@@ -372,20 +395,20 @@ class Worker:
         self.scripts.run(call.name, call.keys, call.args)
 
     def _run_entries(
-        self, job: str, entries: list[Any], ids: list[str]
+        self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
+        waits: list[float], durations: list[float],
     ) -> tuple[list[tuple[str, int, bytes]], bool]:
-        """Run a job's entries (``ids`` are their decoded ids) in order, acknowledging
-        every ``ack_flush_s``.
+        """Run a job's entries (``ids`` are their decoded ids, ``unacked`` the set
+        heartbeats keep fresh) in order, acknowledging every ``ack_flush_s``. Queue
+        waits and handler durations are added to ``waits`` and ``durations``, which
+        go to the metrics before anything is acknowledged.
 
         Returns the results not yet acknowledged, and whether the job completed.
         """
         done: list[tuple[str, int, bytes]] = []
         flushed_at = time.perf_counter()
         completed = False
-        jk = JobKeys(job)
-        unacked = self._track(job, ids)  # the same set: fresh until settled
-        waits: list[float] = []  # metrics, added in one go per flush
-        durations: list[float] = []
+        job = jk.job_id
         queue, stopping, clock, wall = self.q.name, self._stopping, time.perf_counter, time.time
         handler, sync, flush_s = self.handler, self._loop is None, self.ack_flush_s
         faults = self._fault_at is not None
@@ -416,7 +439,7 @@ class Worker:
                 # start, so a kill inside this handler counts an attempt for it alone
                 if done:
                     self._observe(waits, durations)
-                    completed = self._ack_many([(job, done)])[0] or completed
+                    completed = self._ack_many([(jk, done)])[0] or completed
                     unacked.difference_update(d[0] for d in done)
                     done = []
                 self.redis.hset(jk.inflight, eid, self.id)
@@ -452,11 +475,10 @@ class Worker:
             done.append((eid, index, result))
             if clock() - flushed_at >= flush_s:
                 self._observe(waits, durations)
-                completed = self._ack_many([(job, done)])[0] or completed
+                completed = self._ack_many([(jk, done)])[0] or completed
                 unacked.difference_update(d[0] for d in done)
                 done = []
                 flushed_at = clock()
-        self._observe(waits, durations)
         return done, completed
 
     def _observe(self, waits: list[float], durations: list[float]) -> None:
@@ -532,22 +554,27 @@ class Worker:
         _current.set(task)
         return await self.handler(payload)
 
-    def _ack_many(self, batches: list[tuple[str, list[tuple[str, int, bytes]]]]) -> list[bool]:
-        """Acknowledge results of several jobs in one round trip, then finish the
-        jobs this completed in another; True for each job that completed."""
+    def _ack_many(self, batches: list[tuple[JobKeys, list[tuple[str, int, bytes]]]],
+                  finishes: list[tuple[str, JobReply]] | None = None) -> list[bool]:
+        """Acknowledge results of several jobs in one round trip; True for each job
+        this completed. The completed jobs are added to ``finishes`` (finished with
+        the slot's next settle), or, without it, finished at once in one more."""
         t = now_ms()
         replies = self.scripts.run_many(
-            [self.scripts.ack_call(JobKeys(job), t, done) for job, done in batches])
-        finishes: list[Call] = []
+            [self.scripts.ack_call(jk, t, done) for jk, done in batches])
+        completed: list[tuple[str, JobReply]] = []
         out: list[bool] = []
         acked = 0
-        for (job, _), raw in zip(batches, replies):
-            reply = self.scripts.parse_ack(raw)
-            acked += reply.acked
-            out.append(reply.job.completed)
-            if reply.job.completed:
-                finishes.append(self.q.finish_call(job, reply.job))
-        self.scripts.run_many(finishes)
+        for (jk, _), raw in zip(batches, replies):
+            acked += int(raw[0])
+            out.append(raw[1] == 1)
+            if raw[1] == 1:
+                completed.append((jk.job_id, JobReply.parse(raw[1:])))
+        if finishes is not None:
+            finishes.extend(completed)
+        elif completed:
+            call = self.q.finish_many_call(completed)
+            self.scripts.run(call.name, call.keys, call.args)
         self.metrics.processed.inc(acked)
         with self.stats.lock:
             self.stats.processed += acked

@@ -187,7 +187,7 @@ def test_completion_recorded_and_published_once(
 
     call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
                                               st.concurrency, "", 50, "default", 1, 1000))
-    assert q.scripts.run(call.name, call.keys, call.args) == 0
+    assert q.scripts.run(call.name, call.keys, call.args) == [0]
     assert completions_of(r, queue_name)[jobs[0].id] == 1
 
 

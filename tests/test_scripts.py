@@ -46,8 +46,7 @@ def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
                           entries=[]),
         s.ack_call(jk, 1, []),
         s.register_jobs_call(qk, 1, []),
-        s.finish_job_call(qk, "job-1", reply, now_ms=1, events_maxlen=1,
-                          message="{}"),
+        s.finish_jobs_call(qk, [("job-1", reply, "{}")], now_ms=1, events_maxlen=1),
     ]
     for c in calls:
         assert len({key_slot(k.encode()) for k in c.keys}) == 1, c.name
@@ -192,7 +191,7 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
     # When the job is finished in the queue slot
     reply = JobReply(True, "succeeded", 3, 3, 0, 3, "", 50, "default", now, 60_000)
     call = q.finish_call(job, reply)
-    assert q.scripts.run(call.name, call.keys, call.args) == 1
+    assert q.scripts.run(call.name, call.keys, call.args) == [1]
     # Then none of its tokens is left anywhere
     for key in (qk.ready, qk.leased, qk.parked):
         assert not tokens & {t.decode() for t in r.zrange(key, 0, -1)}, key
