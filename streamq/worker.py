@@ -61,18 +61,19 @@ def current_task() -> Task | None:
 Handler = Callable[[Any], Any]
 
 
-def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """The entries of a raw XREADGROUP reply of one stream: a RESP2 list
+def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
+    """The entries of a raw XREADGROUP reply of one stream, each an id and its flat
+    field list ``[field, value, ...]``; the reply is a RESP2 list
     ``[[stream, [[id, [field, value, ...]], ...]]]``, a RESP3 map, or nil."""
     if not reply:
         return []
     streams = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]
-    out = []
-    for entries in streams:
-        for entry_id, flat in entries:
-            it = iter(flat or ())
-            out.append((entry_id, dict(zip(it, it))))
-    return out
+    return [(entry_id, flat or []) for entries in streams for entry_id, flat in entries]
+
+
+def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
+    it = iter(flat)
+    return dict(zip(it, it))
 
 
 def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
@@ -412,29 +413,42 @@ class Worker:
         queue, stopping, clock, wall = self.q.name, self._stopping, time.perf_counter, time.time
         handler, sync, flush_s = self.handler, self._loop is None, self.ack_flush_s
         faults = self._fault_at is not None
-        for n, (_, fields) in enumerate(entries):
+        for n, (_, flat) in enumerate(entries):
             if stopping.is_set():
                 self._requeue(job, [e[0] for e in entries[n:]])
                 break
             eid = ids[n]
-            index = _int_field(fields, b"i")
+            index: int | None
+            if len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p":
+                # the layout every first attempt has: read without building a dict
+                kind, raw, attempt, suspect = flat[3], flat[5], 1, False
+                try:
+                    index = int(flat[1])
+                except ValueError:
+                    index = None
+                if index is not None and index < 0:
+                    index = None
+            else:
+                fields = _fields(flat)
+                index = _int_field(fields, b"i")
+                kind, raw = fields.get(b"t"), fields.get(b"p")
+                attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
+                suspect = b"s" in fields
             try:
                 if index is None:
                     raise PayloadError("missing or invalid index field 'i'")
-                if b"t" not in fields or b"p" not in fields:
+                if kind is None or raw is None:
                     raise PayloadError("missing type 't' or payload 'p' field")
-                attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
-                kind, raw = fields[b"t"], fields[b"p"]
                 payload = decode(kind, raw)
             except PayloadError as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
                 self._observe(waits, durations)
                 completed = self._fail(job, eid, -1 if index is None else index, 1, -1,
-                                       f"malformed entry: {e}", fields.get(b"t", b"b"),
-                                       fields.get(b"p", b"")) or completed
+                                       f"malformed entry: {e}", kind or b"b",
+                                       raw or b"") or completed
                 unacked.discard(eid)
                 continue
-            if b"s" in fields:
+            if suspect:
                 # suspect (its worker died): acknowledge what is done, then record the
                 # start, so a kill inside this handler counts an attempt for it alone
                 if done:
@@ -471,9 +485,10 @@ class Worker:
                                        f"{type(e).__name__}: {e}", kind, raw) or completed
                 unacked.discard(eid)
                 continue
-            durations.append(clock() - started)
+            ended = clock()
+            durations.append(ended - started)
             done.append((eid, index, result))
-            if clock() - flushed_at >= flush_s:
+            if ended - flushed_at >= flush_s:
                 self._observe(waits, durations)
                 completed = self._ack_many([(jk, done)])[0] or completed
                 unacked.difference_update(d[0] for d in done)
