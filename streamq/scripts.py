@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import redis
@@ -75,21 +74,18 @@ class JobReply(NamedTuple):
                    int(r[9]), int(r[10]))
 
 
-@dataclass(frozen=True)
-class CreateReply:
+class CreateReply(NamedTuple):
     created: bool
     queue: str
     job: JobReply
 
 
-@dataclass(frozen=True)
-class AckReply:
+class AckReply(NamedTuple):
     acked: int
     job: JobReply
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """One script invocation, for :meth:`Scripts.run_many`."""
 
     name: str
