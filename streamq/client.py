@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 import redis
 
 from . import config, deadletters
-from .codec import compact_json, decode_result, encode
+from .codec import decode_result, encode
 from .connection import CONNECTION_ERRORS, connect
 from .deadletters import DeadLetter
 from .errors import (
@@ -25,7 +25,7 @@ from .errors import (
     WaitTimeout,
 )
 from .keys import JobKeys, QueueKeys, check_name
-from .models import Completion, JobState, JobStatus
+from .models import Completion, JobState, JobStatus, completion_message
 from .scripts import Call, JobReply, ScriptErrorCode, Scripts
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -354,8 +354,8 @@ class Queue:
         queue = self.name
         return self.scripts.finish_jobs_call(
             self.keys,
-            [(jid, reply, compact_json(Completion(jid, queue, JobState(reply.state), reply.total,
-                                                  reply.done, reply.failed, t).as_dict()))
+            [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
+                                             reply.failed, t))
              for jid, reply in jobs],
             now_ms=t, events_maxlen=self.events_maxlen)
 

@@ -41,11 +41,6 @@ def _dumps(value: Any) -> str:
         raise ValueError("circular reference detected") from None
 
 
-def compact_json(value: Any) -> str:
-    """``value`` as JSON without spaces (completion messages)."""
-    return _dumps(value)
-
-
 def _loads(text: str) -> Any:
     try:
         value, end = _scan(text, 0)

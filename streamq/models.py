@@ -70,6 +70,11 @@ class Completion:
         d["state"] = self.state.value
         return d
 
+    def message(self) -> str:
+        """:meth:`as_dict` as compact JSON: the message published on the channels."""
+        return completion_message(self.job_id, self.queue, self.state.value, self.total,
+                                  self.done, self.failed, self.finished_ms)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Completion:
         """Build from :meth:`as_dict` output."""
@@ -93,3 +98,17 @@ class Task:
     index: int
     entry_id: str
     attempt: int
+
+
+_STATE_VALUES = frozenset(s.value for s in JobState)
+
+
+def completion_message(job_id: str, queue: str, state: str, total: int, done: int,
+                       failed: int, finished_ms: int) -> str:
+    """The compact JSON of a completion, as ``Completion(...).as_dict()`` gives it,
+    built directly (a worker builds one per finished job). Job ids and queue names
+    are checked names (``A-Z a-z 0-9 _ . : -``), so they need no JSON escaping."""
+    if state not in _STATE_VALUES:
+        raise ValueError(f"{state!r} is not a job state")
+    return (f'{{"job_id":"{job_id}","queue":"{queue}","state":"{state}","total":{int(total)},'
+            f'"done":{int(done)},"failed":{int(failed)},"finished_ms":{int(finished_ms)}}}')

@@ -342,14 +342,14 @@ class Worker:
         replies = pipelined(self.redis, [
             ("XREADGROUP", "GROUP", config.GROUP, self.id, "COUNT", self.batch, "STREAMS",
              jk.tasks, ">") for jk in jks])
-        reads: list[Any] = []
-        for jk, reply in zip(jks, replies):  # everything read is kept fresh until settled
-            if not isinstance(reply, Exception):
-                reply = _entries(reply)
-                if reply:
-                    ids = [e[0].decode() for e in reply]
-                    reply = (reply, ids, self._track(jk.job_id, ids))
-            reads.append(reply)
+        reads: list[Any] = [r if isinstance(r, Exception) else _entries(r) for r in replies]
+        got = [(i, jk.job_id, [e[0].decode() for e in read])
+               for i, (jk, read) in enumerate(zip(jks, reads))
+               if read and not isinstance(read, Exception)]
+        # everything read is kept fresh until settled
+        held = self._track_many([(job, ids) for _, job, ids in got])
+        for (i, _, ids), unacked in zip(got, held):
+            reads[i] = (reads[i], ids, unacked)
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
         pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
@@ -531,13 +531,17 @@ class Worker:
             self.scripts.run(finish.name, finish.keys, finish.args)
         return reply.completed
 
-    def _track(self, job: str, ids: list[str]) -> set[str]:
-        """Register the entries a slot holds, so heartbeats keep them fresh."""
+    def _track_many(self, reads: list[tuple[str, list[str]]]) -> list[set[str]]:
+        """Register the entries a slot holds (job, entry ids), so heartbeats keep them
+        fresh; return each job's set of them (the slot removes what it settles)."""
+        out = []
         with self._held_lock:
             by_job = self._inflight.setdefault(threading.get_ident(), {})
-            unacked = by_job.setdefault(job, set())
-            unacked.update(ids)
-        return unacked
+            for job, ids in reads:
+                unacked = by_job.setdefault(job, set())
+                unacked.update(ids)
+                out.append(unacked)
+        return out
 
     def _refresh_entries(self) -> None:
         """Reset the idle time of every entry this worker holds (XCLAIM JUSTID:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from streamq.codec import decode, decode_result, encode, encode_result
 from streamq.errors import PayloadError, PayloadTooLarge
+from streamq.models import Completion, JobState, completion_message
 
 
 @pytest.mark.parametrize("value", [b"\x00\xff", "héllo", {"a": [1, 2.5, None]}, 7, None, [], ""])
@@ -42,3 +44,16 @@ def test_json_from_other_writers_is_read_like_json_loads() -> None:
     assert decode(b"j", b' {"a": [1, 2]}\n') == {"a": [1, 2]}
     assert decode(b"j", '{"a": "é"}'.encode("utf-16")) == {"a": "é"}
     assert encode({"k": "é", "n": [1.5, None]})[1] == b'{"k":"\\u00e9","n":[1.5,null]}'
+
+
+@pytest.mark.parametrize("state", [s.value for s in JobState])
+def test_completion_message_is_the_compact_json_of_the_completion(state: str) -> None:
+    c = Completion("job-1.a:b_c", "queue-x", JobState(state), 10, 7, 3, 1_763_900_000_123)
+    msg = completion_message(c.job_id, c.queue, state, 10, 7, 3, 1_763_900_000_123)
+    assert msg == json.dumps(c.as_dict(), separators=(",", ":"))
+    assert Completion.from_dict(json.loads(msg)) == c and c.message() == msg
+
+
+def test_completion_message_refuses_an_unknown_state() -> None:
+    with pytest.raises(ValueError, match="not a job state"):
+        completion_message("j", "q", "done", 1, 1, 0, 1)
