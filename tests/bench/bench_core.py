@@ -38,7 +38,10 @@ SWEEP_BIG = 20_000  # size of the short runs (best of 2) that pick the setup for
 # (worker processes, slots each, --batch): the raw ceiling reads COUNT 100 (BATCH); streamq
 # may read more per round trip, and then the raw consumers at that COUNT are shown too
 BIG_SETUPS = [(p, s, b) for b in (100, 500, 1000) for p, s in [(1, 2), (2, 1), (2, 2), (2, 4)]]
-SMALL_SETUP = (2, 4, 32)  # processes, slots, prefetch for 3: the best of those tried here
+SWEEP_SMALL = 8_000  # jobs in the short runs (best of 2) that pick the setup for 3
+# (worker processes, slots each, --prefetch) for 3: one slot per process spends less CPU per
+# job than several (the slots of a process share its interpreter lock)
+SMALL_SETUPS = [(2, 1, 64), (3, 1, 64), (4, 1, 64), (2, 2, 32)]
 BATCH, PIPE, GROUP = 100, 500, "g"
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
@@ -299,8 +302,13 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         f" Beside the ceiling, raw consumers reading COUNT {batch} like the workers: "
         f"{BIG / t[1]:,.0f} sub-requests/s (streamq at {t[1] / big_s:.0%} of that)."
         for t in same_run)
-    small_s, raw_small_s = paired(lambda: sq_small(r, url, *SMALL_SETUP, SMALL),
-                                  lambda: raw_small(r, url, SMALL_SETUP[0], SMALL), key=float)
+    small_sweep = {o: SWEEP_SMALL / min(sq_small(r, url, *o, SWEEP_SMALL) for _ in range(2))
+                   for o in SMALL_SETUPS}
+    small_setup = max(small_sweep, key=lambda o: small_sweep[o])
+    small_text = ", ".join(f"{p}x{s} p{f}: {v:,.0f}" for (p, s, f), v in small_sweep.items())
+    log(f"small jobs, jobs/s by processes x slots, prefetch: {small_text}")
+    small_s, raw_small_s = paired(lambda: sq_small(r, url, *small_setup, SMALL),
+                                  lambda: raw_small(r, url, small_setup[0], SMALL), key=float)
     lat, raw_lat = paired(lambda: sq_latency(r, url, slots), lambda: raw_latency(r, url),
                           key=lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
@@ -326,8 +334,9 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         "taken in turns. Ratio: higher is better (rates streamq/raw, latency raw/streamq).",
         f"Workers: 1: {procs} process(es) x {slots} slot(s), --batch {batch}, job concurrency "
         f"{procs * slots}, --prefetch 1, chosen by short runs (sub-requests/s by processes x "
-        f"slots, batch: {sweep_text}); 3: {SMALL_SETUP[0]} x {SMALL_SETUP[1]}, --batch {BATCH}, "
-        f"--prefetch {SMALL_SETUP[2]}; 4: 1 x {slots}, --batch {BATCH}.",
+        f"slots, batch: {sweep_text}); 3: {small_setup[0]} x {small_setup[1]}, --batch {BATCH}, "
+        f"--prefetch {small_setup[2]}, chosen the same way (jobs/s by processes x slots, "
+        f"prefetch: {small_text}); 4: 1 x {slots}, --batch {BATCH}.",
         f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT "
         f"{BATCH} + one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} "
         f"µs (raw {raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f})."
@@ -335,7 +344,7 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         f"2: the submit of 1 (workers idle); raw: XADD pipelined {PIPE} per execute; both encode.",
         f"3: submit_many of {SUBMIT_CHUNK} to the {SMALL:,}th record in sq:{{queue}}:events; raw: "
         f"{SMALL:,} streams, XADD + XGROUP CREATE + RPUSH name pipelined per {SUBMIT_CHUNK}; "
-        f"{SMALL_SETUP[0]} consumers LPOP 100 names, one XREADGROUP, pipelined XACKs, INCRBY.",
+        f"{small_setup[0]} consumers LPOP 100 names, one XREADGROUP, pipelined XACKs, INCRBY.",
         f"4: {SAMPLES} jobs one at a time (+{WARMUP} warm-up), idle workers, from before submit to "
         "the message on sq:{queue}:done; raw: XADD -> XREADGROUP BLOCK -> XACK + PUBLISH.",
     ])
