@@ -267,8 +267,10 @@ class Queue:
         encoded = [self._encode_all(p) for p in jobs]
         small = [i for i, e in enumerate(encoded) if len(e) <= config.ADD_CHUNK]
         ids = dict(zip(small, _new_ids(len(small))))
-        calls = [self._create_call(ids[i], priority, concurrency, client, max_deliveries, "",
-                                   encoded[i], "final") for i in small]
+        calls = self.scripts.create_job_calls(
+            ((JobKeys(ids[i]), encoded[i]) for i in small), queue=self.name, priority=priority,
+            concurrency=concurrency, client=client, max_deliveries=max_deliveries,
+            now_ms=now_ms(), retention_ms=self.retention_ms, mode="final")
         to_register: list[tuple[str, JobReply]] = []
         for i, raw in zip(small, self.scripts.run_many(calls)):
             rep = self.scripts.parse_create(raw).job

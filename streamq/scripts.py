@@ -170,6 +170,32 @@ class Scripts:
         return Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq), args)
 
     @staticmethod
+    def create_job_calls(
+        jobs: Iterable[tuple[JobKeys, Iterable[tuple[bytes, bytes]]]],
+        *,
+        queue: str,
+        priority: int,
+        concurrency: int,
+        client: str,
+        max_deliveries: int,
+        now_ms: int,
+        retention_ms: int,
+        mode: str,
+    ) -> list[Call]:
+        """:meth:`create_job_call` for many jobs with the same settings and no dedup key."""
+        head: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
+                           retention_ms, "", mode, GROUP]
+        calls = []
+        for jk, entries in jobs:
+            args = head.copy()
+            for kind, data in entries:
+                args.append(kind)
+                args.append(data)
+            calls.append(Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
+                              args))
+        return calls
+
+    @staticmethod
     def parse_create(r: Sequence[Any]) -> CreateReply:
         return CreateReply(bool(r[0]), _s(r[1]), JobReply.parse(r[2:]))
 
