@@ -410,7 +410,10 @@ class Worker:
         flushed_at = time.perf_counter()
         completed = False
         job = jk.job_id
-        queue, stopping, clock, wall = self.q.name, self._stopping, time.perf_counter, time.time
+        queue, stopping, clock = self.q.name, self._stopping, time.perf_counter
+        # wall-clock seconds = clock() + to_wall: an entry's queue wait (from the ms in its
+        # id) is measured at its start without a second clock read per entry
+        to_wall = time.time() - clock()
         handler, sync, flush_s = self.handler, self._loop is None, self.ack_flush_s
         faults = self._fault_at is not None
         for n, (_, flat) in enumerate(entries):
@@ -459,8 +462,9 @@ class Worker:
                 self.redis.hset(jk.inflight, eid, self.id)
             if faults:
                 self._fault("in_handler")
-            waits.append(max(0.0, wall() - int(eid[:eid.find("-")]) / 1000))
             started = clock()
+            wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
+            waits.append(wait if wait > 0.0 else 0.0)
             task = (queue, job, index, eid, attempt)
             try:
                 if sync:  # inline rather than a method call: this runs per sub-request

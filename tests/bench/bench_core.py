@@ -37,7 +37,7 @@ REPEAT = 3  # runs of each measure; the best is reported (the least disturbed by
 SWEEP_BIG = 20_000  # size of the short runs (best of 2) that pick the setup for 1
 # (worker processes, slots each, --batch): the raw ceiling reads COUNT 100 (BATCH); streamq
 # may read more per round trip, and then the raw consumers at that COUNT are shown too
-BIG_SETUPS = [(p, s, b) for b in (100, 500, 1000) for p, s in [(1, 2), (2, 1), (2, 2), (2, 4)]]
+BIG_SETUPS = [(p, s, b) for b in (500, 1000, 2000) for p, s in [(1, 2), (2, 1), (2, 2), (2, 4)]]
 SWEEP_SMALL = 8_000  # jobs in the short runs (best of 2) that pick the setup for 3
 # (worker processes, slots each, --prefetch) for 3: one slot per process spends less CPU per
 # job than several (the slots of a process share its interpreter lock)
