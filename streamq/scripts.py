@@ -118,9 +118,18 @@ class Scripts:
         calls it failed are run again, in one more round trip (twice at most, in
         case the cache was flushed again meanwhile). Any other error is raised.
         """
-        if not calls:
-            return []
-        replies = self._pipelined(calls)
+        return self.run_then(calls)[0]
+
+    def run_then(self, calls: Sequence[Call],
+                 commands: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]:
+        """:meth:`run_many`, with plain ``commands`` sent after the scripts in the
+        same round trip; returns the scripts' replies and the commands' raw replies
+        (an error reply of a command is returned in its place, not raised). The
+        commands run once, after the scripts' first attempt."""
+        if not calls and not commands:
+            return [], []
+        sent = self._pipelined(calls, commands)
+        replies, after = sent[: len(calls)], sent[len(calls):]
         for _ in range(2):
             missing = [i for i, r in enumerate(replies)
                        if isinstance(r, redis.exceptions.NoScriptError)]
@@ -133,15 +142,18 @@ class Scripts:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return replies
+        return replies, after
 
-    def _pipelined(self, calls: Sequence[Call]) -> list[Any]:
-        """EVALSHA each call, in one round trip; errors are returned, not raised."""
-        commands = []
+    def _pipelined(self, calls: Sequence[Call],
+                   then: Sequence[Sequence[Any]] = ()) -> list[Any]:
+        """EVALSHA each call, then the commands ``then``, in one round trip; errors are
+        returned, not raised."""
+        commands: list[Sequence[Any]] = []
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
             commands.append(("EVALSHA", self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args))
+        commands.extend(then)
         return pipelined(self.client, commands)
 
     # -- job slot ---------------------------------------------------------------

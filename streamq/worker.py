@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -263,6 +263,9 @@ class Worker:
         settled: list[tuple[str, str]] = []
         #: jobs the last acknowledgements completed, finished with the next settle
         finishes: list[tuple[str, JobReply]] = []
+        #: jobs whose last read was a full batch: their next batch is read in the round
+        #: trip of the next settle, and served at once if that settle gives a token back
+        follow: list[str] = []
         stop_seen: float | None = None
         while True:
             stopping = self._stopping.is_set()
@@ -270,8 +273,10 @@ class Worker:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
+            spec, follow = ([] if stopping else follow), []
             try:
-                claimed = self._settle(settled, finishes, 0 if stopping else self.prefetch)
+                claimed, preread = self._settle(settled, finishes,
+                                                0 if stopping else self.prefetch, spec)
                 with self._held_lock:
                     self._held.difference_update(t for t, _ in settled)
                     self._held.update(t for t, _ in claimed)
@@ -285,7 +290,7 @@ class Worker:
                 settled = [(t, "r") for t, _ in claimed]
                 self._fault("after_claim")
                 try:
-                    settled = self._work([t for t, _ in claimed], finishes)
+                    settled, follow = self._work([t for t, _ in claimed], finishes, preread)
                 finally:
                     with self._held_lock:
                         self._inflight.pop(threading.get_ident(), None)
@@ -307,22 +312,42 @@ class Worker:
                 self._pause(stopping)
 
     def _settle(self, settled: list[tuple[str, str]], finishes: list[tuple[str, JobReply]],
-                claim: int) -> list[tuple[str, float]]:
-        """Finish the completed jobs in ``finishes`` (emptied once done), then settle
-        the held tokens and claim up to ``claim`` new ones: one round trip."""
-        if not finishes:
-            call = self.scripts.settle_call(self.keys, self.id, now_ms(), self.lease_ms, claim,
-                                            settled)
-            return self.scripts.parse_settle(self.scripts.run(call.name, call.keys, call.args))
-        # finishing a job removes its tokens (now, or when it was finished before): a
-        # token of a job finished here needs no drop of its own
-        done = {job for job, _ in finishes}
-        call = self.scripts.settle_call(
-            self.keys, self.id, now_ms(), self.lease_ms, claim,
-            [(t, m) for t, m in settled if m != "d" or token_job(t) not in done])
-        reply = self.scripts.run_many([self.q.finish_many_call(finishes), call])[1]
+                claim: int, follow: Sequence[str] = ()
+                ) -> tuple[list[tuple[str, float]], dict[str, Any]]:
+        """Finish the completed jobs in ``finishes`` (emptied once done), settle the held
+        tokens and claim up to ``claim`` new ones, then read the next batch of each job
+        in ``follow``: one round trip.
+
+        Returns the claimed tokens and, for each followed job of which a token was
+        claimed, its raw read. Entries read for a job of which no token was claimed
+        (a more urgent job took the slot) are handed back at once, as a drain does.
+        """
+        calls = []
+        if finishes:
+            # finishing a job removes its tokens (now, or when it was finished before):
+            # a token of a job finished here needs no drop of its own
+            done = {job for job, _ in finishes}
+            settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
+            calls.append(self.q.finish_many_call(finishes))
+        calls.append(self.scripts.settle_call(self.keys, self.id, now_ms(), self.lease_ms,
+                                              claim, settled))
+        replies, reads = self.scripts.run_then(calls, [self._read(JobKeys(j)) for j in follow])
         finishes.clear()
-        return self.scripts.parse_settle(reply)
+        claimed = self.scripts.parse_settle(replies[-1])
+        preread = dict(zip(follow, reads))
+        if preread:
+            held = {token_job(t) for t, _ in claimed}
+            for job in [j for j in preread if j not in held]:
+                read = preread.pop(job)
+                entries = [] if isinstance(read, Exception) else _entries(read)
+                if entries:
+                    self._requeue(job, [e[0] for e in entries])
+        return claimed, preread
+
+    def _read(self, jk: JobKeys) -> tuple[Any, ...]:
+        """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
+        return ("XREADGROUP", "GROUP", config.GROUP, self.id, "COUNT", self.batch, "STREAMS",
+                jk.tasks, ">")
 
     def _pause(self, stopping: bool) -> None:
         """Wait before a retry: a second, cut short by a stop; half a second once stopping
@@ -332,16 +357,20 @@ class Worker:
         else:
             self._stopping.wait(1.0)
 
-    def _work(self, tokens: list[str],
-              finishes: list[tuple[str, JobReply]]) -> list[tuple[str, str]]:
-        """Serve the claimed tokens once; return how to settle each. Jobs that the
-        last acknowledgements completed are added to ``finishes``."""
+    def _work(self, tokens: list[str], finishes: list[tuple[str, JobReply]],
+              preread: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+        """Serve the claimed tokens once (a job in ``preread`` was read already).
+
+        Returns how to settle each token, and the jobs to follow (read with the next
+        settle: a full batch was read, so more is likely waiting). Jobs that the last
+        acknowledgements completed are added to ``finishes``."""
         jks = [JobKeys(token_job(t)) for t in tokens]
+        replies = [preread.pop(jk.job_id, None) for jk in jks]
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
         # finished meanwhile) is returned in place of its reply
-        replies = pipelined(self.redis, [
-            ("XREADGROUP", "GROUP", config.GROUP, self.id, "COUNT", self.batch, "STREAMS",
-             jk.tasks, ">") for jk in jks])
+        unread = [i for i, r in enumerate(replies) if r is None]
+        for i, reply in zip(unread, pipelined(self.redis, [self._read(jks[i]) for i in unread])):
+            replies[i] = reply
         reads: list[Any] = [r if isinstance(r, Exception) else _entries(r) for r in replies]
         got = [(i, jk.job_id, [e[0].decode() for e in read])
                for i, (jk, read) in enumerate(zip(jks, reads))
@@ -352,6 +381,7 @@ class Worker:
             reads[i] = (reads[i], ids, unacked)
         self._fault("after_read")
         settled: list[tuple[str, str]] = []
+        follow: list[str] = []
         pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
         waits: list[float] = []  # metrics, added in one go before anything is acknowledged
         durations: list[float] = []
@@ -365,6 +395,8 @@ class Worker:
             entries, ids, unacked = read
             done, completed = self._run_entries(jk, entries, ids, unacked, waits, durations)
             settled.append((tok, "d" if completed else "r"))
+            if not completed and len(entries) >= self.batch:
+                follow.append(jk.job_id)
             if done:
                 pending.append((len(settled) - 1, jk, done))
         # acknowledge what is left of every job in one round trip
@@ -373,7 +405,8 @@ class Worker:
                                    self._ack_many([(jk, d) for _, jk, d in pending], finishes)):
             if ok:
                 settled[pos] = (settled[pos][0], "d")
-        return settled
+                follow = [j for j in follow if j != token_job(settled[pos][0])]
+        return settled, follow
 
     def _idle_mode(self, job: str) -> str:
         state: bytes | None = self.redis.hget(JobKeys(job).meta, "state")  # type: ignore[assignment]

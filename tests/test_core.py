@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from streamq import (
+    Job,
     JobState,
     PayloadError,
     PayloadTooLarge,
@@ -113,6 +114,35 @@ def test_priority_order_with_one_worker(
         j.wait(timeout=30)
     # Then sub-requests started in priority order
     assert started == sorted(prios)
+
+
+def test_an_urgent_job_takes_the_slot_and_the_batch_read_ahead_goes_back(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given one worker of one slot reading 5 entries at a time, serving a job of 20
+    q = Queue(queue_name, redis_url)
+    started: list[tuple[str, int]] = []
+    urgent: list[Job] = []
+
+    def handler(p: Any) -> Any:
+        started.append((p[0], p[1]))
+        if p == ["a", 2]:  # When a more urgent job arrives during its first batch
+            urgent.append(q.submit([["b", 0]], priority=0))
+        return p
+
+    job = q.submit([["a", i] for i in range(20)], priority=50)
+    workers(queue_name, handler, concurrency=1, batch=5)
+    st = job.wait(timeout=30)
+    assert urgent[0].wait(timeout=30).done == 1
+    # Then the urgent job runs as soon as the first batch is done: the next batch of
+    # the first job, read in the same round trip as the settle that gave the slot to
+    # the urgent job, was handed back (to the end of its stream), not run
+    assert started[5] == ("b", 0)
+    assert started[6:11] == [("a", i) for i in range(10, 15)]
+    assert started[-5:] == [("a", i) for i in range(5, 10)]
+    # and every sub-request ran exactly once, its result stored
+    assert sorted(x for x in started if x[0] == "a") == [("a", i) for i in range(20)]
+    assert st.done == 20 and q.results(job.id) == {i: ["a", i] for i in range(20)}
 
 
 def test_concurrency_limit_holds_with_four_workers(

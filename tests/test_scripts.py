@@ -76,6 +76,27 @@ def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
     assert s.add_tasks(jk, [(b"s", b"y")], expect_total=1) == 2
 
 
+def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
+    # Given a script cache flushed (the scripts' first attempt fails with NOSCRIPT)
+    s = Scripts(r)
+    jk = JobKeys("j-then")
+    r.delete("then:n")
+    r.set("then:s", "x")
+    r.script_flush()
+    call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
+                             max_deliveries=3, now_ms=1, retention_ms=1000, dedup="",
+                             mode="open", entries=[(b"s", b"x")])
+    # When a script and two plain commands go in one call
+    (raw,), after = s.run_then([call], [("XLEN", jk.tasks), ("INCR", "then:n"),
+                                        ("HGET", "then:s", "f")])
+    # Then the script ran (reloaded), each command ran once, after the script's first
+    # attempt (which failed: the stream did not exist yet), and an error reply is
+    # returned in place
+    assert s.parse_create(raw).created and r.xlen(jk.tasks) == 1
+    assert after[:2] == [0, 1] and r.get("then:n") == b"1"
+    assert isinstance(after[2], redis.ResponseError) and "WRONGTYPE" in str(after[2])
+
+
 def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Redis) -> None:
     s = Scripts(r)
     r.script_flush()
