@@ -331,6 +331,7 @@ class Worker:
             calls.append(self.q.finish_many_call(finishes))
         calls.append(self.scripts.settle_call(self.keys, self.id, now_ms(), self.lease_ms,
                                               claim, settled))
+        follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         replies, reads = self.scripts.run_then(calls, [self._read(JobKeys(j)) for j in follow])
         finishes.clear()
         claimed = self.scripts.parse_settle(replies[-1])
@@ -395,8 +396,8 @@ class Worker:
             entries, ids, unacked = read
             done, completed = self._run_entries(jk, entries, ids, unacked, waits, durations)
             settled.append((tok, "d" if completed else "r"))
-            if not completed and len(entries) >= self.batch:
-                follow.append(jk.job_id)
+            if not completed and len(entries) >= self.batch and jk.job_id not in follow:
+                follow.append(jk.job_id)  # once per job, however many of its tokens it holds
             if done:
                 pending.append((len(settled) - 1, jk, done))
         # acknowledge what is left of every job in one round trip

@@ -145,6 +145,20 @@ def test_an_urgent_job_takes_the_slot_and_the_batch_read_ahead_goes_back(
     assert st.done == 20 and q.results(job.id) == {i: ["a", i] for i in range(20)}
 
 
+def test_a_slot_holding_several_tokens_of_one_job_loses_no_read_ahead(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given slots that claim several tokens at once, and a job with more tokens than
+    # slots, read in small batches (each slot often holds two tokens of the job)
+    workers(queue_name, lambda p: p * 2, concurrency=2, batch=5, prefetch=4)
+    q = Queue(queue_name, redis_url)
+    # When it runs
+    job = q.submit(list(range(500)), concurrency=4)
+    # Then every batch read ahead was served or handed back: the job completes
+    assert job.wait(timeout=30).done == 500
+    assert q.results(job.id) == {i: i * 2 for i in range(500)}
+
+
 def test_concurrency_limit_holds_with_four_workers(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
