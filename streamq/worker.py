@@ -59,6 +59,8 @@ def current_task() -> Task | None:
 
 
 Handler = Callable[[Any], Any]
+#: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
+_Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
 
 
 def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
@@ -266,21 +268,26 @@ class Worker:
         #: jobs whose last read was a full batch: their next batch is read in the round
         #: trip of the next settle, and served at once if that settle gives a token back
         follow: list[str] = []
+        #: results of followed jobs, acknowledged first in the round trip of the next settle
+        acks: list[_Batch] = []
         stop_seen: float | None = None
         while True:
             stopping = self._stopping.is_set()
-            if stopping and not settled and not finishes:
+            if stopping and not settled and not finishes and not acks:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             spec, follow = ([] if stopping else follow), []
             try:
                 claimed, preread = self._settle(settled, finishes,
-                                                0 if stopping else self.prefetch, spec)
+                                                0 if stopping else self.prefetch, spec, acks)
                 with self._held_lock:
                     self._held.difference_update(t for t, _ in settled)
                     self._held.update(t for t, _ in claimed)
                 settled = []
+                if acks:
+                    acks = []
+                    self._fault("after_ack")
                 if stopping:
                     return
                 if not claimed:
@@ -290,11 +297,13 @@ class Worker:
                 settled = [(t, "r") for t, _ in claimed]
                 self._fault("after_claim")
                 try:
-                    settled, follow = self._work([t for t, _ in claimed], finishes, preread)
+                    settled, follow, acks = self._work([t for t, _ in claimed], finishes,
+                                                       preread)
                 finally:
                     with self._held_lock:
                         self._inflight.pop(threading.get_ident(), None)
-                self._fault("after_ack")
+                if not acks:
+                    self._fault("after_ack")
             except ACCESS_ERRORS as e:
                 self._fatal(e)
             except CONNECTION_ERRORS as e:
@@ -312,28 +321,32 @@ class Worker:
                 self._pause(stopping)
 
     def _settle(self, settled: list[tuple[str, str]], finishes: list[tuple[str, JobReply]],
-                claim: int, follow: Sequence[str] = ()
+                claim: int, follow: Sequence[str] = (), acks: Sequence[_Batch] = ()
                 ) -> tuple[list[tuple[str, float]], dict[str, Any]]:
-        """Finish the completed jobs in ``finishes`` (emptied once done), settle the held
-        tokens and claim up to ``claim`` new ones, then read the next batch of each job
-        in ``follow``: one round trip.
+        """Acknowledge ``acks``, finish the completed jobs in ``finishes``, settle the
+        held tokens and claim up to ``claim`` new ones, then read the next batch of each
+        job in ``follow``: one round trip. ``finishes`` is left holding the jobs those
+        acknowledgements completed (finished with the next settle).
 
         Returns the claimed tokens and, for each followed job of which a token was
         claimed, its raw read. Entries read for a job of which no token was claimed
         (a more urgent job took the slot) are handed back at once, as a drain does.
         """
-        calls = []
+        t = now_ms()
+        calls = [self.scripts.ack_call(jk, t, done) for jk, done in acks]
+        sent = len(finishes)
         if finishes:
             # finishing a job removes its tokens (now, or when it was finished before):
             # a token of a job finished here needs no drop of its own
             done = {job for job, _ in finishes}
             settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
             calls.append(self.q.finish_many_call(finishes))
-        calls.append(self.scripts.settle_call(self.keys, self.id, now_ms(), self.lease_ms,
-                                              claim, settled))
+        calls.append(self.scripts.settle_call(self.keys, self.id, t, self.lease_ms, claim,
+                                              settled))
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         replies, reads = self.scripts.run_then(calls, [self._read(JobKeys(j)) for j in follow])
-        finishes.clear()
+        del finishes[:sent]
+        self._acked(acks, replies[: len(acks)], finishes)
         claimed = self.scripts.parse_settle(replies[-1])
         preread = dict(zip(follow, reads))
         if preread:
@@ -359,12 +372,15 @@ class Worker:
             self._stopping.wait(1.0)
 
     def _work(self, tokens: list[str], finishes: list[tuple[str, JobReply]],
-              preread: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+              preread: dict[str, Any]
+              ) -> tuple[list[tuple[str, str]], list[str], list[_Batch]]:
         """Serve the claimed tokens once (a job in ``preread`` was read already).
 
-        Returns how to settle each token, and the jobs to follow (read with the next
-        settle: a full batch was read, so more is likely waiting). Jobs that the last
-        acknowledgements completed are added to ``finishes``."""
+        Returns how to settle each token, the jobs to follow (read with the next
+        settle: a full batch was read, so more is likely waiting), and the results
+        left to acknowledge with the next settle: when every job with results left is
+        followed, they go in that round trip, first; otherwise they are acknowledged
+        here, and the jobs this completed are added to ``finishes``."""
         jks = [JobKeys(token_job(t)) for t in tokens]
         replies = [preread.pop(jk.job_id, None) for jk in jks]
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
@@ -400,14 +416,20 @@ class Worker:
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
             if done:
                 pending.append((len(settled) - 1, jk, done))
-        # acknowledge what is left of every job in one round trip
         self._observe(waits, durations)
-        for (pos, _, _), ok in zip(pending,
-                                   self._ack_many([(jk, d) for _, jk, d in pending], finishes)):
+        batches = [(jk, d) for _, jk, d in pending]
+        if batches and not self._stopping.is_set() and all(
+                jk.job_id in follow for jk, _ in batches):
+            # followed jobs rarely complete on this ack: their tokens are released (r)
+            # in the same round trip; one that did complete is finished with the settle
+            # after, and the read-ahead of it finds its stream gone
+            return settled, follow, batches
+        # acknowledge what is left of every job in one round trip
+        for (pos, _, _), ok in zip(pending, self._ack_many(batches, finishes)):
             if ok:
                 settled[pos] = (settled[pos][0], "d")
                 follow = [j for j in follow if j != token_job(settled[pos][0])]
-        return settled, follow
+        return settled, follow, []
 
     def _idle_mode(self, job: str) -> str:
         state: bytes | None = self.redis.hget(JobKeys(job).meta, "state")  # type: ignore[assignment]
@@ -611,7 +633,7 @@ class Worker:
         _current.set(task)
         return await self.handler(payload)
 
-    def _ack_many(self, batches: list[tuple[JobKeys, list[tuple[str, int, bytes]]]],
+    def _ack_many(self, batches: list[_Batch],
                   finishes: list[tuple[str, JobReply]] | None = None) -> list[bool]:
         """Acknowledge results of several jobs in one round trip; True for each job
         this completed. The completed jobs are added to ``finishes`` (finished with
@@ -620,6 +642,18 @@ class Worker:
         replies = self.scripts.run_many(
             [self.scripts.ack_call(jk, t, done) for jk, done in batches])
         completed: list[tuple[str, JobReply]] = []
+        out = self._acked(batches, replies, completed)
+        if finishes is not None:
+            finishes.extend(completed)
+        elif completed:
+            call = self.q.finish_many_call(completed)
+            self.scripts.run(call.name, call.keys, call.args)
+        return out
+
+    def _acked(self, batches: Sequence[_Batch], replies: Sequence[Any],
+               completed: list[tuple[str, JobReply]]) -> list[bool]:
+        """Count the replies of ``ack`` calls; add the jobs they completed to
+        ``completed``; True for each job completed."""
         out: list[bool] = []
         acked = 0
         for (jk, _), raw in zip(batches, replies):
@@ -627,11 +661,6 @@ class Worker:
             out.append(raw[1] == 1)
             if raw[1] == 1:
                 completed.append((jk.job_id, JobReply.parse(raw[1:])))
-        if finishes is not None:
-            finishes.extend(completed)
-        elif completed:
-            call = self.q.finish_many_call(completed)
-            self.scripts.run(call.name, call.keys, call.args)
         self.metrics.processed.inc(acked)
         with self.stats.lock:
             self.stats.processed += acked

@@ -159,6 +159,34 @@ def test_a_slot_holding_several_tokens_of_one_job_loses_no_read_ahead(
     assert q.results(job.id) == {i: i * 2 for i in range(500)}
 
 
+@pytest.mark.parametrize("size", [10, 12])
+def test_a_job_that_completes_on_an_ack_sent_with_the_settle_finishes_once(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, size: int
+) -> None:
+    # Given one slot reading 5 entries at a time: after a full batch, its results are
+    # acknowledged in the round trip of the next settle, which releases the token
+    q = Queue(queue_name, redis_url)
+    workers(queue_name, lambda p: p + 1, concurrency=1, batch=5)
+    # When a job of exactly two full batches (its last ack completes it there) or of
+    # two and a bit runs
+    job = q.submit(list(range(size)))
+    # Then it completes once, with every result, and leaves no token behind
+    assert job.wait(timeout=30).done == size
+    assert q.results(job.id) == {i: i + 1 for i in range(size)}
+    qk = QueueKeys(queue_name)
+
+    def settled() -> bool:
+        return (completions_of(r, queue_name) == {job.id: 1} and r.hlen(qk.tokens) == 0
+                and not any(r.zcard(k) for k in (qk.ready, qk.leased, qk.parked)))
+
+    deadline = time.monotonic() + 10
+    while not settled() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert settled() and r.hlen(qk.owners) == 0
+    time.sleep(0.3)  # and a later pass of the slot records no second completion
+    assert completions_of(r, queue_name) == {job.id: 1}
+
+
 def test_concurrency_limit_holds_with_four_workers(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
