@@ -174,12 +174,10 @@ class Scripts:
         entries: Iterable[tuple[bytes, bytes]],
     ) -> Call:
         """``mode`` is "final", "open" or "submit"; see create_job-5.lua."""
-        args: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
-                           retention_ms, dedup, mode, GROUP]
-        for kind, data in entries:
-            args.append(kind)
-            args.append(data)
-        return Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq), args)
+        return Scripts.create_job_calls(
+            [(jk, entries)], queue=queue, priority=priority, concurrency=concurrency,
+            client=client, max_deliveries=max_deliveries, now_ms=now_ms,
+            retention_ms=retention_ms, mode=mode, dedup=dedup)[0]
 
     @staticmethod
     def create_job_calls(
@@ -193,10 +191,12 @@ class Scripts:
         now_ms: int,
         retention_ms: int,
         mode: str,
+        dedup: str = "",
     ) -> list[Call]:
-        """:meth:`create_job_call` for many jobs with the same settings and no dedup key."""
+        """:meth:`create_job_call` for many jobs with the same settings (their arguments
+        share one head)."""
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
-                           retention_ms, "", mode, GROUP]
+                           retention_ms, dedup, mode, GROUP]
         calls = []
         for jk, entries in jobs:
             args = head.copy()

@@ -61,6 +61,7 @@ def current_task() -> Task | None:
 Handler = Callable[[Any], Any]
 #: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
 _Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
+_UNREAD = object()  # a claimed token's job not read ahead (a read's reply may be None)
 
 
 def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
@@ -332,8 +333,8 @@ class Worker:
         claimed, its raw read. Entries read for a job of which no token was claimed
         (a more urgent job took the slot) are handed back at once, as a drain does.
         """
-        t = now_ms()
-        calls = [self.scripts.ack_call(jk, t, done) for jk, done in acks]
+        now = now_ms()
+        calls = [self.scripts.ack_call(jk, now, done) for jk, done in acks]
         sent = len(finishes)
         if finishes:
             # finishing a job removes its tokens (now, or when it was finished before):
@@ -341,7 +342,7 @@ class Worker:
             done = {job for job, _ in finishes}
             settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
             calls.append(self.q.finish_many_call(finishes))
-        calls.append(self.scripts.settle_call(self.keys, self.id, t, self.lease_ms, claim,
+        calls.append(self.scripts.settle_call(self.keys, self.id, now, self.lease_ms, claim,
                                               settled))
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         replies, reads = self.scripts.run_then(calls, [self._read(JobKeys(j)) for j in follow])
@@ -382,10 +383,10 @@ class Worker:
         followed, they go in that round trip, first; otherwise they are acknowledged
         here, and the jobs this completed are added to ``finishes``."""
         jks = [JobKeys(token_job(t)) for t in tokens]
-        replies = [preread.pop(jk.job_id, None) for jk in jks]
+        replies = [preread.pop(jk.job_id, _UNREAD) for jk in jks]
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
         # finished meanwhile) is returned in place of its reply
-        unread = [i for i, r in enumerate(replies) if r is None]
+        unread = [i for i, r in enumerate(replies) if r is _UNREAD]
         for i, reply in zip(unread, pipelined(self.redis, [self._read(jks[i]) for i in unread])):
             replies[i] = reply
         reads: list[Any] = [r if isinstance(r, Exception) else _entries(r) for r in replies]
