@@ -152,8 +152,6 @@ def _read_replies(conn: Any, n: int) -> list[Any]:
                 parser.handle_push_response(reply)  # type: ignore[union-attr]
                 continue
             replies.append(reply)
-    except (redis.ConnectionError, redis.TimeoutError):
-        raise
-    except OSError as e:
+    except OSError as e:  # redis-py's own errors are not OSErrors: they pass as they are
         raise redis.ConnectionError(f"error while reading from the socket: {e}") from e
     return replies

@@ -66,12 +66,8 @@ class JobReply(NamedTuple):
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
-        state, dedup, client = r[1], r[6], r[8]
-        return cls(r[0] == 1, state.decode() if isinstance(state, bytes) else str(state),
-                   int(r[2]), int(r[3]), int(r[4]), int(r[5]),
-                   dedup.decode() if isinstance(dedup, bytes) else str(dedup), int(r[7]),
-                   client.decode() if isinstance(client, bytes) else str(client),
-                   int(r[9]), int(r[10]))
+        return cls(r[0] == 1, _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]),
+                   int(r[7]), _s(r[8]), int(r[9]), int(r[10]))
 
 
 class CreateReply(NamedTuple):
