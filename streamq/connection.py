@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +49,48 @@ ACCESS_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.NoPermissionError,
     redis.exceptions.AuthenticationWrongNumberOfArgsError,
 )
+
+
+#: First word of an error reply that means "Redis cannot serve this right now, but
+#: will": out of memory, a long script, loading its data set, a read-only replica
+#: after a failover, a failed background save, a cluster slot in migration or a
+#: cluster without a quorum. Waited out with backoff, never fatal.
+TRANSIENT_REPLIES: frozenset[str] = frozenset({
+    "OOM", "BUSY", "LOADING", "READONLY", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
+    "MASTERDOWN", "NOREPLICAS", "NOTBUSY",
+})
+
+
+def is_transient(error: BaseException) -> bool:
+    """True when ``error`` is one to wait out: Redis unreachable or busy for a while.
+
+    Access errors (refused credentials, NOPERM) are never transient.
+    """
+    if isinstance(error, ACCESS_ERRORS):
+        return False
+    if isinstance(error, CONNECTION_ERRORS):
+        return True
+    if isinstance(error, redis.ResponseError):
+        word = str(error).split(" ", 1)[0].upper()
+        if word in TRANSIENT_REPLIES:
+            return True
+        # redis-py strips the error word of the replies it maps to its own classes
+        return isinstance(error, (redis.exceptions.BusyLoadingError,
+                                  redis.exceptions.ReadOnlyError,
+                                  getattr(redis.exceptions, "OutOfMemoryError", ()),
+                                  getattr(redis.exceptions, "TryAgainError", ()),
+                                  getattr(redis.exceptions, "ClusterDownError", ()),
+                                  getattr(redis.exceptions, "MasterDownError", ())))
+    return False
+
+
+def is_access_error(error: BaseException) -> bool:
+    """True when ``error`` means Redis refused this client: wrong credentials or a
+    command its ACL user may not run. Retrying cannot fix it."""
+    if isinstance(error, ACCESS_ERRORS):
+        return True
+    return isinstance(error, redis.ResponseError) and str(error).startswith(
+        ("NOPERM", "WRONGPASS", "NOAUTH"))
 
 
 def connect(url: str, **overrides: Any) -> redis.Redis:
@@ -155,3 +199,45 @@ def _read_replies(conn: Any, n: int) -> list[Any]:
     except OSError as e:  # redis-py's own errors are not OSErrors: they pass as they are
         raise redis.ConnectionError(f"error while reading from the socket: {e}") from e
     return replies
+
+
+def wait_for_redis(client: redis.Redis, log: Any, *, max_wait_s: float | None = None,
+                   stop: Any = None, what: str = "Redis") -> None:
+    """Block until ``client`` answers PING; wait out every transient error with
+    exponential backoff (0.1 s doubling to 5 s, with jitter), logging one line per
+    attempt that failed.
+
+    Raises ConnectionFailed at once when Redis refuses access (wrong password,
+    NOPERM), after ``max_wait_s`` seconds when given, or when ``stop`` (an object
+    with ``is_set()``) is set meanwhile.
+    """
+    started = time.monotonic()
+    delay = 0.1
+    attempt = 0
+    while True:
+        try:
+            client.ping()
+            if attempt:
+                log.info("%s is reachable again after %.1f s", what, time.monotonic() - started)
+            return
+        except Exception as e:  # classified below; anything else is raised as it is
+            if is_access_error(e):
+                raise ConnectionFailed(f"Redis refused access: {e}") from None
+            if not is_transient(e):
+                raise
+            attempt += 1
+            waited = time.monotonic() - started
+            if max_wait_s is not None and waited >= max_wait_s:
+                raise ConnectionFailed(
+                    f"cannot reach Redis after {waited:.0f} s: {e}") from None
+            log.warning("waiting for %s (attempt %d, %.1f s so far): %s", what, attempt,
+                        waited, e)
+            pause = delay * random.uniform(0.5, 1.0)
+            if max_wait_s is not None:
+                pause = min(pause, max(0.0, max_wait_s - waited))
+            if stop is not None:
+                if stop.wait(pause) if hasattr(stop, "wait") else stop.is_set():
+                    raise ConnectionFailed(f"stopped while waiting for Redis: {e}") from None
+            else:
+                time.sleep(pause)
+            delay = min(5.0, delay * 2)
