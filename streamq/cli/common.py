@@ -133,6 +133,11 @@ ProcessQueue = Annotated[str, typer.Argument(envvar="STREAMQ_QUEUE", show_defaul
 MetricsPort = Annotated[int | None, typer.Option(
     envvar="STREAMQ_METRICS_PORT", min=1, max=65535,
     help="serve Prometheus metrics on this port (off when not given)")]
+#: How long a worker or reaper waits for Redis (at start and whenever it is lost)
+#: before it gives up with exit code 3; unbounded when not given.
+RedisWait = Annotated[float | None, typer.Option(
+    "--redis-wait", min=0.0, envvar="STREAMQ_REDIS_WAIT",
+    help="give up after Redis has been unreachable this many seconds (default: wait forever)")]
 MetricsAddr = Annotated[str, typer.Option(envvar="STREAMQ_METRICS_ADDR",
                                           help="address the metrics endpoint listens on")]
 
