@@ -129,7 +129,7 @@ class ReplyDropProxy:
                         return  # the reply is lost with the connection
                     else:
                         client.sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select() on a socket cut_all() closed
             return
         finally:
             with self._lock:
