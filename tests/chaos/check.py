@@ -48,6 +48,12 @@ class Runs:
     starts: int = 0
     ok: int = 0
     raised: int = 0
+    by_attempt: Counter[int] = field(default_factory=Counter)  # starts per attempt number
+
+    def describe(self) -> str:
+        per = ", ".join(f"attempt {a}: {n}" for a, n in sorted(self.by_attempt.items()))
+        return (f"starts by attempt ({per}); {self.raised} raised, {self.ok} returned, "
+                f"{self.starts - self.ok - self.raised} cut short by a process death")
 
 
 def read_runs(workdir: Path) -> dict[tuple[str, int], Runs]:
@@ -62,6 +68,8 @@ def read_runs(workdir: Path) -> dict[tuple[str, int], Runs]:
             r = runs[(parts[1], int(parts[2]))]
             if parts[0] == "S":
                 r.starts += 1
+                if len(parts) > 3:
+                    r.by_attempt[int(parts[3])] += 1
             elif parts[0] == "E":
                 r.ok += 1
             elif parts[0] == "F":
@@ -94,6 +102,14 @@ def job_ids_in_redis(r: redis.Redis, queue: str) -> dict[str, dict[str, str]]:
         if meta.get("queue") == queue:
             out[jid] = meta
     return out
+
+
+def _dead_at(r: redis.Redis, jk: JobKeys, idx: str) -> str:
+    raw = r.hget(jk.errors, idx)
+    try:
+        return str(json.loads(raw)["at"]) if raw else "?"  # type: ignore[arg-type]
+    except (ValueError, KeyError):
+        return "?"
 
 
 def _token_places(r: redis.Redis, qk: QueueKeys, jid: str) -> list[str]:
@@ -194,15 +210,19 @@ def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
         if state != "aborted" and done + failed != total:
             f.bad("double counts", f"job {jid}: done {done} + failed {failed} != total {total}")
         if rec is not None:
+            decoded = {i: decode_result(raw) for i, raw in results.items()}
+            by_uid = {p["u"]: p for p in rec.payloads if "u" in p}
             if total != len(rec.payloads):
+                uids = Counter(v.get("u") for v in decoded.values() if isinstance(v, dict))
+                twice = sorted(u for u, n in uids.items() if n > 1)
                 f.bad("double counts", f"{rec.kind} job {jid}: total {total}, the producer "
-                                       f"added {len(rec.payloads)}")
-            for i, raw in results.items():
-                if not 0 <= i < len(rec.payloads):
-                    continue
-                p = rec.payloads[i]
-                got = decode_result(raw)
-                if p.get("m") == "poison" or got != expected(p):
+                                       f"added {len(rec.payloads)}; sub-requests stored twice "
+                                       f"under two indexes: {twice}")
+            for i, got in decoded.items():
+                # by index when the totals agree, else by the payload's uid
+                p = rec.payloads[i] if total == len(rec.payloads) and i < len(rec.payloads) \
+                    else by_uid.get(got.get("u") if isinstance(got, dict) else None, {})
+                if p.get("m") == "poison" or not p or got != expected(p):
                     f.bad("wrong results", f"job {jid} sub-request {i}: {got!r} for {p!r}")
 
         # completion: one record, the final counts, at most one publication
@@ -247,16 +267,25 @@ def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
             bound = (replayed + 1) * (md + 1)
             if run.starts > bound:
                 f.bad("past max_deliveries", f"job {jid} sub-request {i} started {run.starts} "
-                                             f"times (max_deliveries {md}, replays {replayed})")
+                                             f"times (max_deliveries {md}, replays {replayed}): "
+                                             f"{run.describe()}")
 
         # dead letters announced once (none when replayed into another job)
         for idx in errors:
             target = ledger.replays.get((jid, int(idx))) if idx.isdigit() else None
+            if target == "":
+                f.counts["dead letters of failed replays (unchecked)"] += 1
+                continue
             want = 0 if target not in (None, jid) else 1
             got_n = dead[(jid, idx)]
             if got_n != want:
                 kind = "dead letters unannounced" if got_n < want else "dead letters twice"
-                f.bad(kind, f"job {jid} index {idx}: {got_n} in the dead stream, want {want}")
+                why = (f"replayed into job {target}, so the replay deleted one copy"
+                       if want == 0 else "never replayed")
+                pending = r.sismember(jk.unannounced, idx)
+                f.bad(kind, f"job {jid} index {idx}: {got_n} in the dead stream, want {want} "
+                            f"({why}; still in unannounced: {bool(pending)}; dead-lettered at "
+                            f"{_dead_at(r, jk, idx)} ms)")
 
         # no key of the job without a TTL
         for key in r.scan_iter(match=f"sq:{{{jid}}}:*", count=1000):

@@ -66,11 +66,15 @@ class Faults:
     counts: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     clients_killed: int = 0
+    #: (epoch seconds at the start, at the end, kind): to date findings against
+    timeline: list[tuple[float, float, str]] = field(default_factory=list)
 
     def fire(self, kind: str) -> None:
+        start = time.time()
         try:
             getattr(self, kind)()
             self.counts[kind] += 1
+            self.timeline.append((start, time.time(), kind))
         except (redis.RedisError, OSError) as e:
             # a fault that could not be injected (e.g. Redis down for a restart) is noted
             self.errors[f"{kind}: {type(e).__name__}"] += 1

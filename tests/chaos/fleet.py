@@ -123,6 +123,8 @@ class Fleet:
     kills: Counter[str] = field(default_factory=Counter)
     fault_deaths: Counter[str] = field(default_factory=Counter)
     unexpected: list[tuple[Proc, int]] = field(default_factory=list)
+    #: (epoch seconds, event): kills, deaths and starts, to date findings against
+    timeline: list[tuple[float, str]] = field(default_factory=list)
     skewed: int = 0
     proxied: int = 0
     _next_fault: int = 0
@@ -151,6 +153,8 @@ class Fleet:
                                      env=self._env(fault), cwd=ROOT, stdout=out,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         p = Proc(f"{slot}#{n}", kind, popen, log, fault, skew, proxied)
+        self.timeline.append((time.time(), f"start {p.name} pid {popen.pid} fault {fault or '-'} "
+                                           f"skew {skew:+.1f} {'proxied' if proxied else ''}"))
         self.slots[slot] = p
         self.all.append(p)
         return p
@@ -209,6 +213,8 @@ class Fleet:
             code = p.popen.poll()
             if code is None:
                 continue
+            self.timeline.append((time.time(), f"ended {p.name} pid {p.popen.pid} code {code}"
+                                               f"{' (killed)' if p.killed else ''}"))
             if p.killed:
                 pass
             elif p.fault and code == -signal.SIGKILL:

@@ -252,7 +252,8 @@ class Run:
         lines = self.report(f, faults, time.monotonic() - t0, settled)
         dump(self.workdir / "findings.json", f, {
             "seed": self.seed, "report": lines, "producer errors": self.ledger.errors,
-            "notes": self.notes})
+            "notes": self.notes, "faults": faults.timeline, "kills": self.fleet.timeline,
+            "subscriber gaps": self.sub.gaps})
         self.out("\n".join(lines))
         return 1 if f.violations else 0
 
