@@ -11,6 +11,7 @@ docs/design.md is checked (tests/chaos/check.py). The seed is random unless
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,15 @@ def test_chaos_short_form() -> None:
     if os.environ.get("STREAMQ_CHAOS_SEED"):
         args += ["--seed", os.environ["STREAMQ_CHAOS_SEED"]]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-m", "tests.chaos", *args], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=160)
-    report = run.stdout + run.stderr
+    # its own process group: if it ever hangs, its workers and redis-server go with it
+    proc = subprocess.Popen([sys.executable, "-m", "tests.chaos", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        report, _ = proc.communicate(timeout=160)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        report, _ = proc.communicate()
+        pytest.fail(f"the chaos run did not end in 160 s:\n{report}")
     assert "invariants  losses" in report, f"the chaos run did not report:\n{report}"
-    assert run.returncode == 0, f"an invariant was violated under faults:\n{report}"
+    assert proc.returncode == 0, f"an invariant was violated under faults:\n{report}"

@@ -47,11 +47,19 @@ return 1
 """
 
 
-def plan(rng: random.Random, start: float, end: float) -> list[tuple[float, str]]:
+#: faults chosen when a process starts (fleet.py): fault points, clock skew, the proxy
+#: (workers behind it; replies dropped at random)
+START_KINDS = ("points", "skew", "proxy")
+
+
+def plan(rng: random.Random, start: float, end: float,
+         kinds: frozenset[str] = frozenset(RATES)) -> list[tuple[float, str]]:
     """The fault schedule: (time offset, kind), sorted."""
     out = []
     minutes = (end - start) / 60.0
     for kind, rate in RATES.items():
+        if kind not in kinds:
+            continue
         n = max(1, round(rate * minutes))
         out.extend((rng.uniform(start, end), kind) for _ in range(n))
     return sorted(out)

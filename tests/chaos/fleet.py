@@ -117,7 +117,9 @@ class Fleet:
     rng: random.Random
     n_workers: int
     n_reapers: int = 2
-    faulty: bool = True  # start some processes with a fault point, with skewed clocks
+    faulty: bool = True  # start some processes with a fault point, a skewed clock, a proxy
+    #: which of those three: "points", "skew", "proxy"
+    kinds: frozenset[str] = frozenset({"points", "skew", "proxy"})
     slots: dict[str, Proc] = field(default_factory=dict)
     all: list[Proc] = field(default_factory=list)
     kills: Counter[str] = field(default_factory=Counter)
@@ -163,14 +165,14 @@ class Fleet:
         fault, skew, proxied = "", 0.0, False
         if self.faulty:
             r = self.rng.random()
-            if r < 0.3:  # every fault point in turn, at a random pass
+            if r < 0.3 and "points" in self.kinds:  # every fault point in turn
                 point = WORKER_FAULTS[self._next_fault % len(WORKER_FAULTS)]
                 self._next_fault += 1
                 fault = f"{point}:{self.rng.randint(1, 25)}"
-            if self.rng.random() < 0.4:
+            if self.rng.random() < 0.4 and "skew" in self.kinds:
                 skew = self.rng.choice((-1, 1)) * self.rng.uniform(1.0, 6.0)
                 self.skewed += 1
-            if self.rng.random() < 0.4:
+            if self.rng.random() < 0.4 and "proxy" in self.kinds:
                 proxied = True
                 self.proxied += 1
         args = ["--handler", "tests.chaos.handler:run", "--concurrency", "2", "--batch", "4",
@@ -181,7 +183,7 @@ class Fleet:
     def spawn_reaper(self, slot: str) -> Proc:
         fault = ""
         # the first replacement reaper, then one in four, dies in the middle of a pass
-        if self.faulty and len(self.all) > self.n_workers + self.n_reapers and (
+        if self.faulty and "points" in self.kinds and len(self.all) > self.n_workers + self.n_reapers and (
                 self._reaper_faults == 0 or self.rng.random() < 0.25):
             fault = f"{REAPER_FAULT}:1"
             self._reaper_faults += 1

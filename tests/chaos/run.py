@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -29,7 +31,7 @@ from streamq.keys import QueueKeys
 from tests.proxy import ReplyDropProxy
 
 from .check import TERMINAL, Findings, check, dump, job_ids_in_redis, summarize_unexpected
-from .faults import Faults, plan
+from .faults import RATES, START_KINDS, Faults, plan
 from .fleet import Fleet, RedisServer
 from .load import Ledger, Producer, Subscriber, replay_dead
 
@@ -58,7 +60,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--settle", type=float, default=90.0,
                     help="longest wait for the fleet to settle after the faults (default 90)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
-    return ap.parse_args(argv)
+    ap.add_argument("--calm", action="store_true",
+                    help="no faults at all: the same load and checks, to tell a fault's "
+                         "effect from the harness's")
+    ap.add_argument("--faults", default=",".join((*RATES, *START_KINDS)),
+                    help="comma-separated fault kinds to inject (default: all of "
+                         f"{', '.join((*RATES, *START_KINDS))})")
+    args = ap.parse_args(argv)
+    args.kinds = frozenset(k.strip() for k in args.faults.split(",") if k.strip())
+    unknown = args.kinds - set(RATES) - set(START_KINDS)
+    if unknown:
+        ap.error(f"unknown fault kinds: {', '.join(sorted(unknown))}")
+    if args.calm:
+        args.kinds = frozenset()
+    return args
 
 
 def _fmt(counter: Counter[str] | dict[str, int]) -> str:
@@ -89,15 +104,17 @@ class Run:
 
     def start(self) -> Faults:
         self.server = server = RedisServer(self.workdir)
-        wp = ReplyDropProxy(server.port, drop_probability=0.01, seed=self.seed)
-        pp = ReplyDropProxy(server.port, drop_probability=0.01, seed=self.seed + 1)
+        drop = 0.01 if "proxy" in self.args.kinds else 0.0
+        wp = ReplyDropProxy(server.port, drop_probability=drop, seed=self.seed)
+        pp = ReplyDropProxy(server.port, drop_probability=drop, seed=self.seed + 1)
         self.proxies = [wp, pp]
         self.sub = Subscriber(server.port, self.queue)
         self.sub.start()
         self.sub.ready.wait(10)
         self.fleet = Fleet(self.queue, self.workdir, server.port, wp.port,
                            random.Random(self.rng.random()), self.args.workers,
-                           self.args.reapers)
+                           self.args.reapers, faulty=not self.args.calm,
+                           kinds=self.args.kinds)
         self.fleet.start()
         now = time.monotonic()
         load_end = now + 0.85 * self.args.duration
@@ -114,7 +131,7 @@ class Run:
         assert self.fleet is not None and self.server is not None
         t0 = time.monotonic()
         duration = self.args.duration
-        schedule = plan(self.rng, 1.0, duration)
+        schedule = plan(self.rng, 1.0, duration, self.args.kinds)
         admin = Queue(self.queue, self.server.url, retention_s=3600)
         next_replay = t0 + 2.0
         try:
@@ -181,8 +198,11 @@ class Run:
         drops = [p.dropped for p in self.proxies]
         restarts = self.server.restarts
         lines = [
-            f"streamq chaos: seed {self.seed}, {self.args.duration:.0f} s of faults, "
-            f"{fl.n_workers} workers, {fl.n_reapers} reapers, queue {self.queue}",
+            f"streamq chaos: seed {self.seed}, {self.args.duration:.0f} s of "
+            f"{'load without faults (--calm)' if self.args.calm else 'faults'}, "
+            f"{fl.n_workers} workers, {fl.n_reapers} reapers, queue {self.queue}"
+            + ("" if self.args.calm or self.args.kinds >= {*RATES, *START_KINDS} else
+               f"; only {','.join(sorted(self.args.kinds))}"),
             f"jobs        {c['jobs']} ({jobs}, unknown {c['unknown jobs']}); "
             f"sub-requests {c['sub-requests']}",
             f"            results {c['results']}, dead letters {c['dead letters']}, "
@@ -287,8 +307,13 @@ def _first_per_kind(details: Iterable[str], n: int) -> list[str]:
     return (first + rest)[:n]
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM too: the finally below kills every process
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     run = Run(args)
     code = 1
     try:
