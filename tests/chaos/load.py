@@ -233,8 +233,9 @@ def replay_dead(q: Queue, ledger: Ledger) -> int:
         if not d.index.isdigit():
             continue
         key = (d.job_id, int(d.index))
-        if key in ledger.replays:
-            continue
+        made = ledger.jobs.get(d.job_id)
+        if key in ledger.replays or (made is not None and made.kind == "replay"):
+            continue  # once per dead letter, and not again from the job its replay made
         ledger.replays[key] = ""
         try:
             target = q.replay_dead(d.id)
