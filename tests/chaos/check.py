@@ -214,7 +214,7 @@ def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
             by_uid = {p["u"]: p for p in rec.payloads if "u" in p}
             if total != len(rec.payloads):
                 uids = Counter(v.get("u") for v in decoded.values() if isinstance(v, dict))
-                twice = sorted(u for u, n in uids.items() if n > 1)
+                twice = sorted(str(u) for u, n in uids.items() if n > 1)
                 f.bad("double counts", f"{rec.kind} job {jid}: total {total}, the producer "
                                        f"added {len(rec.payloads)}; sub-requests stored twice "
                                        f"under two indexes: {twice}")

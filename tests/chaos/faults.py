@@ -55,7 +55,7 @@ START_KINDS = ("points", "skew", "proxy")
 def plan(rng: random.Random, start: float, end: float,
          kinds: frozenset[str] = frozenset(RATES)) -> list[tuple[float, str]]:
     """The fault schedule: (time offset, kind), sorted."""
-    out = []
+    out: list[tuple[float, str]] = []
     minutes = (end - start) / 60.0
     for kind, rate in RATES.items():
         if kind not in kinds:

@@ -266,9 +266,9 @@ class Run:
                 f"{'proxied' if p.proxied else 'direct'}) exited {code}", p.tail()))
         for g in self.ledger.gave_up:
             f.bad("producer gave up", g)
-        for p in self.producers:
-            if p.crashed is not None:
-                f.bad("producer crashed", f"{p.name}: {p.crashed!r}")
+        for prod in self.producers:
+            if prod.crashed is not None:
+                f.bad("producer crashed", f"{prod.name}: {prod.crashed!r}")
         lines = self.report(f, faults, time.monotonic() - t0, settled)
         dump(self.workdir / "findings.json", f, {
             "seed": self.seed, "report": lines, "producer errors": self.ledger.errors,
@@ -299,7 +299,8 @@ class Run:
 def _first_per_kind(details: Iterable[str], n: int) -> list[str]:
     """Up to ``n`` details, the first of each kind first."""
     seen: set[str] = set()
-    first, rest = [], []
+    first: list[str] = []
+    rest: list[str] = []
     for d in details:
         kind = d.split(":", 1)[0]
         (rest if kind in seen else first).append(d)
