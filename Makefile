@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install redis-server test lint type bench demo clean
+.PHONY: help install redis-server test chaos lint type bench demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ install: redis-server $(STAMP) ## create .venv with streamq, test and dev tools
 
 test: install ## run the test suite against a private redis-server
 	$(BIN)/python -m pytest -q
+
+chaos: install ## the fault suite: 3 min of kills, Redis restarts and lost replies, then the invariants
+	$(BIN)/python -m tests.chaos --duration 180
 
 lint: install ## ruff
 	$(BIN)/ruff check streamq tests

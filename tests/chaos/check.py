@@ -1,0 +1,332 @@
+"""The invariants a chaos run must end with, checked on Redis and on the handlers' logs.
+
+Every job of the queue in Redis (found by SCAN of ``sq:{*}:meta``, so jobs of an
+interrupted ``submit_many`` count too) and every job a producer confirmed:
+
+- terminal (``stuck`` otherwise, with its meta, stream and registry state);
+- every sub-request 0..total-1 has a stored result or a dead letter, not both
+  (``losses``, ``both``); a result is what the handler returns for that
+  payload; a poison payload never has a result (``wrong results``);
+- ``done`` = stored results, ``failed`` = dead letters, ``total`` = the
+  sub-requests the producer added (``double counts``);
+- exactly one completion record in ``events`` (``missing``/``double
+  completions``), whose counts are the job's final ones (``premature``), at
+  most one publication (none only while the subscriber was reconnecting);
+- handler starts per sub-request at most ``(replays + 1) * (max_deliveries + 1)``
+  (``past max_deliveries``); successful runs beyond the first are
+  ``duplicates run`` (allowed: delivery is at least once);
+- each dead letter announced in the queue's ``dead`` stream exactly once (none
+  when it was replayed into another job);
+- no key of the job without a TTL; no token of it left in the queue slot;
+- a dedup key made one job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from streamq.codec import decode_result
+from streamq.keys import JobKeys, QueueKeys, token_job
+
+from .handler import expected
+from .load import Ledger, Subscriber
+
+TERMINAL = {"succeeded", "partial", "failed", "aborted"}
+
+
+@dataclass
+class Runs:
+    """What the handlers' logs say about one sub-request."""
+
+    starts: int = 0
+    ok: int = 0
+    raised: int = 0
+    by_attempt: Counter[int] = field(default_factory=Counter)  # starts per attempt number
+
+    def describe(self) -> str:
+        per = ", ".join(f"attempt {a}: {n}" for a, n in sorted(self.by_attempt.items()))
+        return (f"starts by attempt ({per}); {self.raised} raised, {self.ok} returned, "
+                f"{self.starts - self.ok - self.raised} cut short by a process death")
+
+
+def read_runs(workdir: Path) -> dict[tuple[str, int], Runs]:
+    runs: dict[tuple[str, int], Runs] = defaultdict(Runs)
+    for name in os.listdir(workdir):
+        if not name.startswith("runs-"):
+            continue
+        for line in (workdir / name).read_text().splitlines():
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            r = runs[(parts[1], int(parts[2]))]
+            if parts[0] == "S":
+                r.starts += 1
+                if len(parts) > 3:
+                    r.by_attempt[int(parts[3])] += 1
+            elif parts[0] == "E":
+                r.ok += 1
+            elif parts[0] == "F":
+                r.raised += 1
+    return runs
+
+
+@dataclass
+class Findings:
+    counts: Counter[str] = field(default_factory=Counter)
+    violations: Counter[str] = field(default_factory=Counter)
+    details: list[str] = field(default_factory=list)
+
+    def bad(self, kind: str, detail: str, n: int = 1) -> None:
+        self.violations[kind] += n
+        if len(self.details) < 400:
+            self.details.append(f"{kind}: {detail}")
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def job_ids_in_redis(r: redis.Redis, queue: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for key in r.scan_iter(match="sq:{*}:meta", count=1000):
+        k = _s(key)
+        jid = k[len("sq:{"):-len("}:meta")]
+        meta = {_s(a): _s(b) for a, b in r.hgetall(k).items()}  # type: ignore[union-attr]
+        if meta.get("queue") == queue:
+            out[jid] = meta
+    return out
+
+
+def _dead_at(r: redis.Redis, jk: JobKeys, idx: str) -> str:
+    raw = r.hget(jk.errors, idx)
+    try:
+        return str(json.loads(raw)["at"]) if raw else "?"  # type: ignore[arg-type]
+    except (ValueError, KeyError):
+        return "?"
+
+
+def _token_places(r: redis.Redis, qk: QueueKeys, jid: str) -> list[str]:
+    out = []
+    for t in (_s(x) for x in r.hkeys(qk.tokens)):  # type: ignore[union-attr]
+        if token_job(t) != jid:
+            continue
+        where = [name for name, key in (("ready", qk.ready), ("leased", qk.leased),
+                                        ("parked", qk.parked))
+                 if r.zscore(key, t) is not None]
+        owner = r.hget(qk.owners, t)
+        if owner is not None:
+            alive = r.zscore(qk.workers, owner) is not None
+            where.append(f"owner {_s(owner)} ({'registered' if alive else 'gone'})")
+        out.append(f"{t.rsplit('#', 1)[1]}:{'+'.join(where) or 'nowhere'}")
+    return out
+
+
+def _stuck_detail(r: redis.Redis, qk: QueueKeys, jid: str, meta: dict[str, str]) -> str:
+    """One line saying where a job that never finished is stuck."""
+    jk = JobKeys(jid)
+    fields = {k: meta.get(k) for k in ("state", "total", "remaining", "done", "failed", "mode")}
+    xlen = int(r.xlen(jk.tasks))
+    why = ""
+    pending: Any = 0
+    try:
+        if r.exists(jk.tasks):
+            pending = r.xpending(jk.tasks, "workers")["pending"]
+            group = next((g for g in r.xinfo_groups(jk.tasks)  # type: ignore[union-attr]
+                          if _s(g["name"]) == "workers"), None)
+            last = r.xrevrange(jk.tasks, count=1)
+            if group and last and xlen > int(pending):
+                newest = _s(last[0][0])  # type: ignore[index]
+                delivered = _s(group["last-delivered-id"])
+                if tuple(map(int, delivered.split("-"))) >= tuple(map(int, newest.split("-"))):
+                    why = (f" DELIVERED ENTRIES LOST FROM THE PEL: {xlen - int(pending)} entries "
+                           f"up to {newest} were read (last-delivered-id {delivered}) but are "
+                           f"no longer pending: a consumer holding them was deleted")
+    except redis.ResponseError:
+        pending = "no group"
+    if meta.get("state") == "open":
+        why += " (never finalized)"
+    return (f"job {jid} {fields} xlen={xlen} pending={pending} retry={r.zcard(jk.retry)} "
+            f"inflight={r.hlen(jk.inflight)} registered={r.zscore(qk.active, jid) is not None} "
+            f"tokens={_token_places(r, qk, jid)}{why}")
+
+
+def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
+          workdir: Path) -> Findings:
+    f = Findings()
+    qk = QueueKeys(queue)
+    metas = job_ids_in_redis(r, queue)
+    runs = read_runs(workdir)
+    events: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for eid, e in r.xrange(qk.events):  # type: ignore[union-attr]
+        d = {_s(a): _s(b) for a, b in e.items()}
+        d["redis_ms"] = _s(eid).split("-")[0]  # the entry id is Redis's clock
+        events[d["job"]].append(d)
+    dead: Counter[tuple[str, str]] = Counter()
+    for _id, e in r.xrange(qk.dead):  # type: ignore[union-attr]
+        dead[(_s(e[b"job"]), _s(e[b"index"]))] += 1
+
+    for jid, rec in ledger.jobs.items():
+        if jid not in metas and rec.confirmed:
+            f.bad("lost jobs", f"{rec.kind} job {jid} confirmed by its producer is not in Redis")
+    f.counts["jobs"] = len(metas)
+    f.counts["unknown jobs"] = len(set(metas) - set(ledger.jobs))
+    for rec in ledger.jobs.values():
+        if rec.job_id in metas:
+            f.counts[f"jobs {rec.kind}"] += 1
+
+    for jid, meta in metas.items():
+        rec = ledger.jobs.get(jid)
+        state = meta.get("state", "?")
+        total, done, failed = (int(meta.get(k, -1)) for k in ("total", "done", "failed"))
+        f.counts["sub-requests"] += total
+        if state not in TERMINAL:
+            f.bad("stuck jobs", _stuck_detail(r, qk, jid, meta))
+            continue
+        f.counts[f"state {state}"] += 1
+        jk = JobKeys(jid)
+        results = {int(_s(k)): v for k, v in r.hgetall(jk.results).items()}  # type: ignore[union-attr]
+        errors = {_s(k) for k in r.hkeys(jk.errors)}  # type: ignore[union-attr]
+        f.counts["results"] += len(results)
+        f.counts["dead letters"] += len(errors)
+        for i in range(total):
+            has_r, has_e = i in results, str(i) in errors
+            if not has_r and not has_e and state != "aborted":
+                f.bad("losses", f"job {jid} sub-request {i}: no result, no dead letter")
+            elif has_r and has_e:
+                f.bad("result and dead letter", f"job {jid} sub-request {i}")
+        extra = [i for i in results if not 0 <= i < total]
+        if extra:
+            f.bad("double counts", f"job {jid}: results for indexes {extra} past total {total}")
+        if done != len(results) or failed != len(errors):
+            f.bad("double counts", f"job {jid}: done={done} failed={failed} but "
+                                   f"{len(results)} results, {len(errors)} dead letters")
+        if state != "aborted" and done + failed != total:
+            f.bad("double counts", f"job {jid}: done {done} + failed {failed} != total {total}")
+        if rec is not None:
+            decoded = {i: decode_result(raw) for i, raw in results.items()}
+            by_uid = {p["u"]: p for p in rec.payloads if "u" in p}
+            if total != len(rec.payloads):
+                uids = Counter(v.get("u") for v in decoded.values() if isinstance(v, dict))
+                twice = sorted(str(u) for u, n in uids.items() if n > 1)
+                f.bad("double counts", f"{rec.kind} job {jid}: total {total}, the producer "
+                                       f"added {len(rec.payloads)}; sub-requests stored twice "
+                                       f"under two indexes: {twice}")
+            for i, got in decoded.items():
+                # by index when the totals agree, else by the payload's uid
+                p = rec.payloads[i] if total == len(rec.payloads) and i < len(rec.payloads) \
+                    else by_uid.get(got.get("u") if isinstance(got, dict) else None, {})
+                if p.get("m") == "poison" or not p or got != expected(p):
+                    f.bad("wrong results", f"job {jid} sub-request {i}: {got!r} for {p!r}")
+
+        # completion: one record, the final counts, at most one publication
+        evs = events.get(jid, [])
+        if not evs:
+            f.bad("missing completions", f"job {jid} ({state}) has no completion record")
+        elif len(evs) > 1:
+            f.bad("double completions", f"job {jid} has {len(evs)} completion records")
+        for e in evs:
+            if (e["state"], int(e["total"]), int(e["done"]), int(e["failed"])) != (
+                    state, total, done, failed):
+                f.bad("premature completions",
+                      f"job {jid} completed as {e['state']} total={e['total']} "
+                      f"done={e['done']} failed={e['failed']}; it ended {state} total={total} "
+                      f"done={done} failed={failed}")
+        pubs = sub.pubs.get(jid, [])
+        if len(pubs) > 1:
+            f.bad("double completions", f"job {jid} published {len(pubs)} times")
+        elif not pubs:
+            # with one record, its id dates the publication on Redis's clock
+            if evs and sub.missed(int(evs[0]["redis_ms"])):
+                f.counts["publications missed while resubscribing"] += 1
+            elif evs:
+                f.bad("missing publications",
+                      f"job {jid} recorded at {evs[0]['redis_ms']} ms (Redis clock), never "
+                      f"published while subscribed (gaps {sub.gaps})")
+        for p in pubs:
+            if (p["state"], p["total"], p["done"], p["failed"]) != (state, total, done, failed):
+                f.bad("premature completions", f"job {jid} published {p}; it ended {state} "
+                                               f"total={total} done={done} failed={failed}")
+
+        # deliveries
+        md = int(meta.get("max_deliveries") or 0) or (rec.max_deliveries if rec else 5)
+        for i in range(total):
+            run = runs.get((jid, i))
+            if run is None:
+                continue
+            f.counts["handler runs"] += run.starts
+            f.counts["runs cut short"] += max(0, run.starts - run.ok - run.raised)
+            f.counts["duplicates run"] += max(0, run.ok - 1)
+            replayed = 1 if (jid, i) in ledger.replays else 0
+            bound = (replayed + 1) * (md + 1)
+            if run.starts > bound:
+                f.bad("past max_deliveries", f"job {jid} sub-request {i} started {run.starts} "
+                                             f"times (max_deliveries {md}, replays {replayed}): "
+                                             f"{run.describe()}")
+
+        # dead letters announced once (none when replayed into another job)
+        for idx in errors:
+            target = ledger.replays.get((jid, int(idx))) if idx.isdigit() else None
+            if target == "":
+                f.counts["dead letters of failed replays (unchecked)"] += 1
+                continue
+            want = 0 if target not in (None, jid) else 1
+            got_n = dead[(jid, idx)]
+            if got_n != want:
+                kind = "dead letters unannounced" if got_n < want else "dead letters twice"
+                why = (f"replayed into job {target}, so the replay deleted one copy"
+                       if want == 0 else "never replayed")
+                pending = r.sismember(jk.unannounced, idx)
+                f.bad(kind, f"job {jid} index {idx}: {got_n} in the dead stream, want {want} "
+                            f"({why}; still in unannounced: {bool(pending)}; dead-lettered at "
+                            f"{_dead_at(r, jk, idx)} ms)")
+
+        # no key of the job without a TTL
+        for key in r.scan_iter(match=f"sq:{{{jid}}}:*", count=1000):
+            if r.ttl(key) == -1:
+                f.bad("keys without TTL", f"{_s(key)} ({state} job)")
+
+    # the queue slot keeps nothing of terminal jobs
+    live = {j for j, m in metas.items() if m.get("state") not in TERMINAL}
+    for key in (qk.tokens, qk.owners, qk.kick):
+        for t in r.hkeys(key):  # type: ignore[union-attr]
+            if token_job(_s(t)) not in live:
+                f.bad("tokens left", f"{key} holds {_s(t)}")
+    for key in (qk.ready, qk.leased, qk.parked):
+        for t in r.zrange(key, 0, -1):  # type: ignore[union-attr]
+            if token_job(_s(t)) not in live:
+                f.bad("tokens left", f"{key} holds {_s(t)}")
+    for jid in (_s(j) for j in r.zrange(qk.active, 0, -1)):  # type: ignore[union-attr]
+        if jid not in live:
+            f.bad("stuck jobs", f"{jid} still registered in active (state "
+                                f"{metas.get(jid, {}).get('state', 'gone')})")
+
+    # dedup: one job per key
+    dedup_jobs: dict[str, set[str]] = defaultdict(set)
+    for jid, meta in metas.items():
+        if meta.get("dedup"):
+            dedup_jobs[meta["dedup"]].add(jid)
+    for key, ids in ledger.dedup_ids.items():
+        made = ids | dedup_jobs.get(key, set())
+        if len(made) != 1:
+            f.bad("dedup made two jobs", f"key {key}: jobs {sorted(made)}")
+    f.counts["dedup keys"] = len(ledger.dedup_ids)
+    return f
+
+
+def summarize_unexpected(detail: str, tail: str) -> str:
+    lines = [ln for ln in tail.splitlines() if ln.strip()]
+    last = lines[-1] if lines else "(no output)"
+    return f"{detail}: {last[:160]}"
+
+
+def dump(path: Path, findings: Findings, extra: dict[str, Any]) -> None:
+    """Write every finding (not only the first screen) as JSON for later reading."""
+    path.write_text(json.dumps({"counts": findings.counts, "violations": findings.violations,
+                                "details": findings.details, **extra}, indent=1, default=str))
