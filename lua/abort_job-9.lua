@@ -17,8 +17,7 @@
     KEYS[7] added     sq:{<job>}:added     HASH deterministic id -> index
     KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
     KEYS[9] dlq       sq:{<job>}:dlq       HASH dead-letter payloads
-    ARGV[1] now, ms since the epoch
-    ARGV[2] reason (stored in meta `abort_reason`)
+    ARGV[1] reason (stored in meta `abort_reason`)
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
@@ -29,16 +28,17 @@
 local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey, dlqKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local nowMs, reason = ARGV[1], ARGV[2]
+local reason = ARGV[1]
 
 --- @include "includes/errors"
+--- @include "includes/now_ms"
 --- @include "includes/job_reply"
 
 local state = rcall("HGET", metaKey, "state")
 if not state then return ERR_JOB_NOT_FOUND end
 if state ~= "open" and state ~= "active" then return job_reply(metaKey, 0) end
 
-rcall("HSET", metaKey, "state", "aborted", "finished", nowMs, "abort_reason", reason)
+rcall("HSET", metaKey, "state", "aborted", "finished", now_ms(), "abort_reason", reason)
 rcall("DEL", tasksKey, retryKey, inflightKey)
 local retentionMs = rcall("HGET", metaKey, "retention")
 for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey, dlqKey}) do

@@ -13,8 +13,7 @@
     KEYS[5] inflight sq:{<job>}:inflight HASH entry id -> consumer (recorded starts)
     KEYS[6] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1] consumer group name
-    ARGV[2] now, ms since the epoch
-    ARGV[3..] triples (entry id, sub-request index, encoded result)
+    ARGV[2..] triples (entry id, sub-request index, encoded result)
 
   Output:
     {acked, completed (0|1), state, total, ...}: `acked` then the job_reply fields
@@ -25,8 +24,9 @@
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, inflightKey, dlqKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local group, nowMs = ARGV[1], ARGV[2]
+local group = ARGV[1]
 
+--- @include "includes/now_ms"
 --- @include "includes/complete_job"
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
@@ -41,7 +41,7 @@ local group, nowMs = ARGV[1], ARGV[2]
 -- stream), delete those entries (delete_settled: XTRIM MINID below the
 -- oldest pending entry, XDEL for the rest)
 local ids, fields = {}, {}
-for j = 3, #ARGV, 3 do
+for j = 2, #ARGV, 3 do
   ids[#ids + 1] = ARGV[j]
 end
 local ackedNow = 0
@@ -49,13 +49,13 @@ for i = 1, #ids, 500 do
   ackedNow = ackedNow + rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
 end
 if ackedNow == #ids then
-  for j = 3, #ARGV, 3 do
+  for j = 2, #ARGV, 3 do
     fields[#fields + 1] = ARGV[j + 1]
     fields[#fields + 1] = ARGV[j + 2]
   end
 else
   local kept, seen = {}, {}
-  for j = 3, #ARGV, 3 do
+  for j = 2, #ARGV, 3 do
     local id = ARGV[j]
     if not seen[id] and #rcall("XRANGE", tasksKey, id, id) > 0 then
       kept[#kept + 1] = id
@@ -71,7 +71,7 @@ end
 local acked = #ids
 local completed = 0
 local m = rcall("HMGET", metaKey, "state", "remaining", "done", "total", "failed", "retention",
-                "concurrency", "dedup", "priority", "client", "created")
+                "concurrency", "dedup", "priority", "client", "created", "incarnation")
 local state, done = m[1] or "", tonumber(m[3] or "0")
 if acked > 0 then
   chunked("HSET", resultsKey, fields)
@@ -80,7 +80,7 @@ if acked > 0 then
   local remaining = tonumber(m[2] or "0") - acked
   local counters = {"remaining", remaining, "done", done}
   if remaining <= 0 and state == "active" then
-    state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs, m[6],
+    state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms(), m[6],
                            tonumber(m[4] or "0"), tonumber(m[5] or "0"), counters)
     completed = 1
   else
@@ -90,4 +90,4 @@ if acked > 0 then
 end
 return {acked, completed, state, tonumber(m[4] or "0"), done, tonumber(m[5] or "0"),
         tonumber(m[7] or "1"), m[8] or "", tonumber(m[9] or "0"), m[10] or "",
-        tonumber(m[11] or "0"), tonumber(m[6] or "0")}
+        tonumber(m[11] or "0"), tonumber(m[6] or "0"), m[12] or ""}

@@ -14,7 +14,11 @@
     ARGV[3]  concurrency (tokens)
     ARGV[4]  client name (fairness)
     ARGV[5]  max deliveries per sub-request
-    ARGV[6]  now, ms since the epoch
+    ARGV[6]  incarnation: a random id the caller draws for this create; stored
+             when this call creates the job, ignored when the job exists (the
+             reply carries the job's own). A job id reused after its records
+             expired gets a new one, which is how the queue slot tells the new
+             job from the finished old one without comparing clocks
     ARGV[7]  retention after completion, ms
     ARGV[8]  dedup key, "" for none
     ARGV[9]  mode: "final" to finalize at once (a plain submit), "open" to leave the
@@ -27,15 +31,17 @@
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:
      completed (0|1), state, total, done, failed, concurrency, dedup, priority,
-     client, created, retention}
+     client, created, retention, incarnation}
+    `created` is Redis's clock at creation, ms since the epoch.
     `completed` is 1 when this call made the job terminal (an empty job
     finalized at once): the caller must then finish it in the queue slot.
 ]]
 local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local nowMs, retentionMs = ARGV[6], ARGV[7]
+local incarnation, retentionMs = ARGV[6], ARGV[7]
 local finalize = ARGV[9] == "final"
 
+--- @include "includes/now_ms"
 --- @include "includes/job_reply"
 --- @include "includes/add_entries"
 --- @include "includes/complete_job"
@@ -51,6 +57,7 @@ if rcall("EXISTS", metaKey) == 1 then
   return reply(0, 0)
 end
 
+local nowMs = now_ms()
 rcall("XGROUP", "CREATE", tasksKey, ARGV[10], "0", "MKSTREAM")
 local n = add_entries(tasksKey, 0, ARGV, 11)
 local remaining = n
@@ -65,7 +72,7 @@ rcall("HSET", metaKey,
   "state", state, "remaining", remaining, "done", "0", "total", n, "failed", "0",
   "retention", retentionMs, "concurrency", ARGV[3], "dedup", ARGV[8], "priority", ARGV[2],
   "client", ARGV[4], "created", nowMs, "queue", ARGV[1], "max_deliveries", ARGV[5],
-  "mode", ARGV[9])
+  "mode", ARGV[9], "incarnation", incarnation)
 
 -- the reply of a job created here, from what was just written (no read back)
 local completed = 0
@@ -74,4 +81,4 @@ if remaining == 0 then
   completed = 1
 end
 return {1, ARGV[1], completed, state, n, 0, 0, tonumber(ARGV[3]), ARGV[8], tonumber(ARGV[2]),
-        ARGV[4], tonumber(nowMs), tonumber(retentionMs)}
+        ARGV[4], nowMs, tonumber(retentionMs), incarnation}

@@ -14,14 +14,14 @@
     KEYS[7] dlq          sq:{<job>}:dlq          HASH index -> type + payload
     KEYS[8] unannounced  sq:{<job>}:unannounced  SET of indexes
     ARGV[1] consumer group name
-    ARGV[2] now, ms since the epoch
-    ARGV[3] entry id
-    ARGV[4] sub-request index ("-1" for a malformed entry)
-    ARGV[5] attempts made, counting this one
-    ARGV[6] retry delay, ms; -1 to dead-letter at once (a final failure)
-    ARGV[7] error text
-    ARGV[8] payload type letter
-    ARGV[9] payload bytes
+    ARGV[2] entry id
+    ARGV[3] sub-request index ("-1" for a malformed entry)
+    ARGV[4] attempts made, counting this one
+    ARGV[5] retry delay, ms (a duration: the retry is due that long after Redis's
+            clock now); -1 to dead-letter at once (a final failure)
+    ARGV[6] error text
+    ARGV[7] payload type letter
+    ARGV[8] payload bytes
 
   Output:
     {outcome, then the job_reply fields}: outcome 0 the entry was not pending
@@ -30,9 +30,10 @@
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, retryKey, inflightKey, dlqKey, unannouncedKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local group, nowMs, entryId, index, attempts, delay =
-  ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local group, entryId, index, attempts, delay =
+  ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 
+--- @include "includes/now_ms"
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 --- @include "includes/dead_letter"
@@ -48,16 +49,17 @@ if rcall("XACK", tasksKey, group, entryId) == 0 then
 end
 rcall("XDEL", tasksKey, entryId)
 rcall("HDEL", inflightKey, entryId)
+local nowMs = now_ms()
 
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")
 if delay >= 0 and attempts < maxDeliveries and index ~= "-1" then
   rcall("ZADD", retryKey, nowMs + delay,
-        attempts .. "|" .. index .. "|" .. ARGV[8] .. "|" .. ARGV[9])
+        attempts .. "|" .. index .. "|" .. ARGV[7] .. "|" .. ARGV[8])
   return reply(1, 0)
 end
 
-if dead_letter(metaKey, errorsKey, dlqKey, unannouncedKey, index, entryId, ARGV[7], attempts,
-               ARGV[8], ARGV[9], nowMs) == 1 then
+if dead_letter(metaKey, errorsKey, dlqKey, unannouncedKey, index, entryId, ARGV[6], attempts,
+               ARGV[7], ARGV[8], nowMs) == 1 then
   complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
   return reply(2, 1)
 end

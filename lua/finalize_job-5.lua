@@ -9,7 +9,7 @@
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
     KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
-    ARGV[1] now, ms since the epoch
+    (no ARGV)
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
@@ -21,6 +21,7 @@ local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 --- @include "includes/errors"
+--- @include "includes/now_ms"
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 
@@ -30,7 +31,7 @@ if state ~= "open" then return job_reply(metaKey, 0) end
 
 rcall("HSET", metaKey, "state", "active")
 if rcall("HINCRBY", metaKey, "remaining", -1) <= 0 then
-  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, ARGV[1])
+  complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms())
   return job_reply(metaKey, 1)
 end
 return job_reply(metaKey, 0)

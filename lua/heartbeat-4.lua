@@ -8,8 +8,9 @@
     KEYS[3] leased   sq:{<queue>}:leased         ZSET token -> lease deadline ms
     KEYS[4] owners   sq:{<queue>}:owners         HASH token -> worker id
     ARGV[1] worker id
-    ARGV[2] heartbeat deadline, ms since the epoch
-    ARGV[3] new lease deadline, ms since the epoch
+    ARGV[2] heartbeat lifetime, ms: the worker counts as alive until Redis's
+            clock passes now + this
+    ARGV[3] lease length, ms: each lease it still owns is extended to now + this
     ARGV[4] lifetime of the description hash, ms
     ARGV[5] number n of description field/value pairs that follow
     ARGV[6 .. 5+2n] description pairs
@@ -23,7 +24,11 @@ local workersKey, workerKey, leasedKey, ownersKey = KEYS[1], KEYS[2], KEYS[3], K
 local worker = ARGV[1]
 local n = tonumber(ARGV[5])
 
-rcall("ZADD", workersKey, ARGV[2], worker)
+--- @include "includes/now_ms"
+
+local nowMs = now_ms()
+rcall("ZADD", workersKey, nowMs + tonumber(ARGV[2]), worker)
+local leaseDeadline = nowMs + tonumber(ARGV[3])
 for j = 6, 5 + 2 * n, 2 do
   rcall("HSET", workerKey, ARGV[j], ARGV[j + 1])
 end
@@ -33,7 +38,7 @@ local lost = {}
 for j = 6 + 2 * n, #ARGV do
   local tok = ARGV[j]
   if rcall("HGET", ownersKey, tok) == worker then
-    rcall("ZADD", leasedKey, "XX", ARGV[3], tok)
+    rcall("ZADD", leasedKey, "XX", leaseDeadline, tok)
   else
     lost[#lost + 1] = tok
   end

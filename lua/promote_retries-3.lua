@@ -6,18 +6,22 @@
     KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms
     KEYS[2] tasks  sq:{<job>}:tasks  STREAM
     KEYS[3] meta   sq:{<job>}:meta   HASH
-    ARGV[1] now, ms since the epoch
-    ARGV[2] most entries to move in this call
+    ARGV[1] most entries to move in this call
 
   Output:
-    {moved, next due ms or -1 when no retry is waiting}
+    {moved, ms until the next retry is due (0 when due now) or -1 when no retry
+     is waiting}: due times are Redis's clock, so the wait is given relative to it
 ]]
 local rcall = redis.call
 local retryKey, tasksKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
 
+--- @include "includes/now_ms"
+
+local nowMs = now_ms()
+
 local moved = 0
 if rcall("EXISTS", metaKey) == 1 then
-  local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", ARGV[1], "LIMIT", 0, tonumber(ARGV[2]))
+  local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
   for _, member in ipairs(due) do
     local a, i, t, p = string.match(member, "^(%d+)|(%d+)|(%a)|(.*)$")
     if a then
@@ -29,4 +33,4 @@ if rcall("EXISTS", metaKey) == 1 then
 end
 local nextDue = rcall("ZRANGE", retryKey, 0, 0, "WITHSCORES")
 if #nextDue == 0 then return {moved, -1} end
-return {moved, tonumber(nextDue[2])}
+return {moved, math.max(0, tonumber(nextDue[2]) - nowMs)}

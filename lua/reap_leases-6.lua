@@ -11,9 +11,8 @@
     KEYS[4] tokens   sq:{<queue>}:tokens   HASH token -> score
     KEYS[5] ready    sq:{<queue>}:ready    ZSET token -> score
     KEYS[6] wake     sq:{<queue>}:wake     LIST of wake-up signals
-    ARGV[1] now, ms since the epoch
-    ARGV[2] cap on wake-up signals
-    ARGV[3] most leases to return in this call
+    ARGV[1] cap on wake-up signals
+    ARGV[2] most leases to return in this call
 
   Output:
     {returned leases, dead worker ids...}
@@ -21,9 +20,12 @@
 local rcall = redis.call
 local workersKey, leasedKey, ownersKey, tokensKey, readyKey, wakeKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local nowMs, cap, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 --- @include "includes/signal_ready"
+--- @include "includes/now_ms"
+
+local nowMs = now_ms()
 
 local dead = rcall("ZRANGEBYSCORE", workersKey, "-inf", "(" .. nowMs, "LIMIT", 0, 1000)
 local isDead = {}

@@ -23,8 +23,7 @@
     ARGV[3] min idle, ms
     ARGV[4] XAUTOCLAIM cursor ("0-0" to start)
     ARGV[5] XAUTOCLAIM COUNT (at most this many entries per call)
-    ARGV[6] now, ms since the epoch
-    ARGV[7] max deliveries override, 0 to use the job's own max_deliveries
+    ARGV[6] max deliveries override, 0 to use the job's own max_deliveries
 
   Output:
     {next cursor, re-added, dead-lettered, then the job_reply fields}
@@ -33,8 +32,9 @@
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, inflightKey, dlqKey, unannouncedKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local group, consumer, nowMs = ARGV[1], ARGV[2], tonumber(ARGV[6])
+local group, consumer = ARGV[1], ARGV[2]
 
+--- @include "includes/now_ms"
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 --- @include "includes/dead_letter"
@@ -50,12 +50,13 @@ end
 if rcall("EXISTS", metaKey) == 0 or rcall("EXISTS", tasksKey) == 0 then
   return reply("0-0", 0, 0, 0)
 end
+local nowMs = now_ms()
 
 local claimed = rcall("XAUTOCLAIM", tasksKey, group, consumer, ARGV[3], ARGV[4],
                       "COUNT", tonumber(ARGV[5]))
 local cursor, entries, deleted = claimed[1], claimed[2], claimed[3] or {}
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")
-if tonumber(ARGV[7]) > 0 and tonumber(ARGV[7]) < maxDeliveries then maxDeliveries = tonumber(ARGV[7]) end
+if tonumber(ARGV[6]) > 0 and tonumber(ARGV[6]) < maxDeliveries then maxDeliveries = tonumber(ARGV[6]) end
 local readded, dead, completed = 0, 0, 0
 
 for _, id in ipairs(deleted) do

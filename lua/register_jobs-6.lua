@@ -5,18 +5,21 @@
   than the rank last claimed, so clients take turns. Idempotent: a job
   already registered, or already finished, is left alone.
 
+  "Already finished" compares no clocks: `finished` holds one member per
+  finished job incarnation ("<job>|<incarnation>", see finish_jobs), so a job
+  is refused exactly when this incarnation of it was finished. A job id
+  reused after its records expired is a new incarnation and registers; the
+  old incarnation's member is not looked at and expires on its own.
+
   Input:
-    KEYS[1] active    sq:{<queue>}:active    ZSET job -> registration ms
-    KEYS[2] finished  sq:{<queue>}:finished  ZSET job -> completion ms
+    KEYS[1] active    sq:{<queue>}:active    ZSET job -> registration ms (Redis's clock)
+    KEYS[2] finished  sq:{<queue>}:finished  ZSET "<job>|<incarnation>" -> forget-after ms
     KEYS[3] tokens    sq:{<queue>}:tokens    HASH token -> score
     KEYS[4] ready     sq:{<queue>}:ready     ZSET token -> score
     KEYS[5] fair      sq:{<queue>}:fair      HASH "<prio>:<client>" -> last rank, "<prio>" -> rank last claimed
     KEYS[6] wake      sq:{<queue>}:wake      LIST of wake-up signals
-    ARGV[1] now, ms since the epoch
-    ARGV[2] cap on wake-up signals
-    ARGV[3..] quintuples (job id, priority, client, concurrency, created ms); a
-              `finished` entry older than the job's creation is stale (the id was
-              reused after its retention) and is dropped
+    ARGV[1] cap on wake-up signals
+    ARGV[2..] quintuples (job id, priority, client, concurrency, incarnation)
 
   Output:
     one code per job: 0 finished already, 1 registered already, 2 registered now
@@ -24,22 +27,20 @@
 local rcall = redis.call
 local activeKey, finishedKey, tokensKey, readyKey, fairKey, wakeKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local nowMs, cap = ARGV[1], tonumber(ARGV[2])
+local cap = tonumber(ARGV[1])
 
 --- @include "includes/signal_ready"
 --- @include "includes/chunked"
+--- @include "includes/now_ms"
+
+local nowMs = now_ms()
 
 -- fairness ranks are read once per client and priority and written back once;
 -- all tokens go in with one HSET and one ZADD (in slices of 500) at the end
 local out, lastRank, served, touched, tokenScores, readyPairs = {}, {}, {}, {}, {}, {}
-for j = 3, #ARGV, 5 do
+for j = 2, #ARGV, 5 do
   local job, prio, client, conc = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
-  local finishedAt = rcall("ZSCORE", finishedKey, job)
-  if finishedAt and tonumber(finishedAt) < tonumber(ARGV[j + 4]) then
-    rcall("ZREM", finishedKey, job)
-    finishedAt = false
-  end
-  if finishedAt then
+  if rcall("ZSCORE", finishedKey, job .. "|" .. ARGV[j + 4]) then
     out[#out + 1] = 0
   elseif rcall("ZADD", activeKey, "NX", nowMs, job) == 0 then
     out[#out + 1] = 1

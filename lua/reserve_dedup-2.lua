@@ -9,7 +9,6 @@
     KEYS[2] dedupx  sq:{<queue>}:dedupx  ZSET dedup key -> forget-after ms
     ARGV[1] dedup key
     ARGV[2] job id proposed for it
-    ARGV[3] now, ms since the epoch
 
   Output:
     the job id that holds the key (ARGV[2] when this call reserved it)
@@ -17,7 +16,9 @@
 local rcall = redis.call
 local dedupKey, dedupxKey = KEYS[1], KEYS[2]
 
-local expired = rcall("ZRANGEBYSCORE", dedupxKey, "-inf", ARGV[3], "LIMIT", 0, 100)
+--- @include "includes/now_ms"
+
+local expired = rcall("ZRANGEBYSCORE", dedupxKey, "-inf", now_ms(), "LIMIT", 0, 100)
 for _, k in ipairs(expired) do
   rcall("HDEL", dedupKey, k)
   rcall("ZREM", dedupxKey, k)

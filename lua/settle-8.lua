@@ -17,11 +17,10 @@
     KEYS[7] fair    sq:{<queue>}:fair    HASH "<prio>" -> rank last claimed
     KEYS[8] kick    sq:{<queue>}:kick    HASH token -> 1 when its job got work while leased
     ARGV[1] worker id
-    ARGV[2] now, ms since the epoch
-    ARGV[3] lease length, ms
-    ARGV[4] number of tokens to claim (0 to only settle)
-    ARGV[5] cap on wake-up signals
-    ARGV[6..] pairs (token, mode) with mode "r" release, "p" park, "d" drop
+    ARGV[2] lease length, ms (a claimed token's deadline is Redis's clock + this)
+    ARGV[3] number of tokens to claim (0 to only settle)
+    ARGV[4] cap on wake-up signals
+    ARGV[5..] pairs (token, mode) with mode "r" release, "p" park, "d" drop
 
   Output:
     flat list of claimed tokens and their scores: {token1, score1, token2, score2, ...}
@@ -29,13 +28,13 @@
 local rcall = redis.call
 local readyKey, leasedKey, ownersKey, tokensKey, parkedKey, wakeKey, fairKey, kickKey =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local worker, nowMs, leaseMs, want, cap =
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local worker, leaseMs, want, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
 --- @include "includes/signal_ready"
 --- @include "includes/chunked"
+--- @include "includes/now_ms"
 
-for j = 6, #ARGV, 2 do
+for j = 5, #ARGV, 2 do
   local tok, mode = ARGV[j], ARGV[j + 1]
   if rcall("HGET", ownersKey, tok) == worker then
     rcall("HDEL", ownersKey, tok)
@@ -57,7 +56,7 @@ end
 local out = {}
 if want > 0 then
   local popped = rcall("ZPOPMIN", readyKey, want)
-  local deadline = tostring(nowMs + leaseMs)  -- formatted once, not once per token
+  local deadline = tostring(now_ms() + leaseMs)  -- formatted once, not once per token
   local leased, owners, topRank, prios = {}, {}, {}, {}
   for j = 1, #popped, 2 do
     local tok, score = popped[j], tonumber(popped[j + 1])

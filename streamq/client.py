@@ -117,7 +117,7 @@ class StreamingJob(Job):
     @_wrap_connection_errors
     def finalize(self) -> None:
         """Declare that no more sub-requests come; the job may complete at once."""
-        reply = self.queue.scripts.finalize_job(JobKeys(self.id), now_ms())
+        reply = self.queue.scripts.finalize_job(JobKeys(self.id))
         if reply.completed:
             self.queue._finish(self.id, reply)
 
@@ -189,7 +189,7 @@ class Queue:
         if dedup_key is not None:
             if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
                 raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
-            job_id = self.scripts.reserve_dedup(self.keys, dedup_key, job_id, now_ms())
+            job_id = self.scripts.reserve_dedup(self.keys, dedup_key, job_id)
         return job_id
 
     @_wrap_connection_errors
@@ -246,7 +246,7 @@ class Queue:
                 raise JobConflict(f"job {jid!r} is being submitted by another producer") from None
             except JobClosed:
                 break  # another producer finished the same submit
-        return self.scripts.finalize_job(jk, now_ms())
+        return self.scripts.finalize_job(jk)
 
     @_wrap_connection_errors
     def submit_many(
@@ -270,7 +270,7 @@ class Queue:
         calls = self.scripts.create_job_calls(
             ((JobKeys(ids[i]), encoded[i]) for i in small), queue=self.name, priority=priority,
             concurrency=concurrency, client=client, max_deliveries=max_deliveries,
-            now_ms=now_ms(), retention_ms=self.retention_ms, mode="final")
+            retention_ms=self.retention_ms, mode="final")
         to_register: list[tuple[str, JobReply]] = []
         for i, raw in zip(small, self.scripts.run_many(calls)):
             rep = self.scripts.parse_create(raw).job
@@ -332,7 +332,7 @@ class Queue:
                      mode: str) -> Call:
         return self.scripts.create_job_call(
             JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
-            client=client, max_deliveries=max_deliveries, now_ms=now_ms(),
+            client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries)
 
     def _check_queue(self, jid: str, queue: str) -> None:
@@ -341,8 +341,7 @@ class Queue:
 
     def _register(self, jobs: Sequence[tuple[str, JobReply]]) -> None:
         for start in range(0, len(jobs), config.ADD_CHUNK):
-            call = self.scripts.register_jobs_call(self.keys, now_ms(),
-                                                   jobs[start : start + config.ADD_CHUNK])
+            call = self.scripts.register_jobs_call(self.keys, jobs[start : start + config.ADD_CHUNK])
             self.scripts.run(call.name, call.keys, call.args)
 
     def finish_call(self, jid: str, reply: JobReply) -> Call:
@@ -352,14 +351,14 @@ class Queue:
 
     def finish_many_call(self, jobs: Sequence[tuple[str, JobReply]]) -> Call:
         """:meth:`finish_call` for several terminal jobs at once (one code per job)."""
-        t = now_ms()
         queue = self.name
+        # finished_ms 0: finish_jobs puts Redis's clock there
         return self.scripts.finish_jobs_call(
             self.keys,
             [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
-                                             reply.failed, t))
+                                             reply.failed, 0))
              for jid, reply in jobs],
-            now_ms=t, events_maxlen=self.events_maxlen)
+            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms)
 
     def _finish(self, jid: str, reply: JobReply) -> bool:
         call = self.finish_call(jid, reply)

@@ -30,7 +30,7 @@ log = logging.getLogger("streamq.reaper")
 #: Name the reaper claims stalled entries as (they are re-added in the same script).
 REAPER_CONSUMER = "streamq-reaper"
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
-         "created", "retention")
+         "created", "retention", "incarnation")
 
 
 @dataclass
@@ -93,8 +93,7 @@ class Reaper:
             report.skipped = True
             return report
         try:
-            report.leases_returned, report.dead_workers = self.scripts.reap_leases(
-                self.keys, now_ms())
+            report.leases_returned, report.dead_workers = self.scripts.reap_leases(self.keys)
             self.recover_jobs(report)
             self.trim()
         finally:
@@ -118,7 +117,9 @@ class Reaper:
 
     def recover_jobs(self, report: PassReport) -> None:
         """Every registered job: finish, forget, promote retries, reclaim stalled entries."""
-        live: Any = self.redis.zrangebyscore(self.keys.workers, now_ms(), "+inf")
+        # alive by Redis's clock (heartbeat deadlines are Redis's clock), not this process's
+        sec, usec = self.redis.time()
+        live: Any = self.redis.zrangebyscore(self.keys.workers, sec * 1000 + usec // 1000, "+inf")
         alive = {w.decode() for w in live}
         batch: list[str] = []
         members: Any = self.redis.zscan_iter(self.keys.active, count=500)
@@ -163,14 +164,14 @@ class Reaper:
     def _recover_job(self, job: str, reply: JobReply, alive: set[str],
                      report: PassReport) -> None:
         jk = JobKeys(job)
-        moved, _ = self.scripts.promote_retries(jk, now_ms())
+        moved, _ = self.scripts.promote_retries(jk)
         report.retries_promoted += moved
         work = moved > 0
         cursor, dead, completed = "0-0", 0, False
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
             cursor, readded, d, job_reply = self.scripts.reclaim(
                 jk, consumer=REAPER_CONSUMER, min_idle_ms=self.min_idle_ms, cursor=cursor,
-                count=config.RECLAIM_COUNT, now_ms=now_ms(), max_deliveries=self.max_deliveries)
+                count=config.RECLAIM_COUNT, max_deliveries=self.max_deliveries)
             report.reclaimed += readded
             dead += d
             work = work or readded > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -63,11 +64,14 @@ class JobReply(NamedTuple):
     client: str = ""
     created_ms: int = 0
     retention_ms: int = 0
+    #: tells this job from an earlier one of the same id (create_job-5.lua)
+    incarnation: str = ""
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
         return cls(r[0] == 1, _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]),
-                   int(r[7]), _s(r[8]), int(r[9]), int(r[10]))
+                   int(r[7]), _s(r[8]), int(r[9]), int(r[10]),
+                   _s(r[11]) if len(r) > 11 and r[11] is not None else "")
 
 
 class CreateReply(NamedTuple):
@@ -163,7 +167,6 @@ class Scripts:
         concurrency: int,
         client: str,
         max_deliveries: int,
-        now_ms: int,
         retention_ms: int,
         dedup: str,
         mode: str,
@@ -172,7 +175,7 @@ class Scripts:
         """``mode`` is "final", "open" or "submit"; see create_job-5.lua."""
         return Scripts.create_job_calls(
             [(jk, entries)], queue=queue, priority=priority, concurrency=concurrency,
-            client=client, max_deliveries=max_deliveries, now_ms=now_ms,
+            client=client, max_deliveries=max_deliveries,
             retention_ms=retention_ms, mode=mode, dedup=dedup)[0]
 
     @staticmethod
@@ -184,15 +187,18 @@ class Scripts:
         concurrency: int,
         client: str,
         max_deliveries: int,
-        now_ms: int,
         retention_ms: int,
         mode: str,
         dedup: str = "",
     ) -> list[Call]:
         """:meth:`create_job_call` for many jobs with the same settings (their arguments
-        share one head)."""
-        head: list[Any] = [queue, priority, concurrency, client, max_deliveries, now_ms,
-                           retention_ms, dedup, mode, GROUP]
+        share one head).
+
+        The head carries a fresh random incarnation: it only has to differ between
+        two creations of the same job id, and the jobs of one batch have distinct ids.
+        A resent call carries the same one; a job that exists keeps its own."""
+        head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
+                           os.urandom(8).hex(), retention_ms, dedup, mode, GROUP]
         calls = []
         for jk, entries in jobs:
             args = head.copy()
@@ -222,17 +228,16 @@ class Scripts:
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
 
-    def finalize_job(self, jk: JobKeys, now_ms: int) -> JobReply:
+    def finalize_job(self, jk: JobKeys) -> JobReply:
         """Close an open job; completion may follow at once."""
-        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
-                         (now_ms,))
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq), ())
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 
     @staticmethod
-    def ack_call(jk: JobKeys, now_ms: int, done: Sequence[tuple[str, int, bytes]]) -> Call:
+    def ack_call(jk: JobKeys, done: Sequence[tuple[str, int, bytes]]) -> Call:
         # done holds (entry id, index, result) triples: ARGV's order
-        args: list[Any] = [GROUP, now_ms, *itertools.chain.from_iterable(done)]
+        args: list[Any] = [GROUP, *itertools.chain.from_iterable(done)]
         return Call("ack", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight, jk.dlq), args)
 
     @staticmethod
@@ -242,13 +247,11 @@ class Scripts:
     # -- queue slot -------------------------------------------------------------
 
     @staticmethod
-    def register_jobs_call(
-        qk: QueueKeys, now_ms: int, jobs: Sequence[tuple[str, JobReply]]
-    ) -> Call:
+    def register_jobs_call(qk: QueueKeys, jobs: Sequence[tuple[str, JobReply]]) -> Call:
         """Register jobs (id and the job's own settings); see register_jobs-6.lua."""
-        args: list[Any] = [now_ms, WAKE_CAP]
+        args: list[Any] = [WAKE_CAP]
         for job_id, job in jobs:
-            args += [job_id, job.priority, job.client, job.concurrency, job.created_ms]
+            args += [job_id, job.priority, job.client, job.concurrency, job.incarnation]
         return Call("register_jobs",
                     (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake), args)
 
@@ -256,13 +259,13 @@ class Scripts:
     def settle_call(
         qk: QueueKeys,
         worker: str,
-        now_ms: int,
         lease_ms: int,
         claim: int,
         settled: Sequence[tuple[str, str]] = (),
     ) -> Call:
-        """Release/park/drop held tokens, then claim up to ``claim`` new ones."""
-        args: list[Any] = [worker, now_ms, lease_ms, claim, WAKE_CAP]
+        """Release/park/drop held tokens, then claim up to ``claim`` new ones, leased
+        for ``lease_ms`` from Redis's clock."""
+        args: list[Any] = [worker, lease_ms, claim, WAKE_CAP]
         for tok, mode in settled:
             args += [tok, mode]
         return Call(
@@ -280,13 +283,12 @@ class Scripts:
         self,
         qk: QueueKeys,
         worker: str,
-        now_ms: int,
         lease_ms: int,
         claim: int,
         settled: Sequence[tuple[str, str]] = (),
     ) -> list[tuple[str, float]]:
         """Run :meth:`settle_call` now; return the claimed tokens and their scores."""
-        call = self.settle_call(qk, worker, now_ms, lease_ms, claim, settled)
+        call = self.settle_call(qk, worker, lease_ms, claim, settled)
         return self.parse_settle(self.run(call.name, call.keys, call.args))
 
     @staticmethod
@@ -294,15 +296,17 @@ class Scripts:
         qk: QueueKeys,
         jobs: Sequence[tuple[str, JobReply, str]],
         *,
-        now_ms: int,
         events_maxlen: int,
+        events_retention_ms: int,
     ) -> Call:
         """Finish terminal jobs, given as (job id, reply, completion message); the
-        reply of the call is one code per job: 1 finished now, 0 finished before."""
-        args: list[Any] = [now_ms, events_maxlen, qk.channel, qk.job_channel("")]
+        reply of the call is one code per job: 1 finished now, 0 finished before.
+        Events are kept ``events_retention_ms`` (the queue's retention) and at most
+        about ``events_maxlen``."""
+        args: list[Any] = [events_maxlen, events_retention_ms, qk.channel, qk.job_channel("")]
         for job_id, job, message in jobs:
             args += [job_id, job.state, job.total, job.done, job.failed, job.retention_ms,
-                     job.concurrency, job.dedup, message]
+                     job.concurrency, job.dedup, message, job.incarnation]
         return Call(
             "finish_jobs",
             (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
@@ -320,24 +324,24 @@ class Scripts:
         qk: QueueKeys,
         worker: str,
         *,
-        heartbeat_deadline_ms: int,
-        lease_deadline_ms: int,
+        heartbeat_ttl_ms: int,
+        lease_ms: int,
         info_ttl_ms: int,
         info: dict[str, Any],
         tokens: Sequence[str],
     ) -> list[str]:
-        """Refresh a worker's heartbeat and leases; return tokens it lost."""
-        args: list[Any] = [worker, heartbeat_deadline_ms, lease_deadline_ms, info_ttl_ms, len(info)]
+        """Refresh a worker's heartbeat and leases (alive for ``heartbeat_ttl_ms``, leases
+        extended by ``lease_ms``, both from Redis's clock); return tokens it lost."""
+        args: list[Any] = [worker, heartbeat_ttl_ms, lease_ms, info_ttl_ms, len(info)]
         for k, v in info.items():
             args += [k, v]
         args += list(tokens)
         reply = self.run("heartbeat", (qk.workers, qk.worker(worker), qk.leased, qk.owners), args)
         return [_s(t) for t in reply]
 
-    def reserve_dedup(self, qk: QueueKeys, dedup_key: str, job_id: str, now_ms: int) -> str:
+    def reserve_dedup(self, qk: QueueKeys, dedup_key: str, job_id: str) -> str:
         """Reserve ``dedup_key`` for ``job_id``; return the job that holds it."""
-        return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry),
-                           (dedup_key, job_id, now_ms)))
+        return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry), (dedup_key, job_id)))
 
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
         """Hand back entries ``consumer`` read but never started; return how many moved."""
@@ -348,7 +352,6 @@ class Scripts:
     @staticmethod
     def fail_call(
         jk: JobKeys,
-        now_ms: int,
         *,
         entry_id: str,
         index: int,
@@ -358,29 +361,31 @@ class Scripts:
         kind: bytes,
         payload: bytes,
     ) -> Call:
-        """A failed attempt: retry after ``delay_ms`` or (delay -1, or attempts used up) dead-letter."""
+        """A failed attempt: retry ``delay_ms`` after Redis's clock now, or (delay -1, or
+        attempts used up) dead-letter."""
         return Call("fail", (jk.tasks, jk.meta, jk.results, jk.errors, jk.retry, jk.inflight,
                              jk.dlq, jk.unannounced),
-                    (GROUP, now_ms, entry_id, index, attempts, delay_ms, error, kind, payload))
+                    (GROUP, entry_id, index, attempts, delay_ms, error, kind, payload))
 
     @staticmethod
     def parse_fail(r: Sequence[Any]) -> tuple[int, JobReply]:
         """(outcome: 0 settled already, 1 retry scheduled, 2 dead-lettered; the job)."""
         return int(r[0]), JobReply.parse(r[1:])
 
-    def promote_retries(self, jk: JobKeys, now_ms: int, limit: int = 1000) -> tuple[int, int]:
-        """Move due retries back into the stream; return (moved, next due ms or -1)."""
-        r = self.run("promote_retries", (jk.retry, jk.tasks, jk.meta), (now_ms, limit))
+    def promote_retries(self, jk: JobKeys, limit: int = 1000) -> tuple[int, int]:
+        """Move due retries back into the stream; return (moved, ms until the next
+        retry is due by Redis's clock, or -1 when none waits)."""
+        r = self.run("promote_retries", (jk.retry, jk.tasks, jk.meta), (limit,))
         return int(r[0]), int(r[1])
 
     def reclaim(
         self, jk: JobKeys, *, consumer: str, min_idle_ms: int, cursor: str, count: int,
-        now_ms: int, max_deliveries: int = 0,
+        max_deliveries: int = 0,
     ) -> tuple[str, int, int, JobReply]:
         """One XAUTOCLAIM slice of stalled entries; return (cursor, re-added, dead, job)."""
         r = self.run("reclaim", (jk.tasks, jk.meta, jk.results, jk.errors, jk.inflight, jk.dlq,
                                  jk.unannounced),
-                     (GROUP, consumer, min_idle_ms, cursor, count, now_ms, max_deliveries))
+                     (GROUP, consumer, min_idle_ms, cursor, count, max_deliveries))
         return _s(r[0]), int(r[1]), int(r[2]), JobReply.parse(r[3:])
 
     def replay(self, jk: JobKeys, index: int) -> None:
@@ -389,10 +394,10 @@ class Scripts:
                          (index,))
         raise_for_code("replay", reply, jk.job_id)
 
-    def reap_leases(self, qk: QueueKeys, now_ms: int, limit: int = 1000) -> tuple[int, list[str]]:
+    def reap_leases(self, qk: QueueKeys, limit: int = 1000) -> tuple[int, list[str]]:
         """Return expired leases and dead workers' leases; return (count, dead worker ids)."""
         r = self.run("reap_leases", (qk.workers, qk.leased, qk.owners, qk.tokens, qk.ready,
-                                     qk.wake), (now_ms, WAKE_CAP, limit))
+                                     qk.wake), (WAKE_CAP, limit))
         return int(r[0]), [_s(w) for w in r[1:]]
 
     def forget_job(self, qk: QueueKeys, job_id: str) -> int:
@@ -431,10 +436,10 @@ class Scripts:
         call = self.add_keyed_call(jk, keep_ms, entries)
         return self.parse_add_keyed(self.run(call.name, call.keys, call.args), jk.job_id)
 
-    def abort_job(self, jk: JobKeys, now_ms: int, reason: str) -> JobReply:
+    def abort_job(self, jk: JobKeys, reason: str) -> JobReply:
         """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it."""
         reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
-                                       jk.inflight, jk.added, jk.ids, jk.dlq), (now_ms, reason))
+                                       jk.inflight, jk.added, jk.ids, jk.dlq), (reason,))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
 

@@ -240,11 +240,10 @@ class Worker:
         with self._held_lock:
             held = list(self._held)
         self.metrics.leases.set(len(held))
-        t = now_ms()
         lost = self.scripts.heartbeat(
             self.keys, self.id,
-            heartbeat_deadline_ms=t + int(self.heartbeat_s * 3000),
-            lease_deadline_ms=t + self.lease_ms,
+            heartbeat_ttl_ms=int(self.heartbeat_s * 3000),
+            lease_ms=self.lease_ms,
             info_ttl_ms=int(self.heartbeat_s * 3000) + 60_000,
             info={"host": socket.gethostname(), "pid": os.getpid(), "started": self._started_ms,
                   "slots": self.concurrency, "processed": self.stats.processed,
@@ -333,8 +332,7 @@ class Worker:
         claimed, its raw read. Entries read for a job of which no token was claimed
         (a more urgent job took the slot) are handed back at once, as a drain does.
         """
-        now = now_ms()
-        calls = [self.scripts.ack_call(jk, now, done) for jk, done in acks]
+        calls = [self.scripts.ack_call(jk, done) for jk, done in acks]
         sent = len(finishes)
         if finishes:
             # finishing a job removes its tokens (now, or when it was finished before):
@@ -342,8 +340,7 @@ class Worker:
             done = {job for job, _ in finishes}
             settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
             calls.append(self.q.finish_many_call(finishes))
-        calls.append(self.scripts.settle_call(self.keys, self.id, now, self.lease_ms, claim,
-                                              settled))
+        calls.append(self.scripts.settle_call(self.keys, self.id, self.lease_ms, claim, settled))
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         replies, reads = self.scripts.run_then(calls, [self._read(JobKeys(j)) for j in follow])
         del finishes[:sent]
@@ -437,7 +434,7 @@ class Worker:
         if state is None:
             return "d"  # the job is gone (expired, or never created): nothing to serve
         if state in (b"open", b"active"):
-            moved, _ = self.scripts.promote_retries(JobKeys(job), now_ms())
+            moved, _ = self.scripts.promote_retries(JobKeys(job))
             return "r" if moved else "p"
         # terminal in its own slot: make sure the queue slot knows (idempotent)
         self._finish_from_meta(job)
@@ -445,7 +442,8 @@ class Worker:
 
     def _finish_from_meta(self, job: str) -> None:
         m = self.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
-                             "concurrency", "dedup", "priority", "client", "created", "retention")
+                             "concurrency", "dedup", "priority", "client", "created", "retention",
+                             "incarnation")
         if m[0] is None:
             return
         reply = JobReply.parse([1, *m])
@@ -578,7 +576,7 @@ class Worker:
     def _fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,
               kind: bytes, raw: bytes) -> bool:
         """Report a failed attempt; True when it completed the job."""
-        call = self.scripts.fail_call(JobKeys(job), now_ms(), entry_id=eid, index=index,
+        call = self.scripts.fail_call(JobKeys(job), entry_id=eid, index=index,
                                       attempts=attempts, delay_ms=delay_ms, error=error[:2000],
                                       kind=kind, payload=raw)
         outcome, reply = self.scripts.parse_fail(self.scripts.run(call.name, call.keys, call.args))
@@ -639,9 +637,7 @@ class Worker:
         """Acknowledge results of several jobs in one round trip; True for each job
         this completed. The completed jobs are added to ``finishes`` (finished with
         the slot's next settle), or, without it, finished at once in one more."""
-        t = now_ms()
-        replies = self.scripts.run_many(
-            [self.scripts.ack_call(jk, t, done) for jk, done in batches])
+        replies = self.scripts.run_many([self.scripts.ack_call(jk, done) for jk, done in batches])
         completed: list[tuple[str, JobReply]] = []
         out = self._acked(batches, replies, completed)
         if finishes is not None:

@@ -257,8 +257,10 @@ def test_completion_recorded_and_published_once(
     st = jobs[0].status()
     from streamq.scripts import JobReply
 
+    incarnation = r.hget(JobKeys(jobs[0].id).meta, "incarnation").decode()
     call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
-                                              st.concurrency, "", 50, "default", 1, 1000))
+                                              st.concurrency, "", 50, "default", 1, 1000,
+                                              incarnation))
     assert q.scripts.run(call.name, call.keys, call.args) == [0]
     assert completions_of(r, queue_name)[jobs[0].id] == 1
 
@@ -381,7 +383,8 @@ def test_retention_expires_results_and_records(
     new.wait(timeout=10)
     # Then the old job's keys expired and its records were trimmed
     assert r.exists(JobKeys(old.id).meta, JobKeys(old.id).results) == 0
-    assert r.zrange(qk.finished, 0, -1) == [new.id.encode()]
+    # a guard is "<job>|<incarnation>"
+    assert [m.split(b"|")[0] for m in r.zrange(qk.finished, 0, -1)] == [new.id.encode()]
     assert [f[b"job"] for _, f in r.xrange(qk.events)] == [new.id.encode()]
 
 
@@ -420,12 +423,13 @@ def test_job_id_reused_after_its_retention_runs_again(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
     q = Queue(queue_name, redis_url, retention_s=0.5)
-    workers(queue_name, lambda p: p * 2)
+    workers(queue_name, lambda p: p * 2, retention_s=0.5)
     assert q.submit([1], job_id="again").wait(timeout=10).done == 1
     time.sleep(0.8)
     assert not r.exists(JobKeys("again").meta)
     job = q.submit([21], job_id="again")
     assert job.created and job.wait(timeout=10).done == 1
     assert job.results() == {0: 42}
-    # the first run's record was trimmed with its retention; the second run has its own
+    # the first run's record was trimmed with the queue's retention (events are kept
+    # that long); the second run has its own
     assert completions_of(r, queue_name) == {"again": 1}

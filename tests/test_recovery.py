@@ -282,7 +282,7 @@ def test_malformed_entries_and_unknown_jobs_are_dead_lettered(
     r.hincrby(jk.meta, "remaining", 2)
     # a registered job with no job keys at all (unknown job)
     ghost = JobReply(False, "active", 1, 0, 0, 1, "", 50, "default", 0, 1000)
-    call = q.scripts.register_jobs_call(q.keys, 0, [("ghost", ghost)])
+    call = q.scripts.register_jobs_call(q.keys, [("ghost", ghost)])
     q.scripts.run(call.name, call.keys, call.args)
     w = workers(queue_name, lambda p: p, concurrency=2)
     sj.finalize()
@@ -442,9 +442,10 @@ def test_dead_worker_leases_freed_and_consumers_deleted(
     q = Queue(queue_name, redis_url)
     job = q.submit([1, 2, 3], concurrency=1)
     qk, jk = QueueKeys(queue_name), JobKeys(job.id)
-    claimed = q.scripts.settle(qk, "ghost-worker", int(time.time() * 1000), 600_000, 1)
+    claimed = q.scripts.settle(qk, "ghost-worker", 600_000, 1)
     assert [t for t, _ in claimed] == [f"{job.id}#0"]
-    r.zadd(qk.workers, {"ghost-worker": int(time.time() * 1000) + 300})
+    sec, usec = r.time()  # heartbeat deadlines are Redis's clock
+    r.zadd(qk.workers, {"ghost-worker": sec * 1000 + usec // 1000 + 300})
     r.xreadgroup("workers", "ghost-worker", {jk.tasks: ">"}, count=3)
     time.sleep(0.5)
     reaper = Reaper(queue_name, redis_url, min_idle_s=0.2)

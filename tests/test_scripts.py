@@ -42,11 +42,12 @@ def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
     reply = JobReply(True, "succeeded", 1, 1, 0, 2, "", 1, "c", 1, 1000)
     calls: list[Call] = [
         s.create_job_call(jk, queue="images", priority=1, concurrency=1, client="c",
-                          max_deliveries=3, now_ms=1, retention_ms=1, dedup="", mode="final",
+                          max_deliveries=3, retention_ms=1, dedup="", mode="final",
                           entries=[]),
-        s.ack_call(jk, 1, []),
-        s.register_jobs_call(qk, 1, []),
-        s.finish_jobs_call(qk, [("job-1", reply, "{}")], now_ms=1, events_maxlen=1),
+        s.ack_call(jk, []),
+        s.register_jobs_call(qk, []),
+        s.finish_jobs_call(qk, [("job-1", reply, "{}")], events_maxlen=1,
+                           events_retention_ms=1),
     ]
     for c in calls:
         assert len({key_slot(k.encode()) for k in c.keys}) == 1, c.name
@@ -68,7 +69,7 @@ def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
     jk = JobKeys("j-flush")
     r.script_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
-                             max_deliveries=3, now_ms=1, retention_ms=1000, dedup="",
+                             max_deliveries=3, retention_ms=1000, dedup="",
                              mode="open", entries=[(b"s", b"x")])
     (raw,) = s.run_many([call])
     assert s.parse_create(raw).created
@@ -84,7 +85,7 @@ def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
     r.set("then:s", "x")
     r.script_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
-                             max_deliveries=3, now_ms=1, retention_ms=1000, dedup="",
+                             max_deliveries=3, retention_ms=1000, dedup="",
                              mode="open", entries=[(b"s", b"x")])
     # When a script and two plain commands go in one call
     (raw,), after = s.run_then([call], [("XLEN", jk.tasks), ("INCR", "then:n"),
@@ -102,7 +103,7 @@ def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Red
     r.script_flush()
     r.config_resetstat()
     calls = [s.create_job_call(JobKeys(f"j-flush-{i}"), queue="q", priority=1, concurrency=1,
-                               client="c", max_deliveries=3, now_ms=1, retention_ms=1000,
+                               client="c", max_deliveries=3, retention_ms=1000,
                                dedup="", mode="open", entries=[(b"s", b"x")])
              for i in range(50)]
     replies = s.run_many(calls)
@@ -118,7 +119,7 @@ def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Red
 def _open_job(r: redis.Redis, job: str, n: int) -> tuple[Scripts, JobKeys]:
     s, jk = Scripts(r), JobKeys(job)
     s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
-                                  max_deliveries=3, now_ms=1, retention_ms=60_000, dedup="",
+                                  max_deliveries=3, retention_ms=60_000, dedup="",
                                   mode="open", entries=[(b"s", b"x")] * min(n, 500))])
     for start in range(500, n, 500):
         s.add_tasks(jk, [(b"s", b"x")] * min(500, n - start))
@@ -131,7 +132,7 @@ def _read(r: redis.Redis, jk: JobKeys, consumer: str, count: int) -> list[tuple[
 
 
 def _ack(s: Scripts, jk: JobKeys, entries: list[tuple[str, int]]) -> int:
-    reply = s.parse_ack(s.run("ack", *_args(s.ack_call(jk, 1, [(e, i, b"sok") for e, i in entries]))))
+    reply = s.parse_ack(s.run("ack", *_args(s.ack_call(jk, [(e, i, b"sok") for e, i in entries]))))
     return reply.acked
 
 
@@ -184,7 +185,7 @@ def test_ack_counts_only_what_it_acknowledged_when_some_were_settled_before(
     assert s.requeue(jk, "a", [entries[2][0]]) == 1
     # When one call acknowledges all ten, with one fresh entry listed twice
     reply = s.parse_ack(s.run("ack", *_args(s.ack_call(
-        jk, 1, [(e, i, f"r{i}".encode()) for e, i in entries + [entries[5]]]))))
+        jk, [(e, i, f"r{i}".encode()) for e, i in entries + [entries[5]]]))))
     # Then it counts the seven it acknowledged, each once, and stores their results
     assert reply.acked == 7
     assert reply.job.done == 9
@@ -202,9 +203,9 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
     q = Queue("q-finish-tokens", redis_url)
     qk, job = q.keys, q.submit([1, 2, 3], concurrency=3).id
     now = int(r.time()[0]) * 1000
-    ((first, _),) = q.scripts.settle(qk, "w", now, 60_000, 1)
-    q.scripts.settle(qk, "w", now, 60_000, 0, [(first, "p")])
-    ((second, _),) = q.scripts.settle(qk, "w", now, 60_000, 1)
+    ((first, _),) = q.scripts.settle(qk, "w", 60_000, 1)
+    q.scripts.settle(qk, "w", 60_000, 0, [(first, "p")])
+    ((second, _),) = q.scripts.settle(qk, "w", 60_000, 1)
     r.hset(qk.kick, second, 1)
     tokens = {f"{job}#{i}" for i in range(3)}
     assert r.zscore(qk.parked, first) is not None and r.zscore(qk.leased, second) is not None
@@ -224,15 +225,15 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
 def test_a_client_arriving_late_takes_turns_with_the_rest(r: redis.Redis, redis_url: str) -> None:
     # Given client A's ten jobs, five of them already claimed
     q = Queue("q-fair-clock", redis_url)
-    qk, now = q.keys, int(r.time()[0]) * 1000
+    qk = q.keys
     a_jobs = {j.id for j in q.submit_many([[1]] * 10, client="A")}
-    assert len(q.scripts.settle(qk, "w", now, 60_000, 5)) == 5
+    assert len(q.scripts.settle(qk, "w", 60_000, 5)) == 5
     # When client B submits ten jobs of the same priority afterwards
     b_jobs = {j.id for j in q.submit_many([[1]] * 10, client="B")}
     # Then B's jobs take turns with A's five waiting ones instead of going first: B's
     # ranks start at the priority's fairness clock (5), not at 1, so the next twelve
     # claims are B's rank 5, both clients' ranks 6-10 and B's rank 11
-    claimed = [t.split("#")[0] for t, _ in q.scripts.settle(qk, "w", now, 60_000, 12)]
+    claimed = [t.split("#")[0] for t, _ in q.scripts.settle(qk, "w", 60_000, 12)]
     assert sum(j in a_jobs for j in claimed) == 5
     assert sum(j in b_jobs for j in claimed) == 7
     q.close()

@@ -318,7 +318,7 @@ def test_clear_errors_for_unknown_job_missing_option_and_bad_mode(
         (df.write.format("streamq").mode("overwrite").option("queue", queue_name)
          .option("job", "j").save())
     done = submit_dataframe(df, queue_name, redis_url, job_id="used-once")
-    Queue(queue_name, redis_url).scripts.abort_job(JobKeys(done), 1, "x")
+    Queue(queue_name, redis_url).scripts.abort_job(JobKeys(done), "x")
     with pytest.raises(Exception, match="exists already and is aborted"):
         submit_dataframe(df, queue_name, redis_url, job_id="used-once")
 

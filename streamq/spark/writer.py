@@ -34,7 +34,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .. import config
-from ..client import Queue, StreamingJob, now_ms
+from ..client import Queue, StreamingJob
 from ..connection import connect
 from ..errors import JobConflict, PayloadError, PayloadTooLarge, StreamqError
 from ..keys import JobKeys, QueueKeys
@@ -196,7 +196,7 @@ class StreamqWriter(DataSourceArrowWriter):
 
 
 def _abort(q: Queue, job_id: str, reason: str) -> bool:
-    reply = q.scripts.abort_job(JobKeys(job_id), now_ms(), reason)
+    reply = q.scripts.abort_job(JobKeys(job_id), reason)
     if reply.completed:
         call = q.finish_call(job_id, reply)
         q.scripts.run(call.name, call.keys, call.args)

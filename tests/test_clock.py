@@ -1,0 +1,215 @@
+"""One clock: every deadline, lease, retention and ordering decision uses Redis's
+clock, never a process's. A process clock is skewed by monkeypatching ``time.time``
+in this process (for the skewed side only); Redis is the real server the suite
+started."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from streamq import Queue, Worker, config
+from streamq.codec import encode
+from streamq.keys import JobKeys
+from streamq.reaper import Reaper
+from streamq.scripts import JobReply
+
+_META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
+         "created", "retention", "incarnation")
+
+
+def until(cond: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def redis_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def completions_of(r: redis.Redis, q: Queue, job: str) -> list[Any]:
+    return [f for _, f in r.xrange(q.keys.events) if f[b"job"] == job.encode()]
+
+
+def skew_clock(monkeypatch: pytest.MonkeyPatch, skew_s: float,
+               only: Callable[[], bool] = lambda: True) -> None:
+    """Make ``time.time`` run ``skew_s`` seconds off wherever ``only()`` holds."""
+    real = time.time
+
+    def skewed() -> float:
+        return real() + skew_s if only() else real()
+
+    monkeypatch.setattr(time, "time", skewed)
+
+
+def _on_worker_threads() -> bool:
+    name = threading.current_thread().name
+    return name.startswith("streamq-") or name == "skewed-worker"
+
+
+@pytest.fixture
+def subscription(r: redis.Redis) -> Iterator[Callable[[str], Any]]:
+    subs: list[Any] = []
+
+    def subscribe(channel: str) -> Any:
+        sub = r.pubsub(ignore_subscribe_messages=True)
+        sub.subscribe(channel)
+        until(lambda: sub.get_message(timeout=0.1) is None and sub.subscribed, what="subscribe")
+        subs.append(sub)
+        return sub
+
+    yield subscribe
+    for s in subs:
+        s.close()
+
+
+def published(sub: Any) -> list[Any]:
+    """Every message received so far (waits until none came for a second)."""
+    out = []
+    while (m := sub.get_message(timeout=1.0)) is not None:
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("skew_s", [0.1, 5.0])
+def test_a_finishing_worker_behind_the_producer_completes_a_resubmitted_job_once(
+        r: redis.Redis, redis_url: str, queue_name: str, skew_s: float,
+        monkeypatch: pytest.MonkeyPatch, subscription: Callable[[str], Any]) -> None:
+    # Given a worker whose process clock is behind the producer's, serving a job whose
+    # sub-request waits at a gate
+    q = Queue(queue_name, redis_url)
+    jid = f"resubmitted-{int(skew_s * 1000)}"
+    sub = subscription(q.keys.job_channel(jid))
+    skew_clock(monkeypatch, -skew_s, only=_on_worker_threads)
+    gate = threading.Event()
+
+    def handler(payload: Any) -> Any:
+        gate.wait(30)
+        return payload
+
+    w = Worker(queue_name, handler, redis_url, heartbeat_s=0.5, idle_wait_s=0.2)
+    t = threading.Thread(target=w.run, name="skewed-worker", daemon=True)
+    t.start()
+    try:
+        q.submit([1], job_id=jid)
+        until(lambda: r.xpending(JobKeys(jid).tasks, config.GROUP)["pending"] == 1,
+              what="the sub-request in the handler")
+        # When a concurrent re-submit of the same job id creates it (finding it there)...
+        call = q._create_call(jid, config.DEFAULT_PRIORITY, config.DEFAULT_CONCURRENCY,
+                              config.DEFAULT_CLIENT, config.DEFAULT_MAX_DELIVERIES, "",
+                              [encode(1)], "final")
+        resent = q.scripts.parse_create(q.scripts.run(call.name, call.keys, call.args))
+        assert not resent.created and resent.job.state == "active"
+        # ...the worker completes and finishes the job...
+        gate.set()
+        until(lambda: completions_of(r, q, jid), what="the completion")
+        # ...and then the re-submit registers the job it was given
+        q._register([(jid, resent.job)])
+        # Then nothing of the job is registered again: no token for the worker or the
+        # reaper to serve, which would finish the job a second time
+        Reaper(queue_name, redis_url).run_once()
+        until(lambda: r.zscore(q.keys.active, jid) is None
+              and not r.hexists(q.keys.tokens, f"{jid}#0"), what="the job to be gone")
+    finally:
+        gate.set()
+        w.stop()
+        t.join(30)
+    assert not t.is_alive()
+    # And the job has exactly one completion record and one publication
+    assert len(completions_of(r, q, jid)) == 1
+    assert len(published(sub)) == 1
+    q.close()
+
+
+def test_a_short_retention_does_not_drop_the_guard_of_a_long_one(
+        r: redis.Redis, redis_url: str, queue_name: str,
+        subscription: Callable[[str], Any]) -> None:
+    # Given a job with a long retention, finished
+    long_q = Queue(queue_name, redis_url, retention_s=3600)
+    short_q = Queue(queue_name, redis_url, retention_s=0.001)
+    sub = subscription(long_q.keys.job_channel("long"))
+    long_q.submit([], job_id="long")
+    assert len(completions_of(r, long_q, "long")) == 1
+    time.sleep(0.05)  # let both clocks pass the short retention
+    # When a job with a very short retention finishes after it, in the same queue
+    short_q.submit([], job_id="short")
+    assert len(completions_of(r, short_q, "short")) == 1
+    last_event = r.xrevrange(long_q.keys.events, count=1)[0][0]
+    # And the long job's deferred finish (a worker's next settle, or the reaper's pass
+    # over a terminal job) comes afterwards
+    reply = JobReply.parse([1, *r.hmget(JobKeys("long").meta, *_META)])
+    assert reply.state == "succeeded"
+    finished_again = long_q._finish("long", reply)
+    # Then it records no second completion and publishes nothing more
+    # (the events stream itself is trimmed by the finishing queue's own retention, so
+    # only records after the short job's count here)
+    assert not finished_again
+    assert r.xrange(long_q.keys.events, min=f"({last_event.decode()}") == []
+    assert len(published(sub)) == 1
+    long_q.close()
+    short_q.close()
+
+
+@pytest.mark.parametrize("skew_s", [-420.0, 420.0])
+def test_a_skewed_process_clock_moves_no_deadline(
+        r: redis.Redis, redis_url: str, queue_name: str, skew_s: float,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a process whose clock is seven minutes off Redis's
+    skew_clock(monkeypatch, skew_s)
+    lease_ms, heartbeat_s, delay_ms = 30_000, 2.0, 5_000
+    q = Queue(queue_name, redis_url, retention_s=60)
+    w = Worker(queue_name, lambda p: p, redis_url, lease_ms=lease_ms, heartbeat_s=heartbeat_s)
+    qk = q.keys
+    job = q.submit([1, 2], concurrency=1).id
+
+    # When the worker claims a token: its lease runs lease_ms from Redis's clock
+    t0 = redis_ms(r)
+    claimed, _ = w._settle([], [], 1)
+    t1 = redis_ms(r)
+    ((tok, _),) = claimed
+    assert t0 + lease_ms <= r.zscore(qk.leased, tok) <= t1 + lease_ms
+
+    # When it heartbeats: it is alive for three periods and its lease is extended,
+    # both from Redis's clock
+    w._held.add(tok)
+    t0 = redis_ms(r)
+    w._heartbeat()
+    t1 = redis_ms(r)
+    hb_ms = int(heartbeat_s * 3000)
+    assert t0 + hb_ms <= r.zscore(qk.workers, w.id) <= t1 + hb_ms
+    assert t0 + lease_ms <= r.zscore(qk.leased, tok) <= t1 + lease_ms
+
+    # When a reaper with the same clock passes: the live lease and worker stay
+    report = Reaper(queue_name, redis_url).run_once()
+    assert report.leases_returned == 0 and report.dead_workers == []
+    assert r.zscore(qk.leased, tok) is not None
+
+    # When a sub-request fails: its retry is due delay_ms after Redis's clock
+    jk = JobKeys(job)
+    ((_, entries),) = r.xreadgroup(config.GROUP, w.id, {jk.tasks: ">"}, count=1)
+    eid, fields = entries[0]
+    t0 = redis_ms(r)
+    w._fail(job, eid.decode(), int(fields[b"i"]), 1, delay_ms, "boom", fields[b"t"], fields[b"p"])
+    t1 = redis_ms(r)
+    ((_, due),) = r.zrange(jk.retry, 0, -1, withscores=True)
+    assert t0 + delay_ms <= due <= t1 + delay_ms
+
+    # When a job with a dedup key finishes: the key is forgotten a retention after
+    # Redis's clock
+    t0 = redis_ms(r)
+    q.submit([], dedup_key="clock-key")
+    t1 = redis_ms(r)
+    assert t0 + q.retention_ms <= r.zscore(qk.dedup_expiry, "clock-key") <= t1 + q.retention_ms
+    w.redis.close()
+    q.close()
