@@ -213,3 +213,32 @@ def test_a_skewed_process_clock_moves_no_deadline(
     assert t0 + q.retention_ms <= r.zscore(qk.dedup_expiry, "clock-key") <= t1 + q.retention_ms
     w.redis.close()
     q.close()
+
+
+def test_a_job_id_reused_while_the_old_guard_is_kept_runs_and_completes_once(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Callable[..., Worker],
+        subscription: Callable[[str], Any]) -> None:
+    # Given a finished job whose records are gone while its `finished` guard is still
+    # kept (the guard outlives the records by the time between completing the job in
+    # its slot and finishing it in the queue's)
+    q = Queue(queue_name, redis_url)
+    workers(queue_name, lambda p: p * 2)
+    sub = subscription(q.keys.job_channel("reused"))
+    assert q.submit([1], job_id="reused").wait(timeout=30).done == 1
+    old = r.hget(JobKeys("reused").meta, "incarnation")
+    jk = JobKeys("reused")
+    r.delete(jk.meta, jk.results, jk.errors, jk.dlq)
+    assert r.zcard(q.keys.finished) == 1
+    # When the same job id is submitted again
+    job = q.submit([21], job_id="reused")
+    # Then it is a new incarnation of the job: registered, served and completed once
+    assert job.created and r.hget(jk.meta, "incarnation") != old
+    assert job.wait(timeout=30).done == 1 and job.results() == {0: 42}
+    until(lambda: r.zscore(q.keys.active, "reused") is None, what="the second finish")
+    assert len(completions_of(r, q, "reused")) == 2
+    assert len(published(sub)) == 2
+    # And each incarnation has its own guard: finishing either again does nothing
+    assert r.zcard(q.keys.finished) == 2
+    reply = JobReply.parse([1, *r.hmget(jk.meta, *_META)])
+    assert not q._finish("reused", reply)
+    q.close()
