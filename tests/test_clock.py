@@ -118,7 +118,9 @@ def test_a_finishing_worker_behind_the_producer_completes_a_resubmitted_job_once
         q._register([(jid, resent.job)])
         # Then nothing of the job is registered again: no token for the worker or the
         # reaper to serve, which would finish the job a second time
-        Reaper(queue_name, redis_url).run_once()
+        reaper = Reaper(queue_name, redis_url)
+        reaper.run_once()
+        reaper.q.close()
         until(lambda: r.zscore(q.keys.active, jid) is None
               and not r.hexists(q.keys.tokens, f"{jid}#0"), what="the job to be gone")
     finally:
@@ -191,7 +193,9 @@ def test_a_skewed_process_clock_moves_no_deadline(
     assert t0 + lease_ms <= r.zscore(qk.leased, tok) <= t1 + lease_ms
 
     # When a reaper with the same clock passes: the live lease and worker stay
-    report = Reaper(queue_name, redis_url).run_once()
+    reaper = Reaper(queue_name, redis_url)
+    report = reaper.run_once()
+    reaper.q.close()
     assert report.leases_returned == 0 and report.dead_workers == []
     assert r.zscore(qk.leased, tok) is not None
 
