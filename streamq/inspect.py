@@ -15,7 +15,6 @@ from typing import Any
 import redis
 
 from . import config, deadletters
-from .client import now_ms
 from .deadletters import DeadLetter
 from .errors import StreamqError
 from .keys import JobKeys, QueueKeys
@@ -177,10 +176,17 @@ class Overview:
         return asdict(self)
 
 
+def server_ms(r: redis.Redis) -> int:
+    """Redis's clock (TIME), ms since the epoch: heartbeat deadlines and event ids are
+    Redis's clock, so they are compared with it, not with this process's."""
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 def recent_completions(r: redis.Redis, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
                        now: int | None = None) -> tuple[int, int]:
     """(completions, sub-requests done) recorded in the events stream in the window."""
-    since = (now if now is not None else now_ms()) - window_ms
+    since = (now if now is not None else server_ms(r)) - window_ms
     entries: Any = r.xrange(qk.events, min=str(max(0, since)), max="+")
     done = sum(int(f.get(b"done", 0)) for _, f in entries)
     return len(entries), done
@@ -189,7 +195,7 @@ def recent_completions(r: redis.Redis, qk: QueueKeys, window_ms: int = RATE_WIND
 def overview(r: redis.Redis, qk: QueueKeys) -> Overview:
     """Queue overview; raises QueueNotFound for a queue with no key."""
     require_queue(r, qk)
-    t = now_ms()
+    t = server_ms(r)
     pipe = r.pipeline(transaction=False)
     for key in (qk.active, qk.ready, qk.leased, qk.parked):
         pipe.zcard(key)
@@ -256,7 +262,7 @@ class PendingReport:
 
 def live_workers(r: redis.Redis, qk: QueueKeys, now: int | None = None) -> set[str]:
     """Ids of workers whose heartbeat deadline has not passed."""
-    raw: Any = r.zrangebyscore(qk.workers, now if now is not None else now_ms(), "+inf")
+    raw: Any = r.zrangebyscore(qk.workers, now if now is not None else server_ms(r), "+inf")
     return {_s(w) for w in raw}
 
 
@@ -323,7 +329,7 @@ class WorkerRow:
 
 def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
     """Every worker in the registry, live and dead, most recently beating first."""
-    t = now_ms()
+    t = server_ms(r)
     # only commands the read-only ``inspector`` ACL role (deploy/users.acl) allows
     registry: Any = list(reversed(r.zrange(qk.workers, 0, -1, withscores=True)))
     owners: Any = r.hgetall(qk.owners)
