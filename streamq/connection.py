@@ -90,7 +90,11 @@ def is_access_error(error: BaseException) -> bool:
     if isinstance(error, ACCESS_ERRORS):
         return True
     return isinstance(error, redis.ResponseError) and str(error).startswith(
-        ("NOPERM", "WRONGPASS", "NOAUTH"))
+        ("NOPERM", "WRONGPASS", "NOAUTH", _SCRIPT_NOPERM))
+
+
+#: How Redis 7.0 words NOPERM for a command a script runs.
+_SCRIPT_NOPERM = "The user executing the script can't run this command"
 
 
 def connect(url: str, **overrides: Any) -> redis.Redis:

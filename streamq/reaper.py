@@ -19,6 +19,7 @@ import redis
 
 from . import config
 from .client import Queue, now_ms
+from .connection import is_access_error, is_transient
 from .deadletters import announce
 from .errors import StreamqError
 from .keys import JobKeys
@@ -29,6 +30,8 @@ log = logging.getLogger("streamq.reaper")
 
 #: Name the reaper claims stalled entries as (they are re-added in the same script).
 REAPER_CONSUMER = "streamq-reaper"
+#: Most dedup keys and `finished` entries one trim call removes, and calls per pass.
+_TRIM_LIMIT, _TRIM_CALLS = 1000, 10
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
          "created", "retention", "incarnation")
 
@@ -88,8 +91,7 @@ class Reaper:
     def run_once(self) -> PassReport:
         """Run every pass once (unless another reaper holds the lock)."""
         report = PassReport()
-        if self.exclusive and not self.redis.set(self.keys.reaper_lock, self.id, nx=True,
-                                                 px=self.lock_ttl_ms):
+        if self.exclusive and not self._lock():
             report.skipped = True
             return report
         try:
@@ -112,6 +114,14 @@ class Reaper:
                 report.finished, report.orphans, report.dead_workers)):
             log.info("reaper pass: %s", report)
         return report
+
+    def _lock(self) -> bool:
+        """Take the pass lock; also true when this reaper holds it still (a pass of its
+        own cut short by a Redis error left it behind)."""
+        if self.redis.set(self.keys.reaper_lock, self.id, nx=True, px=self.lock_ttl_ms):
+            return True
+        holder: Any = self.redis.get(self.keys.reaper_lock)
+        return holder is not None and holder.decode() == self.id
 
     # -- passes ----------------------------------------------------------------------
 
@@ -142,7 +152,10 @@ class Reaper:
                 self._recover_one(job, m, alive, report)
             except (redis.ResponseError, ValueError, TypeError, StreamqError) as e:
                 # one job's broken keys (wrong type, corrupt meta) must not stop the
-                # recovery of every job after it; connection errors still end the pass
+                # recovery of every job after it; a Redis that cannot serve now (OOM,
+                # BUSY, ...) or refuses access ends the pass, as connection errors do
+                if is_transient(e) or is_access_error(e):
+                    raise
                 log.error("reaper: job %s could not be recovered: %s: %s", job,
                           type(e).__name__, e)
                 report.job_errors.append(job)
@@ -204,31 +217,39 @@ class Reaper:
         return 0
 
     def _delete_idle_consumers(self, jk: JobKeys, alive: set[str]) -> int:
-        """Delete consumers of dead workers (and the reaper's own) once nothing is pending."""
+        """Delete consumers of dead workers (and the reaper's own) once nothing is pending.
+
+        The list read here only picks candidates; ``delete_consumers`` checks again,
+        in the call that deletes, that each has nothing pending and was idle for
+        ``min_idle``, so an entry read under a candidate's name meanwhile is kept.
+        """
         try:
             consumers: Any = self.redis.xinfo_consumers(jk.tasks, config.GROUP)
-        except redis.ResponseError:
-            return 0
-        deleted = 0
+        except redis.ResponseError as e:
+            if is_transient(e) or is_access_error(e):
+                raise
+            return 0  # no stream or no group: nothing to delete
+        names = []
         for c in consumers:
             name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
-            if c["pending"] == 0 and name not in alive:
-                self.redis.xgroup_delconsumer(jk.tasks, config.GROUP, name)
-                deleted += 1
-        return deleted
+            if c["pending"] == 0 and int(c["idle"]) >= self.min_idle_ms and name not in alive:
+                names.append(name)
+        return self.scripts.delete_consumers(jk, names, self.min_idle_ms)
 
     def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
         announce(self.redis, self.keys, job)
         call = self.q.finish_call(job, reply)
         report.finished += int(self.scripts.run(call.name, call.keys, call.args)[0])
 
-    def trim(self) -> None:
-        """Drop completion records, finished marks and dedup keys past the retention."""
-        cutoff = now_ms() - self.q.retention_ms
-        self.redis.xtrim(self.keys.events, minid=cutoff)
-        self.redis.zremrangebyscore(self.keys.finished, "-inf", f"({cutoff}")
-        expired: Any = self.redis.zrangebyscore(self.keys.dedup_expiry, "-inf", now_ms(),
-                                                start=0, num=1000)
-        if expired:
-            self.redis.hdel(self.keys.dedup, *expired)
-            self.redis.zrem(self.keys.dedup_expiry, *expired)
+    def trim(self) -> tuple[int, int, int]:
+        """Forget expired dedup keys and `finished` entries whose time has passed, and
+        completion records older than the reaper's retention, by Redis's clock, each
+        call one script; return (dedup keys, finished entries, events) removed."""
+        total = [0, 0, 0]
+        for _ in range(_TRIM_CALLS):
+            dedup, finished, events, more = self.scripts.trim(self.keys, self.q.retention_ms,
+                                                              _TRIM_LIMIT)
+            total = [total[0] + dedup, total[1] + finished, total[2] + events]
+            if not more:
+                break
+        return total[0], total[1], total[2]

@@ -405,6 +405,20 @@ class Scripts:
         return int(self.run("forget_job", (qk.active, qk.tokens, qk.ready, qk.leased, qk.parked,
                                            qk.owners, qk.kick), (job_id,)))
 
+    def delete_consumers(self, jk: JobKeys, names: Sequence[str], min_idle_ms: int) -> int:
+        """Delete those of ``names`` that have nothing pending and were idle at least
+        ``min_idle_ms``, each checked in the same call; return how many were deleted."""
+        if not names:
+            return 0
+        return int(self.run("delete_consumers", (jk.tasks,), [GROUP, min_idle_ms, *names]))
+
+    def trim(self, qk: QueueKeys, retention_ms: int, limit: int = 1000) -> tuple[int, int, int, bool]:
+        """Forget expired dedup keys and `finished` entries (by their own times) and events
+        older than ``retention_ms``; return (dedup keys, finished, events, more is due)."""
+        r = self.run("trim", (qk.events, qk.finished, qk.dedup, qk.dedup_expiry),
+                     (retention_ms, limit))
+        return int(r[0]), int(r[1]), int(r[2]), r[3] == 1
+
     def unlock(self, key: str, holder: str) -> bool:
         """Delete lock ``key`` if ``holder`` still owns it."""
         return bool(self.run("unlock", (key,), (holder,)))

@@ -1,0 +1,152 @@
+"""The reaper's check-and-act steps against forced interleavings (real Redis)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from streamq import JobState, Queue, Worker
+from streamq.keys import JobKeys, QueueKeys
+from streamq.reaper import Reaper
+
+StartWorker = Callable[..., Worker]
+
+
+@pytest.fixture
+def reaper_loop(redis_url: str) -> Iterator[Callable[..., None]]:
+    """Run reapers in threads (a pass every 0.1 s); all stopped at teardown."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(queue: str, **kw: Any) -> None:
+        reaper = Reaper(queue, redis_url, **kw)
+
+        def loop() -> None:
+            while not stop.wait(0.1):
+                reaper.run_once()
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        threads.append(t)
+
+    yield start
+    stop.set()
+    for t in threads:
+        t.join(30)
+
+
+def test_entries_read_between_the_reapers_check_and_its_delete_are_kept(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker,
+    reaper_loop: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a job of 5 and a consumer of its stream that holds nothing and is idle
+    # (a worker that read an empty batch, say), not registered as a live worker
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i} for i in range(5)])
+    jk = JobKeys(job.id)
+    r.xgroup_createconsumer(jk.tasks, "workers", "late-worker")
+    time.sleep(0.3)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=0.1)
+    # When a worker under that name reads every entry right after the reaper has
+    # listed the consumers (seeing 0 pending), before it deletes any
+    listed = reaper.redis.xinfo_consumers
+    read: list[Any] = []
+
+    def list_then_read(*args: Any, **kw: Any) -> Any:
+        consumers = listed(*args, **kw)
+        if not read:
+            read.append(r.xreadgroup("workers", "late-worker", {jk.tasks: ">"}, count=5))
+        return consumers
+
+    monkeypatch.setattr(reaper.redis, "xinfo_consumers", list_then_read)
+    reaper.run_once()
+    assert read and len(read[0][0][1]) == 5
+    # Then the entries stay pending under that consumer
+    assert r.xpending(jk.tasks, "workers")["pending"] == 5
+    assert {c["name"] for c in r.xinfo_consumers(jk.tasks, "workers")} >= {b"late-worker"}
+    # and, that reader gone, the job completes with every result
+    workers(queue_name, lambda p: p["n"] * 2)
+    reaper_loop(queue_name, min_idle_s=0.5)
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    assert q.results(job.id) == {i: i * 2 for i in range(5)}
+
+
+def test_idle_consumers_are_deleted_only_when_empty_and_idle(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a job's stream with three consumers unknown to the workers registry: one
+    # holding an entry, one just used, one idle with nothing
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1, 2])
+    jk = JobKeys(job.id)
+    r.xreadgroup("workers", "holder", {jk.tasks: ">"}, count=1)
+    r.xgroup_createconsumer(jk.tasks, "workers", "idle")
+    time.sleep(1.2)
+    r.xgroup_createconsumer(jk.tasks, "workers", "fresh")
+    reaper = Reaper(queue_name, redis_url, min_idle_s=1)
+    # When the script is asked to delete all three (and one that does not exist)
+    deleted = reaper.scripts.delete_consumers(jk, ["holder", "fresh", "idle", "none"], 1000)
+    # Then only the idle empty one is gone
+    assert deleted == 1
+    names = {c["name"] for c in r.xinfo_consumers(jk.tasks, "workers")}
+    assert names == {b"holder", b"fresh"}
+    # and on a stream without its group, nothing happens
+    assert reaper.scripts.delete_consumers(JobKeys("no-such-job"), ["x"], 0) == 0
+
+
+def test_a_dedup_reservation_made_during_the_trim_is_kept(
+    r: redis.Redis, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a dedup key whose job finished long ago (its forget-after time has passed)
+    q = Queue(queue_name, redis_url)
+    qk = QueueKeys(queue_name)
+    old = q.submit([1], dedup_key="nightly")
+    r.zadd(qk.dedup_expiry, {"nightly": 1})
+    reaper = Reaper(queue_name, redis_url)
+    # When a producer re-submits with that key right before the reaper's trim forgets it
+    trim = reaper.scripts.trim
+    second: list[Any] = []
+
+    def submit_then_trim(*args: Any, **kw: Any) -> Any:
+        if not second:
+            second.append(q.submit([2], dedup_key="nightly"))
+        return trim(*args, **kw)
+
+    monkeypatch.setattr(reaper.scripts, "trim", submit_then_trim)
+    reaper.trim()
+    # Then the new reservation holds: another submit with the key finds that same job
+    assert second[0].created and second[0].id != old.id
+    third = q.submit([3], dedup_key="nightly")
+    assert third.id == second[0].id and not third.created
+    assert r.hget(qk.dedup, "nightly") == second[0].id.encode()
+
+
+def test_trim_forgets_by_redis_clock_and_is_bounded(r: redis.Redis, redis_url: str,
+                                                    queue_name: str) -> None:
+    # Given 2,500 expired dedup keys, one still reserved (+inf) and one due later;
+    # `finished` guards due long ago, one due later; an old and a fresh completion record
+    qk = QueueKeys(queue_name)
+    now = int(r.time()[0]) * 1000
+    r.hset(qk.dedup, mapping={f"k{i}": f"j{i}" for i in range(2500)})
+    r.zadd(qk.dedup_expiry, {f"k{i}": 1000 + i for i in range(2500)})
+    r.hset(qk.dedup, mapping={"held": "j-held", "later": "j-later"})
+    r.zadd(qk.dedup_expiry, {"held": float("inf"), "later": now + 3_600_000})
+    r.zadd(qk.finished, {f"f{i}": 1000 + i for i in range(1500)})
+    r.zadd(qk.finished, {"f-later": now + 3_600_000})
+    r.xadd(qk.events, {"job": "old"}, id=f"{now - 7_200_000}-0")
+    r.xadd(qk.events, {"job": "new"})
+    reaper = Reaper(queue_name, redis_url, retention_s=3600)
+    # When one trim call runs, then the reaper's whole trim
+    first = reaper.scripts.trim(qk, 3_600_000, 1000)
+    assert first == (1000, 1000, 1, True)
+    assert reaper.trim() == (1500, 500, 0)
+    # Then only what is still due later, or reserved, is left
+    assert set(r.hkeys(qk.dedup)) == {b"held", b"later"}
+    assert set(r.zrange(qk.dedup_expiry, 0, -1)) == {b"held", b"later"}
+    assert r.zrange(qk.finished, 0, -1) == [b"f-later"]
+    assert [f[b"job"] for _, f in r.xrange(qk.events)] == [b"new"]
