@@ -23,6 +23,7 @@ from .common import (
     MetricsPort,
     ProcessQueue,
     RedisUrl,
+    RedisWait,
     app,
     fail,
 )
@@ -134,6 +135,7 @@ def reaper(
     retention: Annotated[float, typer.Option(min=1, envvar="STREAMQ_RETENTION",
                                              help="seconds completion records are "
                                                   "kept")] = config.DEFAULT_RETENTION_S,
+    redis_wait: RedisWait = None,
     metrics_port: MetricsPort = None,
     metrics_addr: MetricsAddr = "0.0.0.0",
     log_level: LogLevel = "INFO",
@@ -141,19 +143,20 @@ def reaper(
 ) -> None:
     """Recover stalled entries, expired leases and dead workers of QUEUE until SIGTERM.
 
+    Waits for Redis at start and whenever it is lost (see --redis-wait); exits 3 when
+    Redis refuses access or stays unreachable past --redis-wait.
     Every option can also be set by its environment variable (shown in --help).
     """
-    from ..connection import connect, ping
+    from ..connection import connect
     from ..reaper import Reaper
     from ..scheduler import run_reaper
 
     setup_logging(log_level, log_format)
     client = connect(redis_url)
-    ping(client)
     r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
                retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
                metrics_port=metrics_port, metrics_addr=metrics_addr)
-    run_reaper(r, interval)
+    run_reaper(r, interval, redis_wait_s=redis_wait)
 
 
 @app.command(rich_help_panel="Processes")
