@@ -209,8 +209,10 @@ class Reaper:
         """Entries of the job's stream not yet delivered to any worker (XINFO GROUPS lag)."""
         try:
             groups: Any = self.redis.xinfo_groups(jk.tasks)
-        except redis.ResponseError:
-            return 0
+        except redis.ResponseError as e:
+            if is_transient(e) or is_access_error(e):
+                raise
+            return 0  # no stream
         for g in groups:
             lag = g.get("lag")
             return int(lag) if lag is not None else int(self.redis.xlen(jk.tasks))
