@@ -55,7 +55,8 @@ def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None 
             return False
 
     def tick() -> None:
-        if stop.is_set():
+        if stop.is_set():  # a signal that came before the scheduler ran
+            halt()
             return
         try:
             reaper.run_once()
