@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from . import config
-from .client import Queue, now_ms
+from .client import Queue
 from .connection import is_access_error, is_transient
 from .deadletters import announce
 from .errors import StreamqError
