@@ -30,6 +30,7 @@ class ReplyDropProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._to_drop = 0
+        self._markers: list[bytes] = []
         #: replies discarded so far (each closed its client's connection)
         self.dropped = 0
         #: connections accepted so far
@@ -56,9 +57,16 @@ class ReplyDropProxy:
         with self._lock:
             self._to_drop += n
 
+    def drop_reply_to(self, marker: bytes, n: int = 1) -> None:
+        """Lose the replies to the next ``n`` requests whose bytes contain ``marker``
+        (e.g. a script's SHA1), whatever other traffic passes in between (a reconnecting
+        client's handshake, other commands)."""
+        with self._lock:
+            self._markers.extend([marker] * n)
+
     def pending_drops(self) -> int:
         with self._lock:
-            return self._to_drop
+            return self._to_drop + len(self._markers)
 
     def cut_all(self) -> int:
         """Close every open connection (both sides); return how many pairs."""
@@ -82,8 +90,13 @@ class ReplyDropProxy:
 
     # -- internals -------------------------------------------------------------------
 
-    def _should_drop(self) -> bool:
+    def _should_drop(self, request: bytes) -> bool:
         with self._lock:
+            for n, marker in enumerate(self._markers):
+                if marker in request:
+                    del self._markers[n]
+                    self.dropped += 1
+                    return True
             if self._to_drop > 0:
                 self._to_drop -= 1
                 self.dropped += 1
@@ -112,7 +125,7 @@ class ReplyDropProxy:
                              name="reply-drop-pump").start()
 
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
-        last_request = b""
+        request = b""  # what the client sent since the last reply it was given
         try:
             while not self._closed.is_set():
                 readable, _, _ = select.select([client, upstream], [], [], 0.5)
@@ -121,13 +134,14 @@ class ReplyDropProxy:
                     if not data:
                         return
                     if s is client:
-                        last_request = data
+                        request += data
                         upstream.sendall(data)
-                    elif self._should_drop():
+                    elif self._should_drop(request):
                         if self.on_drop is not None:
-                            self.on_drop(last_request)
+                            self.on_drop(request)
                         return  # the reply is lost with the connection
                     else:
+                        request = b""
                         client.sendall(data)
         except (OSError, ValueError):  # ValueError: select() on a socket cut_all() closed
             return
