@@ -1,7 +1,12 @@
 --[[
   Create a job in its own slot: meta hash, task stream with its consumer
   group, and the first sub-requests. Creating a job id that exists changes
-  nothing and describes the existing job.
+  nothing and describes the existing job. Idempotent by the incarnation the
+  caller draws per call (ARGV[6], stored in meta): when the existing job
+  carries this call's incarnation, the call was applied before and its reply
+  lost; it replies as the creator (created 1), and, when the job is terminal
+  (an empty job finalized at once), with completed 1 so that the caller still
+  finishes it (finish_jobs does that once).
 
   Input:
     KEYS[1] meta     sq:{<job>}:meta     HASH
@@ -15,7 +20,8 @@
     ARGV[4]  client name (fairness)
     ARGV[5]  max deliveries per sub-request
     ARGV[6]  incarnation: a random id the caller draws for this create; stored
-             when this call creates the job, ignored when the job exists (the
+             when this call creates the job; when the job exists, it tells this
+             call's own resend (same incarnation) from another create (the
              reply carries the job's own). A job id reused after its records
              expired gets a new one, which is how the queue slot tells the new
              job from the finished old one without comparing clocks
@@ -53,7 +59,14 @@ local function reply(created, completed)
   return r
 end
 
-if rcall("EXISTS", metaKey) == 1 then
+local existing = rcall("HMGET", metaKey, "state", "incarnation")
+if existing[1] then
+  if incarnation ~= "" and existing[2] == incarnation then
+    -- this call's own create, sent again after its reply was lost
+    local completed = 0
+    if existing[1] ~= "open" and existing[1] ~= "active" then completed = 1 end
+    return reply(1, completed)
+  end
   return reply(0, 0)
 end
 

@@ -1,7 +1,10 @@
 --[[
   Close an open (streaming) job: drop the counter's extra 1 that kept the
   job from completing while a producer was adding. Finalizing twice changes
-  nothing the second time.
+  nothing the second time. Idempotent by a token the caller chooses per call
+  (stored in meta `closer`): a call that finds the job closed by its own token
+  was applied before and its reply lost; when the job is terminal it replies
+  completed 1, so that the caller still finishes it (finish_jobs does that once).
 
   Input:
     KEYS[1] meta     sq:{<job>}:meta     HASH
@@ -9,7 +12,7 @@
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
     KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
-    (no ARGV)
+    ARGV[1] closer token, unique per finalize call ("" for none)
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
@@ -25,11 +28,18 @@ local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 
-local state = rcall("HGET", metaKey, "state")
+local m = rcall("HMGET", metaKey, "state", "closer")
+local state = m[1]
 if not state then return ERR_JOB_NOT_FOUND end
-if state ~= "open" then return job_reply(metaKey, 0) end
+if state ~= "open" then
+  -- closed before: by this call (its reply lost) or by another
+  if ARGV[1] ~= "" and m[2] == ARGV[1] and state ~= "active" then
+    return job_reply(metaKey, 1)
+  end
+  return job_reply(metaKey, 0)
+end
 
-rcall("HSET", metaKey, "state", "active")
+rcall("HSET", metaKey, "state", "active", "closer", ARGV[1])
 if rcall("HINCRBY", metaKey, "remaining", -1) <= 0 then
   complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms())
   return job_reply(metaKey, 1)

@@ -26,7 +26,7 @@ from .errors import (
 )
 from .keys import JobKeys, QueueKeys, check_name
 from .models import Completion, JobState, JobStatus, completion_message
-from .scripts import Call, JobReply, ScriptErrorCode, Scripts
+from .scripts import Call, JobReply, ScriptErrorCode, Scripts, new_token
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,17 +100,27 @@ class StreamingJob(Job):
         return self.add_many([payload])[0]
 
     @_wrap_connection_errors
-    def add_many(self, payloads: Iterable[Any]) -> list[int]:
-        """Add sub-requests (validated first: a bad one adds nothing); return their indexes."""
-        return self.add_many_encoded(self.queue._encode_all(payloads))
+    def add_many(self, payloads: Iterable[Any], *, batch_id: str | None = None) -> list[int]:
+        """Add sub-requests (validated first: a bad one adds nothing); return their indexes.
 
-    def add_many_encoded(self, entries: Sequence[tuple[bytes, bytes]]) -> list[int]:
+        Each call is one write, sent again after a lost reply and applied once.
+        Give ``batch_id`` (unique per batch, at most 64 characters) to retry a call
+        that raised ConnectionFailed: the sub-requests it added are not added again
+        and their indexes are returned (for the job's retention after its last add).
+        """
+        return self.add_many_encoded(self.queue._encode_all(payloads), batch_id=batch_id)
+
+    def add_many_encoded(self, entries: Sequence[tuple[bytes, bytes]], *,
+                         batch_id: str | None = None) -> list[int]:
         """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
+        if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 64):
+            raise ConfigError("batch_id must be a string of 1 to 64 characters")
         jk, out = JobKeys(self.id), list[int]()
+        base = batch_id or new_token()
         for start in range(0, len(entries), config.ADD_CHUNK):
             chunk = entries[start : start + config.ADD_CHUNK]
-            total = self.queue.scripts.add_tasks(jk, chunk)
-            out.extend(range(total - len(chunk), total))
+            end = self.queue.scripts.add_tasks(jk, chunk, batch_id=f"{base}:{start}")
+            out.extend(range(end - len(chunk), end))
             self.queue.scripts.unpark(self.queue.keys, self.id, self.concurrency)
         return out
 

@@ -188,6 +188,12 @@ class JobKeys:
         return f"{PREFIX}:{{{self.job_id}}}:unannounced"
 
     @property
+    def batches(self) -> str:
+        """HASH batch id -> index of its first sub-request, written by ``add_tasks`` so a
+        resent add is recognised; expires the job's retention after its latest add."""
+        return f"{PREFIX}:{{{self.job_id}}}:batches"
+
+    @property
     def added(self) -> str:
         """HASH deterministic sub-request id -> index, written by fenced keyed adds (Spark)."""
         return f"{PREFIX}:{{{self.job_id}}}:added"

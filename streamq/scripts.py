@@ -46,6 +46,12 @@ def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
     raise ScriptError(script, reply, f"error code {reply}", job_id)
 
 
+def new_token() -> str:
+    """A random token (64 bits, hex) naming one write, so the write resent after a lost
+    reply is recognised as the same write."""
+    return os.urandom(8).hex()
+
+
 def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -171,12 +177,13 @@ class Scripts:
         dedup: str,
         mode: str,
         entries: Iterable[tuple[bytes, bytes]],
+        token: str | None = None,
     ) -> Call:
         """``mode`` is "final", "open" or "submit"; see create_job-5.lua."""
         return Scripts.create_job_calls(
             [(jk, entries)], queue=queue, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
-            retention_ms=retention_ms, mode=mode, dedup=dedup)[0]
+            retention_ms=retention_ms, mode=mode, dedup=dedup, token=token)[0]
 
     @staticmethod
     def create_job_calls(
@@ -190,15 +197,18 @@ class Scripts:
         retention_ms: int,
         mode: str,
         dedup: str = "",
+        token: str | None = None,
     ) -> list[Call]:
         """:meth:`create_job_call` for many jobs with the same settings (their arguments
         share one head).
 
-        The head carries a fresh random incarnation: it only has to differ between
-        two creations of the same job id, and the jobs of one batch have distinct ids.
-        A resent call carries the same one; a job that exists keeps its own."""
+        The head carries the calls' incarnation, ``token`` (a fresh random one when not
+        given): it only has to differ between two creations of the same job id, and the
+        jobs of one batch have distinct ids. A resent call carries the same one, which
+        is how create_job tells its own resend (it replies as the creator) from another
+        create of the id; a job that exists keeps its own."""
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
-                           os.urandom(8).hex(), retention_ms, dedup, mode, GROUP]
+                           token or new_token(), retention_ms, dedup, mode, GROUP]
         calls = []
         for jk, entries in jobs:
             args = head.copy()
@@ -214,23 +224,32 @@ class Scripts:
         return CreateReply(bool(r[0]), _s(r[1]), JobReply.parse(r[2:]))
 
     def add_tasks(
-        self, jk: JobKeys, entries: Sequence[tuple[bytes, bytes]], expect_total: int | None = None
+        self, jk: JobKeys, entries: Sequence[tuple[bytes, bytes]], expect_total: int | None = None,
+        batch_id: str | None = None,
     ) -> int:
-        """Append sub-requests to an open job; return its new total.
+        """Append sub-requests to an open job; return the index after the last one added
+        (the job's total right after this call).
 
         With ``expect_total`` nothing is added unless the job has exactly that
-        many sub-requests (raises ScriptError TOTAL_MISMATCH otherwise).
+        many sub-requests (raises ScriptError TOTAL_MISMATCH otherwise). The call
+        is idempotent by ``batch_id`` (one is drawn when not given): sent again
+        after a lost reply, it adds nothing and returns what the first call did.
         """
-        args: list[Any] = ["" if expect_total is None else expect_total]
+        args: list[Any] = ["" if expect_total is None else expect_total, batch_id or new_token()]
         for kind, data in entries:
             args += [kind, data]
-        reply = self.run("add_tasks", (jk.meta, jk.tasks), args)
+        reply = self.run("add_tasks", (jk.meta, jk.tasks, jk.batches), args)
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
 
-    def finalize_job(self, jk: JobKeys) -> JobReply:
-        """Close an open job; completion may follow at once."""
-        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq), ())
+    def finalize_job(self, jk: JobKeys, token: str | None = None) -> JobReply:
+        """Close an open job; completion may follow at once (``completed``: finish it).
+
+        Idempotent by ``token`` (one is drawn when not given): sent again after a
+        lost reply, it changes nothing and still says ``completed`` when the job is
+        terminal, so the caller finishes it (a no-op when finished already)."""
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
+                         (token or new_token(),))
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 

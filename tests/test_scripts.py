@@ -10,9 +10,10 @@ import redis
 from redis.crc import key_slot
 
 from streamq import Queue
+from streamq.errors import JobClosed
 from streamq.keys import JobKeys, QueueKeys
 from streamq.luaload import load_all
-from streamq.scripts import Call, JobReply, Scripts
+from streamq.scripts import Call, CreateReply, JobReply, Scripts
 
 SCRIPTS = load_all()
 
@@ -60,8 +61,54 @@ def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
 
 
 def test_run_refuses_a_wrong_key_count(r: redis.Redis) -> None:
-    with pytest.raises(ValueError, match="takes 2 keys"):
+    with pytest.raises(ValueError, match="takes 3 keys"):
         Scripts(r).run("add_tasks", ["sq:{a}:meta"], [])
+
+
+def test_an_add_sent_again_with_its_batch_id_adds_nothing(r: redis.Redis) -> None:
+    # Given an open job with one sub-request, its retention 60 s
+    s = Scripts(r)
+    jk = JobKeys("j-batch")
+    s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
+                                  max_deliveries=3, retention_ms=60_000, dedup="",
+                                  mode="open", entries=[(b"s", b"x")])])
+    # When an add is applied, then sent again (same batch id), also with the fence
+    # it passed the first time and after another producer added and finalized
+    two = [(b"s", b"a"), (b"s", b"b")]
+    assert s.add_tasks(jk, two, expect_total=1, batch_id="b1") == 3
+    assert s.add_tasks(jk, two, expect_total=1, batch_id="b1") == 3
+    assert s.add_tasks(jk, [(b"s", b"c")], batch_id="b2") == 4
+    assert s.add_tasks(jk, two, batch_id="b1") == 3
+    s.finalize_job(jk)
+    assert s.add_tasks(jk, two, expect_total=1, batch_id="b1") == 3
+    # Then each sub-request is there once, and the record expires with the job's retention
+    assert r.xlen(jk.tasks) == 4 and r.hget(jk.meta, "total") == b"4"
+    assert r.hget(jk.meta, "remaining") == b"4"
+    assert 0 < r.pttl(jk.batches) <= 60_000
+    # and a new batch is refused as before: fenced by its total, or closed
+    with pytest.raises(JobClosed):
+        s.add_tasks(jk, two, batch_id="b3")
+
+
+def test_a_create_or_finalize_sent_again_is_told_apart_from_another(r: redis.Redis) -> None:
+    s = Scripts(r)
+    jk = JobKeys("j-token")
+
+    def create(token: str) -> CreateReply:
+        call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
+                                 max_deliveries=3, retention_ms=60_000, dedup="",
+                                 mode="open", entries=[], token=token)
+        return s.parse_create(s.run(call.name, call.keys, call.args))
+
+    assert create("t1").created
+    assert create("t1").created  # the same call, resent
+    assert not create("t2").created  # another create of the id
+    done = s.finalize_job(jk, token="f1")
+    assert done.completed and done.state == "succeeded"
+    again = s.finalize_job(jk, token="f1")  # resent: the caller still finishes it
+    assert again.completed and again.state == "succeeded"
+    assert not s.finalize_job(jk, token="f2").completed  # another finalize
+    assert create("t1").job.completed  # a resent create of a terminal job: finish it
 
 
 def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:

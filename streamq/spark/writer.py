@@ -112,14 +112,13 @@ class _Adder:
         if not self.calls:
             return
         replies, self.calls = self.scripts.run_many(self.calls), []
-        added = 0
         for reply in replies:
             a, s, _total = Scripts.parse_add_keyed(reply, self.opts.job)
-            added += a
+            self.added += a
             self.skipped += s
-        self.added += added
-        if added:  # wake the job's parked tokens: it got work
-            self.scripts.unpark(self.qk, self.opts.job, self.concurrency)
+        # wake the job's parked tokens: it got work. Also when every id was skipped: a
+        # batch resent after a lost reply reports its own adds as skipped
+        self.scripts.unpark(self.qk, self.opts.job, self.concurrency)
 
     def close(self) -> None:
         self.client.close()

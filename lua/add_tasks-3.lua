@@ -1,0 +1,46 @@
+--[[
+  Append sub-requests to an open (streaming) job; each raises the job's
+  counter of unfinished sub-requests by one. Idempotent by a batch id the
+  caller chooses per call: a call whose batch id was applied before (its
+  reply lost, the call sent again) adds nothing and replies what the first
+  call replied, even when the job was finalized since.
+
+  Input:
+    KEYS[1] meta     sq:{<job>}:meta     HASH
+    KEYS[2] tasks    sq:{<job>}:tasks    STREAM
+    KEYS[3] batches  sq:{<job>}:batches  HASH batch id -> index of its first sub-request;
+                     expires the job's retention (meta `retention`) after the latest add,
+                     so never later than the job's own keys
+    ARGV[1]   the total the caller expects the job to have now, "" for any: when
+              it differs, nothing is added (a second producer of one submit is fenced)
+    ARGV[2]   batch id, unique per call (chosen by the caller)
+    ARGV[3..] pairs (type, payload); indexes continue from the job's total
+
+  Output:
+    the index after this call's last sub-request (the job's total right after it
+    was applied), the same for the call and its resends
+    ERR_JOB_NOT_FOUND (-1)  no such job
+    ERR_JOB_CLOSED (-2)     the job was finalized already
+    ERR_TOTAL_MISMATCH (-3) the job's total is not ARGV[1]
+]]
+local rcall = redis.call
+local metaKey, tasksKey, batchesKey = KEYS[1], KEYS[2], KEYS[3]
+local batch = ARGV[2]
+
+--- @include "includes/errors"
+--- @include "includes/add_entries"
+
+local first = rcall("HGET", batchesKey, batch)
+if first then return tonumber(first) + (#ARGV - 2) / 2 end
+
+local m = rcall("HMGET", metaKey, "state", "total", "retention")
+if not m[1] then return ERR_JOB_NOT_FOUND end
+if m[1] ~= "open" then return ERR_JOB_CLOSED end
+
+local total = tonumber(m[2])
+if ARGV[1] ~= "" and tonumber(ARGV[1]) ~= total then return ERR_TOTAL_MISMATCH end
+local n = add_entries(tasksKey, total, ARGV, 3)
+rcall("HINCRBY", metaKey, "remaining", n)
+rcall("HSET", batchesKey, batch, total)
+rcall("PEXPIRE", batchesKey, m[3])
+return rcall("HINCRBY", metaKey, "total", n)
