@@ -5,7 +5,11 @@
   group deleted, retries and start records too; a worker acknowledging one
   later finds nothing to acknowledge), and its keys expire after the job's
   retention. The results stored so far stay readable until then.
-  Aborting a job that is terminal already changes nothing.
+  Aborting a job that is terminal already changes nothing. Idempotent by a
+  token the caller chooses per call (stored in meta `closer`): a call that
+  finds the job aborted under its own token was applied before and its reply
+  lost; it replies completed 1 again, so that the caller still finishes the
+  job (finish_jobs does that once).
 
   Input:
     KEYS[1] meta      sq:{<job>}:meta      HASH
@@ -18,6 +22,7 @@
     KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
     KEYS[9] dlq       sq:{<job>}:dlq       HASH dead-letter payloads
     ARGV[1] reason (stored in meta `abort_reason`)
+    ARGV[2] closer token, unique per abort call ("" for none)
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
@@ -34,11 +39,17 @@ local reason = ARGV[1]
 --- @include "includes/now_ms"
 --- @include "includes/job_reply"
 
-local state = rcall("HGET", metaKey, "state")
+local m = rcall("HMGET", metaKey, "state", "closer")
+local state = m[1]
 if not state then return ERR_JOB_NOT_FOUND end
-if state ~= "open" and state ~= "active" then return job_reply(metaKey, 0) end
+if state ~= "open" and state ~= "active" then
+  -- terminal: aborted by this call before (its reply lost), or ended otherwise
+  if ARGV[2] ~= "" and m[2] == ARGV[2] then return job_reply(metaKey, 1) end
+  return job_reply(metaKey, 0)
+end
 
-rcall("HSET", metaKey, "state", "aborted", "finished", now_ms(), "abort_reason", reason)
+rcall("HSET", metaKey, "state", "aborted", "finished", now_ms(), "abort_reason", reason,
+      "closer", ARGV[2])
 rcall("DEL", tasksKey, retryKey, inflightKey)
 local retentionMs = rcall("HGET", metaKey, "retention")
 for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey, dlqKey}) do

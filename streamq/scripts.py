@@ -469,10 +469,13 @@ class Scripts:
         call = self.add_keyed_call(jk, keep_ms, entries)
         return self.parse_add_keyed(self.run(call.name, call.keys, call.args), jk.job_id)
 
-    def abort_job(self, jk: JobKeys, reason: str) -> JobReply:
-        """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it."""
+    def abort_job(self, jk: JobKeys, reason: str, token: str | None = None) -> JobReply:
+        """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it
+        (also when it is sent again after a lost reply: idempotent by ``token``, drawn
+        when not given)."""
         reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
-                                       jk.inflight, jk.added, jk.ids, jk.dlq), (reason,))
+                                       jk.inflight, jk.added, jk.ids, jk.dlq),
+                         (reason, token or new_token()))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
 

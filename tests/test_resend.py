@@ -203,3 +203,25 @@ def test_a_lost_finalize_reply_of_a_running_job_completes_once(
     assert job.wait(timeout=30).done == 20
     assert completions_of(r, queue_name) == {job.id: 1}
     q.close()
+
+
+def test_a_lost_abort_reply_still_finishes_the_job(
+    r: redis.Redis, proxy: ReplyDropProxy, queue_name: str
+) -> None:
+    pytest.importorskip("pyspark")
+    from streamq.spark.writer import abort_job
+
+    # Given an open job with work added
+    q = Queue(queue_name, proxy.url)
+    job = q.open()
+    job.add_many([1, 2])
+    # When it is aborted and the abort's reply is lost once
+    proxy.drop_reply_to(sha(q, "abort_job"))
+    assert abort_job(queue_name, job.id, proxy.url, "stop")
+    # Then the abort is reported as done by this call, and its completion recorded once
+    assert proxy.dropped == 1
+    assert job.status().state is JobState.ABORTED
+    assert completions_of(r, queue_name) == {job.id: 1}
+    assert r.zscore(QueueKeys(queue_name).active, job.id) is None
+    assert not abort_job(queue_name, job.id, proxy.url, "again")
+    q.close()
