@@ -48,8 +48,11 @@ def test_a_resent_streaming_add_adds_once(
     proxy.drop_reply_to(sha(q, "add_tasks"))
     # When three sub-requests are added (the client resends after the lost reply)
     indexes = job.add_many(["a", "b", "c"])
-    # Then they were added once, under the indexes the first call gave
+    # Then the client resent the add on a new connection (redis-py's retry on the
+    # ConnectionError the lost reply caused) and the sub-requests were added once,
+    # under the indexes the first call gave
     assert proxy.dropped == 1
+    assert proxy.connections == 2
     assert indexes == [0, 1, 2]
     assert job.status().total == 3
     assert r.xlen(JobKeys(job.id).tasks) == 3
