@@ -72,15 +72,16 @@ def test_a_resent_streaming_add_adds_once(
     q.close()
 
 
-def test_a_resent_add_of_a_big_submit_is_no_conflict(
+@pytest.mark.parametrize("lost", ["add_tasks", "create_job", "finalize_job", "register_jobs"])
+def test_a_resent_write_of_a_big_submit_is_no_conflict(
     r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
-    workers: StartWorker,
+    workers: StartWorker, lost: str,
 ) -> None:
     # Given a submit of more sub-requests than one create carries (fenced adds follow)
     q = Queue(queue_name, proxy.url)
     payloads = list(range(config.ADD_CHUNK * 2 + 3))
-    proxy.drop_reply_to(sha(q, "add_tasks"))
-    # When the reply of its first add is lost and the add is resent
+    proxy.drop_reply_to(sha(q, lost))
+    # When the reply of one of its writes (the first add) is lost and the write resent
     job = q.submit(payloads)
     # Then the submit succeeds, the job is registered and holds each sub-request once
     assert proxy.dropped == 1
