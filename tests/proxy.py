@@ -90,7 +90,7 @@ class ReplyDropProxy:
 
     # -- internals -------------------------------------------------------------------
 
-    def _should_drop(self, request: bytes) -> bool:
+    def _should_drop(self, request: bytearray) -> bool:
         with self._lock:
             for n, marker in enumerate(self._markers):
                 if marker in request:
@@ -125,7 +125,7 @@ class ReplyDropProxy:
                              name="reply-drop-pump").start()
 
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
-        request = b""  # what the client sent since the last reply it was given
+        request = bytearray()  # what the client sent since the last reply it was given
         try:
             while not self._closed.is_set():
                 readable, _, _ = select.select([client, upstream], [], [], 0.5)
@@ -138,10 +138,10 @@ class ReplyDropProxy:
                         upstream.sendall(data)
                     elif self._should_drop(request):
                         if self.on_drop is not None:
-                            self.on_drop(request)
+                            self.on_drop(bytes(request))
                         return  # the reply is lost with the connection
                     else:
-                        request = b""
+                        request.clear()
                         client.sendall(data)
         except (OSError, ValueError):  # ValueError: select() on a socket cut_all() closed
             return
