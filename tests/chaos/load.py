@@ -27,7 +27,7 @@ from redis.retry import Retry
 
 from streamq import Queue, config
 from streamq.errors import StreamqError
-from streamq.keys import JobKeys, QueueKeys
+from streamq.keys import QueueKeys
 
 T = TypeVar("T")
 MAX_DELIVERIES = 3
@@ -137,23 +137,11 @@ class Producer(threading.Thread):
         opts = self.options()
         job = self.retry("open", lambda: self.q.open(job_id=jid, **opts))
         rec.confirmed = True
-        meta = JobKeys(jid).meta
         for _ in range(self.rng.randint(1, 4)):
             chunk = self.payloads(1, 5)
-            before = len(rec.payloads)
-            while True:
-                try:
-                    job.add_many(chunk)
-                    break
-                except ERRORS as e:
-                    self.ledger.note("add", e)
-                    total = self.retry("read total", lambda: self.q.redis.hget(meta, "total"))
-                    if total is not None and int(total) >= before + len(chunk):
-                        break  # it was applied; its reply was lost
-                    if time.monotonic() > self.give_up:
-                        self.ledger.gave_up.append(f"{self.tag} add: {e}")
-                        raise GaveUp("add") from e
-                    time.sleep(self.rng.uniform(0.1, 0.4))
+            # retried with its batch id: an add that ran before its error adds nothing again
+            batch = uuid.uuid4().hex
+            self.retry("add", lambda c=chunk, b=batch: job.add_many(c, batch_id=b))
             rec.payloads.extend(chunk)
             time.sleep(self.rng.uniform(0.0, 0.4))
         self.retry("finalize", job.finalize)
