@@ -127,7 +127,8 @@ def test_an_empty_job_whose_create_reply_was_lost_is_finished_once(
     assert job.created
     assert job.status().state is JobState.SUCCEEDED
     assert completions_of(r, queue_name) == {job.id: 1}
-    assert r.zscore(qk.finished, job.id) is not None
+    incarnation = (r.hget(JobKeys(job.id).meta, "incarnation") or b"").decode()
+    assert r.zscore(qk.finished, f"{job.id}|{incarnation}") is not None
     assert r.zscore(qk.active, job.id) is None
     # and its dedup key is forgotten after the retention, not kept for ever
     forget_at = r.zscore(qk.dedup_expiry, "empty-1")
