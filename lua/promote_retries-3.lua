@@ -10,7 +10,8 @@
 
   Output:
     {moved, ms until the next retry is due (0 when due now) or -1 when no retry
-     is waiting}: due times are Redis's clock, so the wait is given relative to it
+     is waiting, the job's concurrency (0 when its meta is gone)}: due times are
+    Redis's clock, so the wait is given relative to it
 ]]
 local rcall = redis.call
 local retryKey, tasksKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
@@ -20,7 +21,9 @@ local retryKey, tasksKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
 local nowMs = now_ms()
 
 local moved = 0
+local concurrency = 0
 if rcall("EXISTS", metaKey) == 1 then
+  concurrency = tonumber(rcall("HGET", metaKey, "concurrency") or "0")
   local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
   for _, member in ipairs(due) do
     local a, i, t, p = string.match(member, "^(%d+)|(%d+)|(%a)|(.*)$")
@@ -32,5 +35,5 @@ if rcall("EXISTS", metaKey) == 1 then
   end
 end
 local nextDue = rcall("ZRANGE", retryKey, 0, 0, "WITHSCORES")
-if #nextDue == 0 then return {moved, -1} end
-return {moved, math.max(0, tonumber(nextDue[2]) - nowMs)}
+if #nextDue == 0 then return {moved, -1, concurrency} end
+return {moved, math.max(0, tonumber(nextDue[2]) - nowMs), concurrency}

@@ -7,7 +7,7 @@
   Input:
     KEYS[1] workers  sq:{<queue>}:workers  ZSET worker -> heartbeat deadline ms
     KEYS[2] leased   sq:{<queue>}:leased   ZSET token -> lease deadline ms
-    KEYS[3] owners   sq:{<queue>}:owners   HASH token -> worker id
+    KEYS[3] owners   sq:{<queue>}:owners   HASH token -> "<worker id>/<slot>"
     KEYS[4] tokens   sq:{<queue>}:tokens   HASH token -> score
     KEYS[5] ready    sq:{<queue>}:ready    ZSET token -> score
     KEYS[6] wake     sq:{<queue>}:wake     LIST of wake-up signals
@@ -46,7 +46,8 @@ end
 if #dead > 0 then
   local owners = rcall("HGETALL", ownersKey)
   for j = 1, #owners, 2 do
-    if isDead[owners[j + 1]] then
+    local holder = owners[j + 1]
+    if isDead[string.match(holder, "^(.*)/%d+$") or holder] then
       release(owners[j])
       returned = returned + 1
     end

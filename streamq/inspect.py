@@ -17,7 +17,7 @@ import redis
 from . import config, deadletters
 from .deadletters import DeadLetter
 from .errors import StreamqError
-from .keys import JobKeys, QueueKeys
+from .keys import JobKeys, QueueKeys, owner_worker
 
 #: Pending entries examined per job for idle-time and delivery statistics.
 PENDING_CAP = 10_000
@@ -335,7 +335,8 @@ def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
     owners: Any = r.hgetall(qk.owners)
     leases: dict[str, int] = {}
     for w in owners.values():
-        leases[_s(w)] = leases.get(_s(w), 0) + 1
+        holder = owner_worker(_s(w))
+        leases[holder] = leases.get(holder, 0) + 1
     pipe = r.pipeline(transaction=False)
     for wid, _ in registry:
         pipe.hgetall(qk.worker(_s(wid)))

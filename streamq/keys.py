@@ -102,6 +102,11 @@ class QueueKeys:
         return self._k(f"worker:{worker_id}")
 
     @cached_property
+    def retries(self) -> str:
+        """ZSET job id -> due time (ms) of its earliest retry: live workers promote it then."""
+        return self._k("retries")
+
+    @cached_property
     def wake(self) -> str:
         """LIST of wake-up signals idle workers block on."""
         return self._k("wake")
@@ -212,3 +217,14 @@ def token(job_id: str, i: int) -> str:
 def token_job(tok: str) -> str:
     """Job id a token belongs to."""
     return tok.rpartition("#")[0]
+
+
+def owner(worker_id: str, slot: int) -> str:
+    """The ``owners`` value of a token leased by one slot of a worker."""
+    return f"{worker_id}/{slot}"
+
+
+def owner_worker(value: str) -> str:
+    """The worker id of an ``owners`` value (``<worker id>/<slot>``)."""
+    worker, sep, slot = value.rpartition("/")
+    return worker if sep and slot.isdigit() else value

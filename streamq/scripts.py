@@ -21,7 +21,7 @@ from redis.commands.core import Script
 from .config import GROUP, WAKE_CAP
 from .connection import pipelined
 from .errors import JobClosed, JobNotFound, ScriptError
-from .keys import JobKeys, QueueKeys
+from .keys import JobKeys, QueueKeys, owner
 from .luaload import load_all
 
 
@@ -89,6 +89,18 @@ class CreateReply(NamedTuple):
 class AckReply(NamedTuple):
     acked: int
     job: JobReply
+
+
+class SettleReply(NamedTuple):
+    claimed: list[tuple[str, float]]  #: tokens claimed and their scores
+    due: list[str]  #: jobs whose retries are due (taken: promote them)
+    wait_ms: int  #: until the next retry is due; -1 when none waits
+
+
+class PromoteReply(NamedTuple):
+    moved: int  #: retries put back into the stream
+    wait_ms: int  #: ms until the next waiting retry is due (0 when due already), or -1
+    concurrency: int  #: the job's tokens (0 when its meta is gone)
 
 
 class Call(NamedTuple):
@@ -278,37 +290,58 @@ class Scripts:
     def settle_call(
         qk: QueueKeys,
         worker: str,
+        slot: int,
+        seq: str | int,
         lease_ms: int,
         claim: int,
         settled: Sequence[tuple[str, str]] = (),
+        *,
+        keep_ms: int = 60_000,
+        due_limit: int = 10,
     ) -> Call:
-        """Release/park/drop held tokens, then claim up to ``claim`` new ones, leased
-        for ``lease_ms`` from Redis's clock."""
-        args: list[Any] = [worker, lease_ms, claim, WAKE_CAP]
+        """Release/park/drop the tokens slot ``slot`` of ``worker`` holds, then claim up to
+        ``claim`` new ones and take the jobs whose retries are due. ``seq`` numbers the
+        slot's calls: a call sent again with the same number returns the first reply and
+        changes nothing. ``keep_ms`` is the lifetime given to the worker hash (which keeps
+        the last reply) when it has none."""
+        args: list[Any] = [owner(worker, slot), seq, lease_ms, claim, WAKE_CAP, keep_ms,
+                           due_limit]
         for tok, mode in settled:
             args += [tok, mode]
         return Call(
             "settle",
-            (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick),
+            (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick,
+             qk.retries, qk.worker(worker)),
             args,
         )
 
     @staticmethod
-    def parse_settle(reply: Sequence[Any]) -> list[tuple[str, float]]:
-        """The claimed tokens and their scores."""
-        return [(_s(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
+    def parse_settle(reply: Sequence[Any]) -> SettleReply:
+        """The claimed tokens and their scores, the jobs whose retries are due, and the
+        ms until the next retry is due (-1: none waits)."""
+        claimed, due, wait = reply
+        return SettleReply([(_s(claimed[i]), float(claimed[i + 1]))
+                            for i in range(0, len(claimed), 2)],
+                           [_s(j) for j in due], int(wait))
 
     def settle(
         self,
         qk: QueueKeys,
         worker: str,
+        slot: int,
+        seq: str | int,
         lease_ms: int,
         claim: int,
         settled: Sequence[tuple[str, str]] = (),
-    ) -> list[tuple[str, float]]:
-        """Run :meth:`settle_call` now; return the claimed tokens and their scores."""
-        call = self.settle_call(qk, worker, lease_ms, claim, settled)
+    ) -> SettleReply:
+        """Run :meth:`settle_call` now."""
+        call = self.settle_call(qk, worker, slot, seq, lease_ms, claim, settled)
         return self.parse_settle(self.run(call.name, call.keys, call.args))
+
+    @staticmethod
+    def schedule_retry_call(qk: QueueKeys, job_id: str, delay_ms: int) -> Call:
+        """Note in the queue's slot that ``job_id`` has a retry due in ``delay_ms``."""
+        return Call("schedule_retry", (qk.retries,), (job_id, max(0, delay_ms)))
 
     @staticmethod
     def finish_jobs_call(
@@ -333,10 +366,16 @@ class Scripts:
             args,
         )
 
+    @staticmethod
+    def unpark_call(qk: QueueKeys, job_id: str, concurrency: int) -> Call:
+        """Send a job's parked tokens back to ready (it got work)."""
+        return Call("unpark", (qk.parked, qk.ready, qk.leased, qk.kick, qk.wake),
+                    (job_id, concurrency, WAKE_CAP))
+
     def unpark(self, qk: QueueKeys, job_id: str, concurrency: int) -> int:
         """Send a job's parked tokens back to ready (it got work)."""
-        return int(self.run("unpark", (qk.parked, qk.ready, qk.leased, qk.kick, qk.wake),
-                            (job_id, concurrency, WAKE_CAP)))
+        call = self.unpark_call(qk, job_id, concurrency)
+        return int(self.run(call.name, call.keys, call.args))
 
     def heartbeat(
         self,
@@ -347,14 +386,16 @@ class Scripts:
         lease_ms: int,
         info_ttl_ms: int,
         info: dict[str, Any],
-        tokens: Sequence[str],
+        tokens: Sequence[tuple[str, int]],
     ) -> list[str]:
-        """Refresh a worker's heartbeat and leases (alive for ``heartbeat_ttl_ms``, leases
-        extended by ``lease_ms``, both from Redis's clock); return tokens it lost."""
+        """Refresh a worker's heartbeat (alive for ``heartbeat_ttl_ms`` from Redis's clock)
+        and the leases its slots hold, given as (token, slot), extended by ``lease_ms``;
+        return the tokens no longer held by that slot."""
         args: list[Any] = [worker, heartbeat_ttl_ms, lease_ms, info_ttl_ms, len(info)]
         for k, v in info.items():
             args += [k, v]
-        args += list(tokens)
+        for tok, slot in tokens:
+            args += [tok, owner(worker, slot)]
         reply = self.run("heartbeat", (qk.workers, qk.worker(worker), qk.leased, qk.owners), args)
         return [_s(t) for t in reply]
 
@@ -394,8 +435,22 @@ class Scripts:
     def promote_retries(self, jk: JobKeys, limit: int = 1000) -> tuple[int, int]:
         """Move due retries back into the stream; return (moved, ms until the next
         retry is due by Redis's clock, or -1 when none waits)."""
-        r = self.run("promote_retries", (jk.retry, jk.tasks, jk.meta), (limit,))
-        return int(r[0]), int(r[1])
+        r = self.promote_retries_full(jk, limit)
+        return r.moved, r.wait_ms
+
+    @staticmethod
+    def promote_retries_call(jk: JobKeys, limit: int = 1000) -> Call:
+        """Move due retries back into the stream (reply: :meth:`parse_promote`)."""
+        return Call("promote_retries", (jk.retry, jk.tasks, jk.meta), (limit,))
+
+    @staticmethod
+    def parse_promote(r: Sequence[Any]) -> PromoteReply:
+        return PromoteReply(int(r[0]), int(r[1]), int(r[2]))
+
+    def promote_retries_full(self, jk: JobKeys, limit: int = 1000) -> PromoteReply:
+        """Move due retries back into the stream; return all the script tells."""
+        call = self.promote_retries_call(jk, limit)
+        return self.parse_promote(self.run(call.name, call.keys, call.args))
 
     def reclaim(
         self, jk: JobKeys, *, consumer: str, min_idle_ms: int, cursor: str, count: int,

@@ -24,7 +24,7 @@ from typer.testing import CliRunner, Result
 from streamq import JobState, NonRetryable, Queue, Worker
 from streamq.cli import ExitCode, app
 from streamq.config import GROUP
-from streamq.keys import JobKeys, QueueKeys
+from streamq.keys import JobKeys, QueueKeys, owner_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -295,7 +295,7 @@ def test_status_pending_workers_with_live_stalled_and_dead_work(
 
     # workers: the killed one is dead and still owns job A's token
     rows = {w["pid"]: w for w in cli_json(redis_url, "workers", queue_name)["workers"]}
-    owners = [v.decode() for v in r.hvals(qk.owners)]
+    owners = [owner_worker(v.decode()) for v in r.hvals(qk.owners)]
     dead, alive = rows[w1.pid], rows[w2.pid]
     assert not dead["alive"] and dead["deadline_in_ms"] < 0 and alive["alive"]
     assert dead["leases"] == owners.count(dead["worker_id"]) == 1

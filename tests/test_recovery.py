@@ -442,7 +442,7 @@ def test_dead_worker_leases_freed_and_consumers_deleted(
     q = Queue(queue_name, redis_url)
     job = q.submit([1, 2, 3], concurrency=1)
     qk, jk = QueueKeys(queue_name), JobKeys(job.id)
-    claimed = q.scripts.settle(qk, "ghost-worker", 600_000, 1)
+    claimed = q.scripts.settle(qk, "ghost-worker", 0, 1, 600_000, 1).claimed
     assert [t for t, _ in claimed] == [f"{job.id}#0"]
     sec, usec = r.time()  # heartbeat deadlines are Redis's clock
     r.zadd(qk.workers, {"ghost-worker": sec * 1000 + usec // 1000 + 300})

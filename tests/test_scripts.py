@@ -250,9 +250,9 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
     q = Queue("q-finish-tokens", redis_url)
     qk, job = q.keys, q.submit([1, 2, 3], concurrency=3).id
     now = int(r.time()[0]) * 1000
-    ((first, _),) = q.scripts.settle(qk, "w", 60_000, 1)
-    q.scripts.settle(qk, "w", 60_000, 0, [(first, "p")])
-    ((second, _),) = q.scripts.settle(qk, "w", 60_000, 1)
+    ((first, _),) = q.scripts.settle(qk, "w", 0, 1, 60_000, 1).claimed
+    q.scripts.settle(qk, "w", 0, 2, 60_000, 0, [(first, "p")])
+    ((second, _),) = q.scripts.settle(qk, "w", 0, 3, 60_000, 1).claimed
     r.hset(qk.kick, second, 1)
     tokens = {f"{job}#{i}" for i in range(3)}
     assert r.zscore(qk.parked, first) is not None and r.zscore(qk.leased, second) is not None
@@ -274,13 +274,13 @@ def test_a_client_arriving_late_takes_turns_with_the_rest(r: redis.Redis, redis_
     q = Queue("q-fair-clock", redis_url)
     qk = q.keys
     a_jobs = {j.id for j in q.submit_many([[1]] * 10, client="A")}
-    assert len(q.scripts.settle(qk, "w", 60_000, 5)) == 5
+    assert len(q.scripts.settle(qk, "w", 0, 1, 60_000, 5).claimed) == 5
     # When client B submits ten jobs of the same priority afterwards
     b_jobs = {j.id for j in q.submit_many([[1]] * 10, client="B")}
     # Then B's jobs take turns with A's five waiting ones instead of going first: B's
     # ranks start at the priority's fairness clock (5), not at 1, so the next twelve
     # claims are B's rank 5, both clients' ranks 6-10 and B's rank 11
-    claimed = [t.split("#")[0] for t, _ in q.scripts.settle(qk, "w", 60_000, 12)]
+    claimed = [t.split("#")[0] for t, _ in q.scripts.settle(qk, "w", 0, 2, 60_000, 12).claimed]
     assert sum(j in a_jobs for j in claimed) == 5
     assert sum(j in b_jobs for j in claimed) == 7
     q.close()

@@ -138,6 +138,11 @@ MetricsPort = Annotated[int | None, typer.Option(
 RedisWait = Annotated[float | None, typer.Option(
     "--redis-wait", min=0.0, envvar="STREAMQ_REDIS_WAIT",
     help="give up after Redis has been unreachable this many seconds (default: wait forever)")]
+#: Where a worker writes its id (and ``streamq health --worker`` reads it): one JSON
+#: document ``{worker_id, queue, heartbeat_s, pid}``; not written when not given.
+WorkerIdFile = Annotated[str | None, typer.Option(
+    "--id-file", envvar="STREAMQ_WORKER_ID_FILE",
+    help="file where the worker writes its id for `streamq health --worker`")]
 MetricsAddr = Annotated[str, typer.Option(envvar="STREAMQ_METRICS_ADDR",
                                           help="address the metrics endpoint listens on")]
 

@@ -24,6 +24,7 @@ from .common import (
     ProcessQueue,
     RedisUrl,
     RedisWait,
+    WorkerIdFile,
     app,
     fail,
 )
@@ -100,11 +101,16 @@ def worker(
         config.DEFAULT_STOP_RETRY_S,
     metrics_port: MetricsPort = None,
     metrics_addr: MetricsAddr = "0.0.0.0",
+    redis_wait: RedisWait = None,
+    id_file: WorkerIdFile = None,
     log_level: LogLevel = "INFO",
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
     """Serve QUEUE until SIGTERM or SIGINT, then drain and exit 0.
 
+    A worker started while Redis is down waits for it, and waits out every Redis
+    blip (OOM, BUSY, LOADING, READONLY, ...); it exits 3 only when Redis refuses
+    its credentials or permissions, or stays unreachable past --redis-wait.
     Every option can also be set by its environment variable (shown in --help).
     """
     from ..worker import Worker
@@ -114,7 +120,8 @@ def worker(
     w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch,
                heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
                idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat),
-               metrics_port=metrics_port, metrics_addr=metrics_addr, stop_retry_s=stop_retry)
+               metrics_port=metrics_port, metrics_addr=metrics_addr, stop_retry_s=stop_retry,
+               redis_wait_s=redis_wait, id_file=id_file)
     w.run()
 
 

@@ -1,0 +1,252 @@
+"""Running entries: the handler call per sub-request, acknowledgements and failures.
+
+One :class:`EntryRunner` per worker, shared by its slots (it keeps no per-slot
+state). Sync handlers run in the calling slot thread, ``async def`` handlers
+on the worker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .codec import decode, encode_result
+from .deadletters import announce
+from .errors import PayloadError
+from .keys import JobKeys
+from .models import Task
+from .scripts import JobReply
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("streamq.worker")
+
+#: (queue, job id, index, entry id, attempt) of the sub-request being run; a Task is made
+#: from it only when a handler asks, not for every sub-request
+_current: contextvars.ContextVar[tuple[str, str, int, str, int] | None] = contextvars.ContextVar(
+    "streamq_task", default=None)
+
+#: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
+Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
+
+
+def current_task() -> Task | None:
+    """The sub-request the calling handler is running (None outside a handler)."""
+    fields = _current.get()
+    return None if fields is None else Task(*fields)
+
+
+def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
+    it = iter(flat)
+    return dict(zip(it, it))
+
+
+def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
+    try:
+        value = int(fields[name])
+    except (KeyError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+class EntryRunner:
+    """Runs the entries a slot read, acknowledges results, reports failures."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    def run_entries(
+        self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
+        waits: list[float], durations: list[float],
+    ) -> tuple[list[tuple[str, int, bytes]], bool]:
+        """Run a job's entries (``ids`` are their decoded ids, ``unacked`` the set
+        heartbeats keep fresh) in order, acknowledging every ``ack_flush_s``. Queue
+        waits and handler durations are added to ``waits`` and ``durations``, which
+        go to the metrics before anything is acknowledged.
+
+        Returns the results not yet acknowledged, and whether the job completed.
+        """
+        w = self.w
+        done: list[tuple[str, int, bytes]] = []
+        flushed_at = time.perf_counter()
+        completed = False
+        job = jk.job_id
+        queue, stopping, clock = w.q.name, w.stopping, time.perf_counter
+        # wall-clock seconds = clock() + to_wall: an entry's queue wait (from the ms in its
+        # id) is measured at its start without a second clock read per entry
+        to_wall = time.time() - clock()
+        handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
+        faults = w.fault_at is not None
+        for n, (_, flat) in enumerate(entries):
+            if stopping.is_set():
+                self.requeue(job, [e[0] for e in entries[n:]])
+                break
+            eid = ids[n]
+            index: int | None
+            if len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p":
+                # the layout every first attempt has: read without building a dict
+                kind, raw, attempt, suspect = flat[3], flat[5], 1, False
+                try:
+                    index = int(flat[1])
+                except ValueError:
+                    index = None
+                if index is not None and index < 0:
+                    index = None
+            else:
+                fields = _fields(flat)
+                index = _int_field(fields, b"i")
+                kind, raw = fields.get(b"t"), fields.get(b"p")
+                attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
+                suspect = b"s" in fields
+            try:
+                if index is None:
+                    raise PayloadError("missing or invalid index field 'i'")
+                if kind is None or raw is None:
+                    raise PayloadError("missing type 't' or payload 'p' field")
+                payload = decode(kind, raw)
+            except PayloadError as e:
+                log.error("job %s entry %s is malformed: %s", job, eid, e)
+                self.observe(waits, durations)
+                completed = self.fail(job, eid, -1 if index is None else index, 1, -1,
+                                      f"malformed entry: {e}", kind or b"b",
+                                      raw or b"") or completed
+                w.leases.discard(unacked, (eid,))
+                continue
+            if suspect:
+                # suspect (its worker died): acknowledge what is done, then record the
+                # start, so a kill inside this handler counts an attempt for it alone
+                if done:
+                    self.observe(waits, durations)
+                    completed = self.ack_many([(jk, done)])[0] or completed
+                    w.leases.discard(unacked, [d[0] for d in done])
+                    done = []
+                w.redis.hset(jk.inflight, eid, w.id)
+            if faults:
+                w.fault("in_handler")
+            started = clock()
+            wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
+            waits.append(wait if wait > 0.0 else 0.0)
+            task = (queue, job, index, eid, attempt)
+            try:
+                if sync:  # inline rather than a method call: this runs per sub-request
+                    reset = _current.set(task)
+                    try:
+                        value = handler(payload)
+                    finally:
+                        _current.reset(reset)
+                else:
+                    value = self.call_async(task, payload)
+                result = encode_result(value)
+            except Exception as e:
+                durations.append(clock() - started)
+                w.metrics.failed.inc()
+                with w.stats.lock:
+                    w.stats.failed += 1
+                delay = w._retry_delay(e, attempt)
+                log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
+                            attempt, type(e).__name__, e)
+                self.observe(waits, durations)
+                completed = self.fail(job, eid, index, attempt, delay,
+                                      f"{type(e).__name__}: {e}", kind, raw) or completed
+                w.leases.discard(unacked, (eid,))
+                continue
+            ended = clock()
+            durations.append(ended - started)
+            done.append((eid, index, result))
+            if ended - flushed_at >= flush_s:
+                self.observe(waits, durations)
+                completed = self.ack_many([(jk, done)])[0] or completed
+                w.leases.discard(unacked, [d[0] for d in done])
+                done = []
+                flushed_at = clock()
+        return done, completed
+
+    def observe(self, waits: list[float], durations: list[float]) -> None:
+        """Add the gathered queue waits and handler durations to the histograms; empty
+        both lists. Called before anything is acknowledged, so the metrics never lag
+        behind a completion."""
+        self.w.metrics.wait_seconds.observe_many(waits)
+        self.w.metrics.handler_seconds.observe_many(durations)
+        waits.clear()
+        durations.clear()
+
+    def fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,
+             kind: bytes, raw: bytes) -> bool:
+        """Report a failed attempt; True when it completed the job.
+
+        A retry is two steps: ``fail`` puts it in the job's ``retry`` ZSET, and
+        ``schedule_retry`` (same round trip) notes its due time in the queue's
+        ``retries``, so live workers promote it; both are idempotent, and the reaper
+        promotes a retry whose second step never ran."""
+        w = self.w
+        jk = JobKeys(job)
+        calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
+                                     attempts=attempts, delay_ms=delay_ms, error=error[:2000],
+                                     kind=kind, payload=raw)]
+        if delay_ms >= 0:
+            # noted even when the reply says "settled already" (a resent fail): a due
+            # time with nothing due costs one promote that moves nothing
+            calls.append(w.scripts.schedule_retry_call(w.keys, job, delay_ms))
+        replies = w.scripts.run_many(calls)
+        outcome, reply = w.scripts.parse_fail(replies[0])
+        if outcome == 1:
+            w.metrics.retried.inc()
+        if outcome == 2:
+            w.metrics.dead_lettered.inc()
+            announce(w.redis, w.keys, job)
+        if reply.completed:
+            finish = w.q.finish_call(job, reply)
+            w.scripts.run(finish.name, finish.keys, finish.args)
+        return reply.completed
+
+    def call_async(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
+        """Run an ``async def`` handler on the worker's event loop; wait for its result.
+        (Sync handlers are called inline in :meth:`run_entries`.)"""
+        assert self.w.loop is not None
+        return asyncio.run_coroutine_threadsafe(self._acall(task, payload), self.w.loop).result()
+
+    async def _acall(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
+        _current.set(task)
+        return await self.w.handler(payload)
+
+    def ack_many(self, batches: list[Batch],
+                 finishes: list[tuple[str, JobReply]] | None = None) -> list[bool]:
+        """Acknowledge results of several jobs in one round trip; True for each job
+        this completed. The completed jobs are added to ``finishes`` (finished with
+        the slot's next settle), or, without it, finished at once in one more."""
+        w = self.w
+        replies = w.scripts.run_many([w.scripts.ack_call(jk, done) for jk, done in batches])
+        completed: list[tuple[str, JobReply]] = []
+        out = self.acked(batches, replies, completed)
+        if finishes is not None:
+            finishes.extend(completed)
+        elif completed:
+            call = w.q.finish_many_call(completed)
+            w.scripts.run(call.name, call.keys, call.args)
+        return out
+
+    def acked(self, batches: Sequence[Batch], replies: Sequence[Any],
+              completed: list[tuple[str, JobReply]]) -> list[bool]:
+        """Count the replies of ``ack`` calls; add the jobs they completed to
+        ``completed``; True for each job completed."""
+        out: list[bool] = []
+        acked = 0
+        for (jk, _), raw in zip(batches, replies):
+            acked += int(raw[0])
+            out.append(raw[1] == 1)
+            if raw[1] == 1:
+                completed.append((jk.job_id, JobReply.parse(raw[1:])))
+        self.w.metrics.processed.inc(acked)
+        with self.w.stats.lock:
+            self.w.stats.processed += acked
+        return out
+
+    def requeue(self, job: str, entry_ids: list[bytes]) -> None:
+        """Hand back entries read but never started (drain, or a read-ahead not served)."""
+        moved = self.w.scripts.requeue(JobKeys(job), self.w.id, [e.decode() for e in entry_ids])
+        log.info("draining: handed back %d unstarted entries of job %s", moved, job)

@@ -1,0 +1,121 @@
+"""Lease keeping: what each slot of a worker holds, and the heartbeat that keeps it.
+
+Ownership is per slot: a token a slot claims is owned in Redis by
+``<worker id>/<slot>`` (``owners``), and here by that slot's :class:`SlotHold`.
+Only the slot itself adds or removes its tokens, so a token released by one
+slot and claimed by another slot of the same worker is never dropped from the
+second slot's hold. The main thread's heartbeat extends every lease a slot
+still owns and resets the idle time of every entry a slot read and has not
+settled (``XCLAIM ... JUSTID``), so the reaper never takes work from a live
+worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+from . import config
+from .keys import JobKeys
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("streamq.worker")
+
+
+class SlotHold:
+    """The tokens one slot holds and the entries it read and has not settled; changed
+    only by that slot, under the keeper's lock."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.tokens: set[str] = set()
+        #: job id -> entry ids read and not yet settled
+        self.entries: dict[str, set[str]] = {}
+
+
+class LeaseKeeper:
+    """The holds of a worker's slots, and its heartbeat."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.lock = threading.Lock()
+        self.holds = [SlotHold(i) for i in range(worker.concurrency)]
+
+    # -- slot side ----------------------------------------------------------------
+
+    def settled(self, hold: SlotHold, released: list[str], claimed: list[str]) -> None:
+        """A settle of ``hold``'s slot released ``released`` and claimed ``claimed``."""
+        with self.lock:
+            hold.tokens.difference_update(released)
+            hold.tokens.update(claimed)
+
+    def track(self, hold: SlotHold, reads: list[tuple[str, list[str]]]) -> list[set[str]]:
+        """Register entries a slot read (job, entry ids), so heartbeats keep them fresh;
+        return each job's set of them (the slot removes what it settles)."""
+        out = []
+        with self.lock:
+            for job, ids in reads:
+                unacked = hold.entries.setdefault(job, set())
+                unacked.update(ids)
+                out.append(unacked)
+        return out
+
+    def untrack(self, hold: SlotHold) -> None:
+        """The slot settled (or handed back) every entry it read."""
+        with self.lock:
+            hold.entries.clear()
+
+    def discard(self, unacked: set[str], ids: Any) -> None:
+        with self.lock:
+            unacked.difference_update(ids)
+
+    # -- main thread ----------------------------------------------------------------
+
+    def held(self) -> list[tuple[str, int]]:
+        """Every token a slot holds, with its slot."""
+        with self.lock:
+            return [(t, h.index) for h in self.holds for t in h.tokens]
+
+    def heartbeat(self) -> None:
+        """Beat: refresh the registry and extend the leases the slots still own; then
+        refresh the entries they hold."""
+        w = self.w
+        held = self.held()
+        w.metrics.leases.set(len(held))
+        lost = w.scripts.heartbeat(
+            w.keys, w.id,
+            heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
+            lease_ms=w.lease_ms,
+            info_ttl_ms=w.info_ttl_ms,
+            info={"host": socket.gethostname(), "pid": os.getpid(), "started": w.started_ms,
+                  "slots": w.concurrency, "processed": w.stats.processed,
+                  "failed": w.stats.failed, "leases": len(held)},
+            tokens=held,
+        )
+        self.refresh_entries()
+        if lost:
+            # a token settled meanwhile, or dropped because its job finished, is no loss
+            still = {t for t, _ in self.held()}
+            lost = [t for t in lost if t in still]
+            if lost:
+                log.info("leases no longer held (job finished or lease expired): %s",
+                         ", ".join(lost[:10]))
+
+    def refresh_entries(self) -> None:
+        """Reset the idle time of every entry the slots hold (XCLAIM JUSTID: no
+        delivery is counted), so the reaper never takes work from a live worker."""
+        with self.lock:
+            held = [(job, list(ids)) for h in self.holds
+                    for job, ids in h.entries.items() if ids]
+        if not held:
+            return
+        pipe = self.w.redis.pipeline(transaction=False)
+        for job, ids in held:
+            pipe.xclaim(JobKeys(job).tasks, config.GROUP, self.w.id, 0, list[Any](ids),
+                        justid=True)
+        pipe.execute(raise_on_error=False)

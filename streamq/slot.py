@@ -1,0 +1,305 @@
+"""One slot of a worker: the loop that settles, claims, reads and serves tokens.
+
+A slot claims a token (permission to run one sub-request of one job at a
+time), reads up to ``batch`` entries of that job with XREADGROUP, runs them
+(:mod:`streamq.entries`), acknowledges them, finishes jobs that completed,
+and settles the token: back to ready, parked (nothing deliverable) or dropped
+(job finished) while claiming the next one in the same round trip. A slot
+that claims also takes the jobs whose retries are due and promotes them. With
+nothing ready a slot blocks on the queue's wake list, at most until the next
+retry is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from . import config
+from .connection import is_access_error, is_transient, pipelined
+from .entries import Batch
+from .keys import JobKeys, token_job
+from .scripts import JobReply
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+log = logging.getLogger("streamq.worker")
+
+_UNREAD = object()  # a claimed token's job not read ahead (a read's reply may be None)
+#: first and longest pause after a transient Redis error in a slot, seconds
+_PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
+
+
+def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
+    """The entries of a raw XREADGROUP reply of one stream, each an id and its flat
+    field list ``[field, value, ...]``; the reply is a RESP2 list
+    ``[[stream, [[id, [field, value, ...]], ...]]]``, a RESP3 map, or nil."""
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]
+    return [(entry_id, flat or []) for entries in streams for entry_id, flat in entries]
+
+
+class Slot:
+    """One handler slot of a worker (run in its own thread)."""
+
+    def __init__(self, worker: Worker, index: int) -> None:
+        self.w = worker
+        self.index = index
+        self.hold = worker.leases.holds[index]
+        self.run_entries = worker.entries
+        #: numbers this slot's settle calls: a settle sent again after a lost reply
+        #: (same number) returns the first reply and changes nothing
+        self._call_base = uuid.uuid4().hex[:8]
+        self._calls = 0
+        #: ms until the next retry is due, as the last settle said (-1: none waits)
+        self._retry_wait_ms = -1
+
+    def run(self) -> None:
+        w = self.w
+        settled: list[tuple[str, str]] = []
+        #: jobs the last acknowledgements completed, finished with the next settle
+        finishes: list[tuple[str, JobReply]] = []
+        #: jobs whose last read was a full batch: their next batch is read in the round
+        #: trip of the next settle, and served at once if that settle gives a token back
+        follow: list[str] = []
+        #: results of followed jobs, acknowledged first in the round trip of the next settle
+        acks: list[Batch] = []
+        stop_seen: float | None = None
+        pause = _PAUSE_FIRST_S
+        while True:
+            stopping = w.stopping.is_set()
+            if stopping and not settled and not finishes and not acks:
+                return  # nothing to hand back
+            if stopping and stop_seen is None:
+                stop_seen = time.monotonic()
+            spec, follow = ([] if stopping else follow), []
+            try:
+                claimed, due, preread = self.settle(settled, finishes,
+                                                    0 if stopping else w.prefetch, spec, acks)
+                settled = []
+                if acks:
+                    acks = []
+                    w.fault("after_ack")
+                pause = _PAUSE_FIRST_S
+                if stopping:
+                    if not claimed:
+                        return
+                    # a resent settle may report tokens claimed before the stop: release
+                    settled = [(t, "r") for t in claimed]
+                    continue
+                if due:
+                    self.promote(due)
+                if not claimed:
+                    if not due:
+                        self.idle()
+                    continue
+                # until the work is done, a failure releases the tokens on the next settle
+                settled = [(t, "r") for t in claimed]
+                w.fault("after_claim")
+                try:
+                    settled, follow, acks = self.work(claimed, finishes, preread)
+                finally:
+                    w.leases.untrack(self.hold)
+                if not acks:
+                    w.fault("after_ack")
+            except Exception as e:
+                if is_access_error(e):
+                    w.fatal_error(e)
+                    continue
+                if not is_transient(e):
+                    log.exception("unexpected error in a worker slot; its tokens are released")
+                    w.pause(stopping, 1.0)
+                    continue
+                if stop_seen is not None and time.monotonic() - stop_seen >= w.stop_retry_s:
+                    log.error("redis unavailable while stopping (%s): leaving %d token(s) to "
+                              "expire; the reaper hands their entries to other workers", e,
+                              len(settled))
+                    with w.leases.lock:
+                        w.undrained += len(settled)
+                    return
+                w.unreachable(e)
+                log.warning("redis unavailable (%s); retrying in %.2f s", e, pause)
+                w.pause(stopping, pause)
+                pause = min(_PAUSE_MAX_S, pause * 2)
+
+    def idle(self) -> None:
+        """Nothing claimed: block on the wake list, at most until the next retry is due."""
+        w = self.w
+        timeout = w.idle_wait_s
+        if self._retry_wait_ms >= 0:
+            timeout = min(timeout, max(0.01, self._retry_wait_ms / 1000))
+        w.redis.blpop([w.keys.wake], timeout=timeout)
+
+    def settle(self, settled: list[tuple[str, str]], finishes: list[tuple[str, JobReply]],
+               claim: int, follow: Sequence[str] = (), acks: Sequence[Batch] = ()
+               ) -> tuple[list[str], list[str], dict[str, Any]]:
+        """Acknowledge ``acks``, finish the completed jobs in ``finishes``, settle the
+        held tokens and claim up to ``claim`` new ones, then read the next batch of each
+        job in ``follow``: one round trip. ``finishes`` is left holding the jobs those
+        acknowledgements completed (finished with the next settle).
+
+        Returns the claimed tokens, the jobs whose retries are due and, for each
+        followed job of which a token was claimed, its raw read. Entries read for a job
+        of which no token was claimed (a more urgent job took the slot) are handed back
+        at once, as a drain does.
+        """
+        w = self.w
+        calls = [w.scripts.ack_call(jk, done) for jk, done in acks]
+        sent = len(finishes)
+        if finishes:
+            # finishing a job removes its tokens (now, or when it was finished before):
+            # a token of a job finished here needs no drop of its own
+            done = {job for job, _ in finishes}
+            settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
+            calls.append(w.q.finish_many_call(finishes))
+        # the call keeps its number until a reply came back: a call sent again after a
+        # failure returns what the first one did, if it ran
+        calls.append(w.scripts.settle_call(w.keys, w.id, self.index,
+                                           f"{self._call_base}:{self._calls}",
+                                           w.lease_ms, claim, settled,
+                                           keep_ms=w.info_ttl_ms))
+        follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
+        replies, reads = w.scripts.run_then(calls, [self.read(JobKeys(j)) for j in follow])
+        self._calls += 1
+        del finishes[:sent]
+        self.run_entries.acked(acks, replies[: len(acks)], finishes)
+        reply = w.scripts.parse_settle(replies[-1])
+        claimed = [t for t, _ in reply.claimed]
+        w.leases.settled(self.hold, [t for t, _ in settled], claimed)
+        if claim > 0:
+            self._retry_wait_ms = reply.wait_ms
+        preread = dict(zip(follow, reads))
+        if preread:
+            held = {token_job(t) for t in claimed}
+            for job in [j for j in preread if j not in held]:
+                read = preread.pop(job)
+                entries = [] if isinstance(read, Exception) else _entries(read)
+                if entries:
+                    self.run_entries.requeue(job, [e[0] for e in entries])
+        return claimed, reply.due, preread
+
+    def promote(self, jobs: list[str]) -> None:
+        """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
+        unpark the jobs that got work and note when each next retry is due."""
+        w = self.w
+        replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
+        calls = []
+        for job, raw in zip(jobs, replies):
+            r = w.scripts.parse_promote(raw)
+            if r.moved and r.concurrency:
+                calls.append(w.scripts.unpark_call(w.keys, job, r.concurrency))
+            if r.wait_ms >= 0:
+                calls.append(w.scripts.schedule_retry_call(w.keys, job, r.wait_ms))
+        w.scripts.run_many(calls)
+
+    def read(self, jk: JobKeys) -> tuple[Any, ...]:
+        """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
+        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", self.w.batch,
+                "STREAMS", jk.tasks, ">")
+
+    def work(self, tokens: list[str], finishes: list[tuple[str, JobReply]],
+             preread: dict[str, Any]
+             ) -> tuple[list[tuple[str, str]], list[str], list[Batch]]:
+        """Serve the claimed tokens once (a job in ``preread`` was read already).
+
+        Returns how to settle each token, the jobs to follow (read with the next
+        settle: a full batch was read, so more is likely waiting), and the results
+        left to acknowledge with the next settle: when every job with results left is
+        followed, they go in that round trip, first; otherwise they are acknowledged
+        here, and the jobs this completed are added to ``finishes``."""
+        w, runner = self.w, self.run_entries
+        jks = [JobKeys(token_job(t)) for t in tokens]
+        replies = [preread.pop(jk.job_id, _UNREAD) for jk in jks]
+        # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
+        # finished meanwhile) is returned in place of its reply
+        unread = [i for i, r in enumerate(replies) if r is _UNREAD]
+        for i, reply in zip(unread, pipelined(w.redis, [self.read(jks[i]) for i in unread])):
+            replies[i] = reply
+        for r in replies:
+            if isinstance(r, redis.ResponseError) and is_transient(r):
+                raise r  # OOM, BUSY, ...: waited out by the loop, tokens released
+        reads: list[Any] = [r if isinstance(r, Exception) else _entries(r) for r in replies]
+        got = [(i, jk.job_id, [e[0].decode() for e in read])
+               for i, (jk, read) in enumerate(zip(jks, reads))
+               if read and not isinstance(read, Exception)]
+        # everything read is kept fresh until settled
+        held = w.leases.track(self.hold, [(job, ids) for _, job, ids in got])
+        for (i, _, ids), unacked in zip(got, held):
+            reads[i] = (reads[i], ids, unacked)
+        w.fault("after_read")
+        settled: list[tuple[str, str]] = []
+        follow: list[str] = []
+        pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
+        waits: list[float] = []  # metrics, added in one go before anything is acknowledged
+        durations: list[float] = []
+        for tok, jk, read in zip(tokens, jks, reads):
+            if isinstance(read, redis.ResponseError) or not read:
+                # no stream/group (job finished or gone) or nothing new: park, or drop when done
+                settled.append((tok, self.idle_mode(jk.job_id)))
+                continue
+            if isinstance(read, Exception):
+                raise read
+            entries, ids, unacked = read
+            done, completed = runner.run_entries(jk, entries, ids, unacked, waits, durations)
+            settled.append((tok, "d" if completed else "r"))
+            if not completed and len(entries) >= w.batch and jk.job_id not in follow:
+                follow.append(jk.job_id)  # once per job, however many of its tokens it holds
+            if done:
+                pending.append((len(settled) - 1, jk, done))
+        runner.observe(waits, durations)
+        batches = [(jk, d) for _, jk, d in pending]
+        if batches and not w.stopping.is_set() and all(
+                jk.job_id in follow for jk, _ in batches):
+            # followed jobs rarely complete on this ack: their tokens are released (r)
+            # in the same round trip; one that did complete is finished with the settle
+            # after, and the read-ahead of it finds its stream gone
+            return settled, follow, batches
+        # acknowledge what is left of every job in one round trip
+        for (pos, _, _), ok in zip(pending, runner.ack_many(batches, finishes)):
+            if ok:
+                settled[pos] = (settled[pos][0], "d")
+                follow = [j for j in follow if j != token_job(settled[pos][0])]
+        return settled, follow, []
+
+    def idle_mode(self, job: str) -> str:
+        """How to settle a token whose read found nothing new: park it, release it (a
+        retry was due and is back in the stream) or drop it (the job is done or gone)."""
+        w = self.w
+        jk = JobKeys(job)
+        state: bytes | None = w.redis.hget(jk.meta, "state")  # type: ignore[assignment]
+        if state is None:
+            return "d"  # the job is gone (expired, or never created): nothing to serve
+        if state in (b"open", b"active"):
+            r = w.scripts.promote_retries_full(jk)
+            if r.wait_ms >= 0:  # a later retry: live workers promote it when due
+                call = w.scripts.schedule_retry_call(w.keys, job, r.wait_ms)
+                w.scripts.run(call.name, call.keys, call.args)
+            return "r" if r.moved else "p"
+        # terminal in its own slot: make sure the queue slot knows (idempotent)
+        self.finish_from_meta(job)
+        return "d"
+
+    def finish_from_meta(self, job: str) -> None:
+        w = self.w
+        m = w.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
+                          "concurrency", "dedup", "priority", "client", "created", "retention",
+                          "incarnation")
+        if m[0] is None:
+            return
+        reply = JobReply.parse([1, *m])
+        call = w.q.finish_call(job, reply)
+        w.scripts.run(call.name, call.keys, call.args)
+
+
+def slot_threads(worker: Worker) -> list[threading.Thread]:
+    """One thread per slot of ``worker`` (not started)."""
+    return [threading.Thread(target=Slot(worker, i).run, name=f"streamq-slot-{i}", daemon=True)
+            for i in range(worker.concurrency)]
