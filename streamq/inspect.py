@@ -357,6 +357,19 @@ def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
     return out
 
 
+def beat_age_ms(r: redis.Redis, qk: QueueKeys, worker_id: str) -> int | None:
+    """Milliseconds since the worker's last heartbeat, by Redis's clock; None when it is
+    not registered (never started, stopped, or presumed dead and removed)."""
+    pipe = r.pipeline(transaction=False)
+    pipe.time()
+    pipe.zscore(qk.workers, worker_id)
+    pipe.hget(qk.worker(worker_id), "beat")
+    (sec, usec), deadline, beat = pipe.execute()
+    if deadline is None or beat is None:
+        return None
+    return max(0, int(sec) * 1000 + int(usec) // 1000 - int(beat))
+
+
 # -- dead letters ----------------------------------------------------------------------
 
 

@@ -144,17 +144,23 @@ def compose(tmp_path: Path) -> Iterator[tuple[dict[str, Service], int]]:
             if svc is rs:
                 continue
             env = service_env(svc.spec, port)
-            for _ in range(svc.spec.get("deploy", {}).get("replicas", 1)):
+            replica_envs = []
+            for n in range(svc.spec.get("deploy", {}).get("replicas", 1)):
                 e = dict(env)
                 if "STREAMQ_METRICS_PORT" in e:  # one port per replica: no network namespaces
                     e["STREAMQ_METRICS_PORT"] = str(free_port())
                     svc.metrics_ports.append(int(e["STREAMQ_METRICS_PORT"]))
+                if "STREAMQ_WORKER_ID_FILE" in e:  # one file per replica: no private /tmp
+                    name = Path(e["STREAMQ_WORKER_ID_FILE"]).name
+                    e["STREAMQ_WORKER_ID_FILE"] = str(tmp_path / f"{svc.name}-{n}-{name}")
+                replica_envs.append(e)
                 argv = local_command([*entrypoint(), *svc.spec["command"]])
                 log = tmp_path / f"{svc.name}-{len(svc.procs)}.log"
                 with log.open("wb") as out:
                     svc.procs.append(subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out))
                 svc.logs.append(log)
-            wait_healthy(svc, env, port)
+            for e in replica_envs:  # each replica's own health check (its own id file)
+                wait_healthy(svc, e, port)
         yield services, port
     finally:
         for svc in services.values():

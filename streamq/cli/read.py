@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import redis
@@ -21,6 +23,7 @@ from .common import (
     JsonOut,
     QueueArg,
     RedisUrl,
+    WorkerIdFile,
     app,
     classify,
     client,
@@ -162,12 +165,20 @@ def health(
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="also require a live "
                                                                     "worker of this queue")] =
         None,
+    worker: Annotated[bool, typer.Option(
+        "--worker", help="check this host's worker instead: the one named in --id-file "
+                         "must have beaten within --max-age")] = False,
+    id_file: WorkerIdFile = None,
+    max_age: Annotated[float | None, typer.Option(
+        min=0.0, help="with --worker: oldest heartbeat accepted, seconds (default: three "
+                      "heartbeat periods)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="say what was checked")] =
         False,
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
-    """Exit 0 if Redis answers PING (with --queue, and a worker is live), else 5 or 3.
+    """Exit 0 if Redis answers PING (with --queue, and a worker is live; with --worker,
+    this host's worker is beating), else 5 or 3.
 
     3 means Redis is unreachable. Prints nothing unless -v or --json.
     """
@@ -184,6 +195,10 @@ def health(
             doc["queue"], doc["live_workers"] = qk.name, live
             if live == 0:
                 code, doc["error"] = ExitCode.UNHEALTHY, f"no live worker in queue {qk.name}"
+        if worker and code == ExitCode.OK:
+            problem = _worker_health(r, id_file, max_age, doc)
+            if problem is not None:
+                code, doc["error"] = ExitCode.UNHEALTHY, problem
     except (redis.ConnectionError, redis.TimeoutError, ConnectionFailed) as e:
         found = classify(e)
         assert found is not None
@@ -199,7 +214,33 @@ def health(
     elif verbose:
         if code == ExitCode.OK:
             extra = f", {doc['live_workers']} live workers" if qk is not None else ""
+            if "beat_age_ms" in doc:
+                extra += f", worker {doc['worker_id']} beat {doc['beat_age_ms']} ms ago"
             typer.echo(f"healthy: Redis answered PING in {doc['latency_ms']} ms{extra}")
         else:
             error_line(f"unhealthy: {doc['error']}")
     raise typer.Exit(code)
+
+
+def _worker_health(r: redis.Redis, id_file: str | None, max_age: float | None,
+                   doc: dict[str, Any]) -> str | None:
+    """Check the worker named in ``id_file``: None when it beat within ``max_age``
+    seconds (default three of its heartbeat periods), else what is wrong."""
+    if id_file is None:
+        return "--worker needs --id-file (or STREAMQ_WORKER_ID_FILE)"
+    try:
+        me = json.loads(Path(id_file).read_text())
+        worker_id, queue, period = str(me["worker_id"]), str(me["queue"]), float(
+            me["heartbeat_s"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"no worker id in {id_file}: {e}"
+    limit_ms = int((max_age if max_age is not None else 3 * period) * 1000)
+    doc["worker_id"], doc["queue"] = worker_id, queue
+    age = inspect.beat_age_ms(r, QueueKeys(queue), worker_id)
+    if age is None:
+        return f"worker {worker_id} is not registered in queue {queue}"
+    doc["beat_age_ms"], doc["max_age_ms"] = age, limit_ms
+    if age > limit_ms:
+        return (f"worker {worker_id} last beat {age / 1000:.1f} s ago "
+                f"(limit {limit_ms / 1000:g} s): its loop is stuck")
+    return None
