@@ -54,10 +54,11 @@ ACCESS_ERRORS: tuple[type[BaseException], ...] = (
 #: First word of an error reply that means "Redis cannot serve this right now, but
 #: will": out of memory, a long script, loading its data set, a read-only replica
 #: after a failover, a failed background save, a cluster slot in migration or a
-#: cluster without a quorum. Waited out with backoff, never fatal.
+#: cluster without a quorum, a blocking command cut short because the server turned
+#: into a replica (UNBLOCKED). Waited out with backoff, never fatal.
 TRANSIENT_REPLIES: frozenset[str] = frozenset({
     "OOM", "BUSY", "LOADING", "READONLY", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
-    "MASTERDOWN", "NOREPLICAS", "NOTBUSY",
+    "MASTERDOWN", "NOREPLICAS", "NOTBUSY", "UNBLOCKED",
 })
 
 

@@ -126,7 +126,8 @@ class Slot:
                         w.undrained += len(settled)
                     return
                 w.unreachable(e)
-                log.warning("redis unavailable (%s); retrying in %.2f s", e, pause)
+                log.warning("redis unavailable (%s: %s); retrying in %.2f s", type(e).__name__, e,
+                            pause)
                 w.pause(stopping, pause)
                 pause = min(_PAUSE_MAX_S, pause * 2)
 
@@ -154,6 +155,7 @@ class Slot:
         w = self.w
         calls = [w.scripts.ack_call(jk, done) for jk, done in acks]
         sent = len(finishes)
+        released = [t for t, _ in settled]
         if finishes:
             # finishing a job removes its tokens (now, or when it was finished before):
             # a token of a job finished here needs no drop of its own
@@ -173,7 +175,7 @@ class Slot:
         self.run_entries.acked(acks, replies[: len(acks)], finishes)
         reply = w.scripts.parse_settle(replies[-1])
         claimed = [t for t, _ in reply.claimed]
-        w.leases.settled(self.hold, [t for t, _ in settled], claimed)
+        w.leases.settled(self.hold, released, claimed)
         if claim > 0:
             self._retry_wait_ms = reply.wait_ms
         preread = dict(zip(follow, reads))

@@ -225,7 +225,7 @@ class Worker:
                 self.fatal_error(e)
             elif is_transient(e):
                 self.unreachable(e)
-                log.warning("heartbeat failed: %s", e)
+                log.warning("heartbeat failed: %s: %s", type(e).__name__, e)
             else:
                 log.exception("heartbeat failed")
             return False

@@ -62,3 +62,17 @@ def poison(payload: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(float(payload.get("sleep", 0)))
     return payload["n"] * 2
+
+
+
+def fail_once(payload: Any) -> Any:
+    """Count the start; fail the first attempt of each sub-request with
+    ``RetryLater(payload["delay"])``; return ``payload["n"] * 2`` from the second on."""
+    from streamq import RetryLater
+
+    _start()
+    task = current_task()
+    assert task is not None
+    if task.attempt == 1:
+        raise RetryLater(float(payload["delay"]))
+    return payload["n"] * 2

@@ -108,7 +108,7 @@ BAD = [
     (["worker", "q", "--handler", "no_such_module:fn"], 2, "cannot import module"),
     (["worker", "q", "--handler", "tests.handlers:nothing"], 2, "no callable 'nothing'"),
     (["worker", "q", "--handler", "tests.handlers:echo", "--redis-url",
-      "redis://127.0.0.1:1/0"], 3, "cannot reach Redis"),
+      "redis://127.0.0.1:1/0", "--redis-wait", "0.5"], 3, "cannot reach Redis"),
     (["health", "-v", "--redis-url", "redis://127.0.0.1:1/0"], 3, "cannot reach Redis"),
 ]
 

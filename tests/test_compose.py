@@ -211,3 +211,13 @@ def test_compose_services_run_jobs_and_stop_within_their_grace(
             log = svc.logs[i].read_text()[-2000:] if svc.logs else ""
             assert code == 0, f"{svc.name} exited {code}: {log}"
     q.close()
+
+
+def test_every_service_restarts_and_the_worker_checks_its_own_loop() -> None:
+    services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    for name, svc in services.items():
+        assert svc.get("restart") in ("always", "unless-stopped", "on-failure"), name
+    # a hung worker must not report healthy: its check reads its own heartbeat
+    worker = services["worker"]
+    assert worker["healthcheck"]["test"][1:] == ["streamq", "health", "--worker"]
+    assert "STREAMQ_WORKER_ID_FILE" in worker["environment"]
