@@ -374,8 +374,11 @@ def _survive(state: str, url: str, tmp: Path, queue_name: str) -> None:
             wait_until(lambda: r.zcard(QueueKeys(queue_name).workers) == 1, 30, "registration")
         # When Redis enters the state for a while
         states.enter(state)
-        wait_until(lambda: any(w in log.read_text() for w in STATES[state]), 30,
-                   f"the worker to meet {state}")
+        def met() -> bool:
+            assert worker.poll() is None, f"the worker died: {log.read_text()[-3000:]}"
+            return any(w in log.read_text() for w in STATES[state])
+
+        wait_until(met, 30, f"the worker to meet {state}")
         time.sleep(1.0)  # several heartbeats and idle rounds in that state
         assert worker.poll() is None, log.read_text()[-3000:]
         states.leave(state)
