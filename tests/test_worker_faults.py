@@ -280,7 +280,7 @@ class _State:
         self.thread.join(10)
 
     def enter_loading(self) -> None:
-        self.r.execute_command("DEBUG", "POPULATE", 20_000, "filler")
+        self.r.execute_command("DEBUG", "POPULATE", 50_000, "filler")
         self.r.config_set("key-load-delay", 50)  # microseconds per key (sleeps run longer)
         self.r.config_set("loading-process-events-interval-bytes", 1024)
         other = redis.Redis.from_url(self.url, socket_timeout=120)
