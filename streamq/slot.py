@@ -89,11 +89,11 @@ class Slot:
                     acks = []
                     w.fault("after_ack")
                 pause = _PAUSE_FIRST_S
+                # until the work is done, a failure releases the tokens on the next settle
+                settled = [(t, "r") for t in claimed]
                 if stopping:
-                    if not claimed:
-                        return
-                    # a resent settle may report tokens claimed before the stop: release
-                    settled = [(t, "r") for t in claimed]
+                    # a resent settle may report tokens claimed before the stop: they are
+                    # released, and jobs the last acks completed finished, by one more call
                     continue
                 if due:
                     self.promote(due)
@@ -101,8 +101,6 @@ class Slot:
                     if not due:
                         self.idle()
                     continue
-                # until the work is done, a failure releases the tokens on the next settle
-                settled = [(t, "r") for t in claimed]
                 w.fault("after_claim")
                 try:
                     settled, follow, acks = self.work(claimed, finishes, preread)
