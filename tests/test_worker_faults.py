@@ -352,8 +352,9 @@ def test_an_idle_worker_survives_a_transient_redis_state(
     extra: tuple[str, ...] = ("--enable-debug-command", "yes", "--enable-protected-configs",
                               "yes")
     if state == "CLUSTERDOWN":
+        # the bus port is named: the default (port + 10000) may not exist
         extra += ("--cluster-enabled", "yes", "--cluster-config-file",
-                  str(tmp_path / "nodes.conf"))
+                  str(tmp_path / "nodes.conf"), "--cluster-port", str(free_port()))
     server, url = start_redis(tmp_path, *extra)
     try:
         _survive(state, url, tmp_path, queue_name)
