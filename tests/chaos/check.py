@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from streamq.codec import decode_result
-from streamq.keys import JobKeys, QueueKeys, token_job
+from streamq.keys import JobKeys, QueueKeys, owner_worker, token_job
 
 from .handler import expected
 from .load import Ledger, Subscriber
@@ -122,7 +122,7 @@ def _token_places(r: redis.Redis, qk: QueueKeys, jid: str) -> list[str]:
                  if r.zscore(key, t) is not None]
         owner = r.hget(qk.owners, t)
         if owner is not None:
-            alive = r.zscore(qk.workers, owner) is not None
+            alive = r.zscore(qk.workers, owner_worker(_s(owner))) is not None
             where.append(f"owner {_s(owner)} ({'registered' if alive else 'gone'})")
         out.append(f"{t.rsplit('#', 1)[1]}:{'+'.join(where) or 'nowhere'}")
     return out
