@@ -87,17 +87,22 @@ class LeaseKeeper:
         w = self.w
         held = self.held()
         w.metrics.leases.set(len(held))
-        lost = w.scripts.heartbeat(
-            w.keys, w.id,
-            heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
-            lease_ms=w.lease_ms,
-            info_ttl_ms=w.info_ttl_ms,
-            info={"host": socket.gethostname(), "pid": os.getpid(), "started": w.started_ms,
-                  "slots": w.concurrency, "processed": w.stats.processed,
-                  "failed": w.stats.failed, "leases": len(held)},
-            tokens=held,
-        )
-        self.refresh_entries()
+        try:
+            lost = w.scripts.heartbeat(
+                w.keys, w.id,
+                heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
+                lease_ms=w.lease_ms,
+                info_ttl_ms=w.info_ttl_ms,
+                info={"host": socket.gethostname(), "pid": os.getpid(),
+                      "started": w.started_ms, "slots": w.concurrency,
+                      "processed": w.stats.processed, "failed": w.stats.failed,
+                      "leases": len(held)},
+                tokens=held,
+            )
+        finally:
+            # also when the beat failed: under OOM the script's writes are refused but
+            # XCLAIM is not, and fresh entries are not taken from a live worker
+            self.refresh_entries()
         if lost:
             # a token settled meanwhile, or dropped because its job finished, is no loss
             still = {t for t, _ in self.held()}
