@@ -265,7 +265,7 @@ class _State:
         def spin() -> None:
             try:
                 other.eval("while true do end", 0)
-            except redis.ResponseError:
+            except redis.RedisError:
                 pass  # killed
             finally:
                 other.close()
