@@ -18,6 +18,7 @@ from streamq.codec import encode
 from streamq.keys import JobKeys
 from streamq.reaper import Reaper
 from streamq.scripts import JobReply
+from streamq.slot import Slot
 
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
          "created", "retention", "incarnation")
@@ -177,16 +178,15 @@ def test_a_skewed_process_clock_moves_no_deadline(
 
     # When the worker claims a token: its lease runs lease_ms from Redis's clock
     t0 = redis_ms(r)
-    claimed, _ = w._settle([], [], 1)
+    claimed, _, _ = Slot(w, 0).settle([], [], 1)  # the slot holds what it claimed
     t1 = redis_ms(r)
-    ((tok, _),) = claimed
+    (tok,) = claimed
     assert t0 + lease_ms <= r.zscore(qk.leased, tok) <= t1 + lease_ms
 
     # When it heartbeats: it is alive for three periods and its lease is extended,
     # both from Redis's clock
-    w._held.add(tok)
     t0 = redis_ms(r)
-    w._heartbeat()
+    w.leases.heartbeat()
     t1 = redis_ms(r)
     hb_ms = int(heartbeat_s * 3000)
     assert t0 + hb_ms <= r.zscore(qk.workers, w.id) <= t1 + hb_ms
@@ -204,7 +204,7 @@ def test_a_skewed_process_clock_moves_no_deadline(
     ((_, entries),) = r.xreadgroup(config.GROUP, w.id, {jk.tasks: ">"}, count=1)
     eid, fields = entries[0]
     t0 = redis_ms(r)
-    w._fail(job, eid.decode(), int(fields[b"i"]), 1, delay_ms, "boom", fields[b"t"], fields[b"p"])
+    w.entries.fail(job, eid.decode(), int(fields[b"i"]), 1, delay_ms, "boom", fields[b"t"], fields[b"p"])
     t1 = redis_ms(r)
     ((_, due),) = r.zrange(jk.retry, 0, -1, withscores=True)
     assert t0 + delay_ms <= due <= t1 + delay_ms
