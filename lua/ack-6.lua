@@ -71,7 +71,8 @@ end
 local acked = #ids
 local completed = 0
 local m = rcall("HMGET", metaKey, "state", "remaining", "done", "total", "failed", "retention",
-                "concurrency", "dedup", "priority", "client", "created", "incarnation")
+                "concurrency", "dedup", "priority", "client", "created", "incarnation",
+                "dead")
 local state, done = m[1] or "", tonumber(m[3] or "0")
 if acked > 0 then
   chunked("HSET", resultsKey, fields)
@@ -90,4 +91,5 @@ if acked > 0 then
 end
 return {acked, completed, state, tonumber(m[4] or "0"), done, tonumber(m[5] or "0"),
         tonumber(m[7] or "1"), m[8] or "", tonumber(m[9] or "0"), m[10] or "",
-        tonumber(m[11] or "0"), tonumber(m[6] or "0"), m[12] or ""}
+        tonumber(m[11] or "0"), tonumber(m[6] or "0"), m[12] or "",
+        tonumber(m[13] or "0")}

@@ -37,7 +37,7 @@
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:
      completed (0|1), state, total, done, failed, concurrency, dedup, priority,
-     client, created, retention, incarnation}
+     client, created, retention, incarnation, dead letters}
     `created` is Redis's clock at creation, ms since the epoch.
     `completed` is 1 when this call made the job terminal (an empty job
     finalized at once): the caller must then finish it in the queue slot.

@@ -18,10 +18,12 @@ from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
     ConnectionFailed,
+    DeadLetterReplayed,
     JobClosed,
     JobConflict,
     JobNotFound,
     ScriptError,
+    StreamqError,
     WaitTimeout,
 )
 from .keys import JobKeys, QueueKeys, check_name
@@ -450,23 +452,39 @@ class Queue:
         return deadletters.list_dead(self.redis, self.keys, count, job_id)
 
     @_wrap_connection_errors
-    def replay_dead(self, dead_id: str) -> str:
-        """Put a dead letter back to work; return the job it went to.
+    def replay_dead(self, dead_id: str, *, token: str | None = None) -> str:
+        """Put a dead letter back to work, once; return the job it went to.
 
         Into its own job while that job is unfinished; into a new job (same
-        priority and client when known) when its job is finished or gone.
+        priority and client when known) when its job is finished or gone. A
+        dead letter replayed before (by this id or a copy of it) raises
+        DeadLetterReplayed; ``token`` names this replay across retries of it
+        (a call retried with the same token returns the same job).
         """
-        dead = deadletters.get_dead(self.redis, self.keys, dead_id)
+        try:
+            dead = deadletters.get_dead(self.redis, self.keys, dead_id)
+        except StreamqError:
+            target = deadletters.replayed_into(self.redis, self.keys, dead_id)
+            if target is None:
+                raise
+            raise DeadLetterReplayed(dead_id, target) from None
         meta: Any = self.redis.hmget(JobKeys(dead.job_id).meta, "priority", "client",
                                      "max_deliveries")
 
-        def new_job(kind: bytes, payload: bytes) -> str:
+        def new_job(kind: bytes, payload: bytes, jid: str) -> str:
             prio = int(meta[0]) if meta[0] else config.DEFAULT_PRIORITY
             client = meta[1].decode() if meta[1] else config.DEFAULT_CLIENT
             md = int(meta[2]) if meta[2] else config.DEFAULT_MAX_DELIVERIES
-            return self._submit_encoded([(kind, payload)], prio, 1, client, md).id
+            call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final")
+            created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+            self._check_queue(jid, created.queue)
+            if created.job.completed:
+                self._finish(jid, created.job)
+            elif created.job.state in _LIVE:
+                self._register([(jid, created.job)])
+            return jid
 
-        return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job)
+        return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job, token)
 
     @_wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:

@@ -65,3 +65,12 @@ DEFAULT_REAPER_INTERVAL_S = 5.0
 RECLAIM_COUNT = 100
 #: Dead letters kept in a queue's dead-letter stream at most (approximate trim).
 DEFAULT_DEAD_MAXLEN = 100_000
+#: How long past a job's retention its not yet announced dead letters (``unannounced``),
+#: its start records (``inflight``) and the queue's announce and replay markers are kept
+#: at most, in milliseconds (7 days; the reaper announces long before). Written in
+#: ``lua/includes/dead_letter.lua`` and ``lua/record_start-3.lua`` as 604800000.
+UNANNOUNCED_GRACE_MS = 7 * 24 * 3600 * 1000
+#: Dead letters one announce call lists from a job slot.
+ANNOUNCE_CHUNK = 500
+#: Jobs of the ``owed`` set the reaper repairs per pass.
+OWED_PER_PASS = 1000

@@ -1,22 +1,31 @@
 """The dead-letter store: list, show, replay and purge dead-lettered sub-requests.
 
 A dead letter lives in its job's slot (``errors``: the error record,
-``dlq``: the payload) and is announced in the queue's ``dead`` stream, which
-carries a copy of the payload so it can be replayed after the job is gone.
+``dlq``: the payload) and is announced, once, in the queue's ``dead`` stream,
+which carries a copy of the payload so it can be replayed after the job is
+gone. Each dead letter is replayed once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from .codec import decode
-from .config import DEFAULT_DEAD_MAXLEN
-from .errors import JobNotFound, ScriptError, StreamqError
-from .keys import JobKeys, QueueKeys
+from .config import (
+    ANNOUNCE_CHUNK,
+    DEFAULT_DEAD_MAXLEN,
+    DEFAULT_RETENTION_S,
+    UNANNOUNCED_GRACE_MS,
+)
+from .errors import DeadLetterReplayed, JobNotFound, ScriptError, StreamqError
+from .keys import JobKeys, QueueKeys, dead_letter_key
 from .scripts import ScriptErrorCode, Scripts
 
 
@@ -32,6 +41,13 @@ class DeadLetter:
     at_ms: int
     kind: bytes
     payload: bytes
+    #: serial of the dead letter in its job (0 for one announced before serials existed)
+    serial: int = 0
+
+    @property
+    def key(self) -> str:
+        """The dead letter's identity, shared by every copy of it in the dead stream."""
+        return dead_letter_key(self.job_id, self.index, self.serial)
 
     def as_dict(self) -> dict[str, Any]:
         try:
@@ -41,55 +57,80 @@ class DeadLetter:
         except StreamqError:
             value = self.payload.decode("utf-8", "backslashreplace")
         return {"id": self.id, "job_id": self.job_id, "index": self.index, "error": self.error,
-                "attempts": self.attempts, "at_ms": self.at_ms, "payload": value}
+                "attempts": self.attempts, "at_ms": self.at_ms, "serial": self.serial,
+                "payload": value}
 
 
-def announce(client: redis.Redis, qk: QueueKeys, job_id: str,
-             maxlen: int = DEFAULT_DEAD_MAXLEN) -> int:
-    """Copy a job's not yet announced dead letters to the queue's dead stream.
+#: How long an unfinished replay claim blocks other callers, in milliseconds.
+REPLAY_CLAIM_MS = 60_000
 
-    At least once: each is added, then removed from the job's ``unannounced``
-    set, so a crash in between announces it again rather than never.
+
+class Announced(NamedTuple):
+    """What one :func:`announce` did."""
+
+    added: int  #: dead letters added to the dead stream by this call
+    left: int  #: dead letters of the job still waiting for their announcement
+    terminal: bool  #: the job is terminal or gone (no new dead letter can come)
+
+
+def marker_life_ms(retention_ms: int) -> int:
+    """Lifetime of a dead letter's announce and replay markers: longer than any record
+    of it in its job slot (``unannounced`` lives the retention + the grace)."""
+    return max(retention_ms, 0) + UNANNOUNCED_GRACE_MS
+
+
+def announce(scripts: Scripts, qk: QueueKeys, job_id: str,
+             maxlen: int = DEFAULT_DEAD_MAXLEN) -> Announced:
+    """Copy a job's not yet announced dead letters to the queue's dead stream, once each.
+
+    A durable two-step across the job and queue slots: the dead letter waits in the
+    job's ``unannounced`` set (step one, written with the dead letter); ``announce``
+    copies it under a marker named after the job, its field and its serial (a resent
+    or concurrent copy adds nothing), then removes it from the set if it is still the
+    same dead letter. Whoever calls it (worker, reaper) may crash anywhere: the set
+    and the queue's ``owed`` set let the reaper finish the work.
     """
     jk = JobKeys(job_id)
-    fields: list[bytes] = list(client.smembers(jk.unannounced))  # type: ignore[arg-type]
-    if not fields:
-        return 0
-    pipe = client.pipeline(transaction=False)
-    for f in fields:
-        pipe.hget(jk.errors, f)
-        pipe.hget(jk.dlq, f)
-    got = pipe.execute()
-    for n, f in enumerate(fields):
-        err_raw, stored = got[2 * n], got[2 * n + 1]
-        rec: dict[str, Any] = (json.loads(err_raw) if err_raw
-                               else {"error": "unknown", "attempts": 0, "at": 0})
-        stored = stored or b"b"
-        pipe.xadd(qk.dead, {"job": job_id, "index": f, "error": str(rec.get("error", "")),
-                            "attempts": int(rec.get("attempts") or 0), "at": int(rec.get("at") or 0),
-                            "t": stored[:1], "p": stored[1:]},
-                  maxlen=maxlen, approximate=True)
-        pipe.srem(jk.unannounced, f)
-    pipe.execute()
-    return len(fields)
+    added, left, terminal = 0, 0, False
+    for _ in range(1000):  # bounded: each round lists ANNOUNCE_CHUNK of them
+        state, retention_ms, letters = scripts.unannounced(jk, ANNOUNCE_CHUNK)
+        terminal = state not in ("open", "active")
+        if not letters:
+            return Announced(added, 0, terminal)
+        life = marker_life_ms(retention_ms)
+        calls, done = [], []
+        for field, err_raw, stored in letters:
+            rec: dict[str, Any] = json.loads(err_raw)
+            serial = int(rec.get("n") or 0)
+            calls.append(scripts.announce_call(
+                qk, dead_letter_key(job_id, field, serial), life, maxlen,
+                (job_id, field, str(rec.get("error", "")), int(rec.get("attempts") or 0),
+                 int(rec.get("at") or 0), stored[:1] or b"b", stored[1:], serial)))
+            done.append((field, serial))
+        added += sum(int(r[0]) for r in scripts.run_many(calls))
+        left = scripts.announced(jk, done)
+        if left == 0 or len(letters) < ANNOUNCE_CHUNK:
+            break
+    return Announced(added, left, terminal)
 
 
 def _parse(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
     return DeadLetter(entry_id.decode(), f[b"job"].decode(), f[b"index"].decode(),
                       f[b"error"].decode("utf-8", "replace"), int(f[b"attempts"]), int(f[b"at"]),
-                      f.get(b"t", b"b"), f.get(b"p", b""))
+                      f.get(b"t", b"b"), f.get(b"p", b""), int(f.get(b"n", b"0")))
 
 
 def list_dead(client: redis.Redis, qk: QueueKeys, count: int = 100,
               job_id: str | None = None) -> list[DeadLetter]:
-    """The newest dead letters (one per job and index), newest first."""
+    """The newest dead letters (one per dead letter: a copy announced by an older
+    version is hidden), newest first."""
     out: list[DeadLetter] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[str] = set()
     raw: Any = client.xrevrange(qk.dead, count=count * 2 if job_id is None else 10_000)
     for entry_id, f in raw:
         d = _parse(entry_id, f)
-        if (job_id is None or d.job_id == job_id) and (d.job_id, d.index) not in seen:
-            seen.add((d.job_id, d.index))
+        if (job_id is None or d.job_id == job_id) and d.key not in seen:
+            seen.add(d.key)
             out.append(d)
             if len(out) >= count:
                 break
@@ -105,30 +146,74 @@ def get_dead(client: redis.Redis, qk: QueueKeys, dead_id: str) -> DeadLetter:
 
 
 def replay(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
-           new_job: Any = None) -> str:
-    """Put a dead letter back to work; return the job id it went to.
+           new_job: Callable[[bytes, bytes, str], str], token: str | None = None) -> str:
+    """Put a dead letter back to work, once; return the job id it went to.
 
     Into its own job while that job is unfinished; otherwise (finished or
-    gone) into a new job made by ``new_job(kind, payload) -> job id``.
-    The dead letter leaves the dead stream either way.
+    gone) into a new job made by ``new_job(kind, payload, job_id)``, whose id is
+    derived from the dead letter, so a retried call makes no second job.
+    The first replay of a dead letter marks it (``replay_mark``, under a
+    ``token`` the caller keeps across its retries); any other replay of it, or
+    of a copy of it, raises :class:`DeadLetterReplayed`. The dead letter leaves
+    the dead stream.
+
+    The claim lasts ``REPLAY_CLAIM_MS`` until the replay is done: a caller that
+    died meanwhile does not block the dead letter for longer, and the replay
+    itself is idempotent (the job-slot ``replay`` acts on that dead letter's
+    serial only; a new job's id is :func:`replay_job_id`), so a second caller
+    taking over a stale claim runs nothing twice.
     """
-    target = dead.job_id
+    token = token or uuid.uuid4().hex
+    life = marker_life_ms(_retention_ms(client, dead.job_id))
+    claim, target = scripts.replay_mark(qk, dead.key, dead.id, token, REPLAY_CLAIM_MS)
+    if claim == 0:
+        if target:
+            client.xdel(qk.dead, dead.id)  # a copy of a dead letter replayed before
+        raise DeadLetterReplayed(dead.id, target)
+    if not target:
+        target = _replay_once(client, scripts, qk, dead, new_job)
+        scripts.replay_mark(qk, dead.key, dead.id, token, life, target)
+    client.xdel(qk.dead, dead.id)
+    return target
+
+
+def _replay_once(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
+                 new_job: Callable[[bytes, bytes, str], str]) -> str:
+    """The replay itself, safe to run again for the same dead letter."""
     try:
         if not dead.index.isdigit():
             raise ScriptError("replay", int(ScriptErrorCode.JOB_FINISHED), "malformed entry")
-        scripts.replay(JobKeys(dead.job_id), int(dead.index))
-        concurrency = client.hget(JobKeys(dead.job_id).meta, "concurrency")
-        scripts.unpark(qk, dead.job_id, int(concurrency or 1))
+        scripts.replay(JobKeys(dead.job_id), int(dead.index), dead.serial)
     except (ScriptError, JobNotFound) as e:
         code = getattr(e, "code", ScriptErrorCode.JOB_NOT_FOUND)
         if code == ScriptErrorCode.NOT_DEAD:
-            pass  # replayed already: it is back in its job
-        elif code in (ScriptErrorCode.JOB_FINISHED, ScriptErrorCode.JOB_NOT_FOUND) and new_job:
-            target = new_job(dead.kind, dead.payload)
-        else:
-            raise
-    client.xdel(qk.dead, dead.id)
-    return target
+            return dead.job_id  # this replay put it back before its reply was lost
+        if code in (ScriptErrorCode.JOB_FINISHED, ScriptErrorCode.JOB_NOT_FOUND):
+            return new_job(dead.kind, dead.payload, replay_job_id(dead))
+        raise
+    concurrency: Any = client.hget(JobKeys(dead.job_id).meta, "concurrency")
+    scripts.unpark(qk, dead.job_id, int(concurrency or 1))
+    return dead.job_id
+
+
+def replay_job_id(dead: DeadLetter) -> str:
+    """Id of the job a dead letter is replayed into when its own job is finished or gone:
+    derived from the dead letter, so every attempt of one replay names one job."""
+    return "replay-" + hashlib.sha256(dead.key.encode()).hexdigest()[:32]
+
+
+def _retention_ms(client: redis.Redis, job_id: str) -> int:
+    raw: Any = client.hget(JobKeys(job_id).meta, "retention")
+    return int(raw) if raw else DEFAULT_RETENTION_S * 1000
+
+
+def replayed_into(client: redis.Redis, qk: QueueKeys, dead_id: str) -> str | None:
+    """The job a dead-stream entry was replayed into ("" when unknown), or None if it was
+    not replayed (as far as the markers remember)."""
+    raw: Any = client.get(qk.replayed_entry(dead_id))
+    if raw is None:
+        return None
+    return str(raw.decode().partition("|")[2])
 
 
 def purge(client: redis.Redis, qk: QueueKeys) -> int:

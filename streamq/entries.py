@@ -125,7 +125,9 @@ class EntryRunner:
                     completed = self.ack_many([(jk, done)])[0] or completed
                     w.leases.discard(unacked, [d[0] for d in done])
                     done = []
-                w.redis.hset(jk.inflight, eid, w.id)
+                if not w.scripts.record_start(jk, eid, w.id):
+                    w.leases.discard(unacked, (eid,))  # reclaimed meanwhile: runs elsewhere
+                    continue
             if faults:
                 w.fault("in_handler")
             started = clock()
@@ -196,12 +198,18 @@ class EntryRunner:
         outcome, reply = w.scripts.parse_fail(replies[0])
         if outcome == 1:
             w.metrics.retried.inc()
+        owes = False
         if outcome == 2:
             w.metrics.dead_lettered.inc()
-            announce(w.redis, w.keys, job)
+            w.fault("after_dead_letter")
+            # announced before the job is finished, so a completed job shows its dead
+            # letters; a crash before leaves the announcement to the reaper
+            owes = announce(w.scripts, w.keys, job).left > 0
         if reply.completed:
             finish = w.q.finish_call(job, reply)
             w.scripts.run(finish.name, finish.keys, finish.args)
+            if not owes:  # the finish marked the job in `owed`: it owes nothing
+                w.scripts.clear_owed(w.keys, job)
         return reply.completed
 
     def call_async(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:

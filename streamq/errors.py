@@ -58,6 +58,18 @@ class ScriptError(StreamqError):
         self.job_id = job_id
 
 
+class DeadLetterReplayed(StreamqError):
+    """Raised when a dead letter (or a copy of it) was replayed already: each dead
+    letter is replayed once."""
+
+    def __init__(self, dead_id: str, target: str = "") -> None:
+        what = (f"was replayed already into job {target}" if target
+                else "is being replayed by another caller")
+        super().__init__(f"dead letter {dead_id} {what}")
+        self.dead_id = dead_id
+        self.target = target
+
+
 class ScriptLoadError(StreamqError):
     """Raised when a Lua script or one of its includes cannot be assembled."""
 

@@ -127,6 +127,26 @@ class QueueKeys:
         return self._k("dead")
 
     @cached_property
+    def owed(self) -> str:
+        """ZSET job id -> finish time (ms): finished jobs that recorded dead letters and
+        may still owe their announcement in :attr:`dead` (the reaper repairs each)."""
+        return self._k("owed")
+
+    def announced(self, letter: str) -> str:
+        """STRING with a TTL: the :attr:`dead` entry id of dead letter ``letter``
+        (:func:`dead_letter_key`), so it is announced once."""
+        return self._k(f"announced:{letter}")
+
+    def replayed(self, letter: str) -> str:
+        """STRING with a TTL: ``<token>|<target job>`` of the one replay of dead letter
+        ``letter`` (:func:`dead_letter_key`)."""
+        return self._k(f"replayed:{letter}")
+
+    def replayed_entry(self, entry_id: str) -> str:
+        """STRING with a TTL: the same as :meth:`replayed`, by the :attr:`dead` entry id."""
+        return self._k(f"replayed-id:{entry_id}")
+
+    @cached_property
     def channel(self) -> str:
         """Pub/sub channel announcing every completion of the queue."""
         return self._k("done")
@@ -207,6 +227,12 @@ class JobKeys:
     def ids(self) -> str:
         """HASH sub-request index -> deterministic id, the reverse of :attr:`added`."""
         return f"{PREFIX}:{{{self.job_id}}}:ids"
+
+
+def dead_letter_key(job_id: str, field: str, serial: int) -> str:
+    """Identity of one dead letter: its job, its ``dlq`` field and its serial in the job
+    (a sub-request replayed and dead-lettered again is a new dead letter)."""
+    return f"{job_id}|{field}|{serial}"
 
 
 def token(job_id: str, i: int) -> str:

@@ -33,7 +33,7 @@ REAPER_CONSUMER = "streamq-reaper"
 #: Most dedup keys and `finished` entries one trim call removes, and calls per pass.
 _TRIM_LIMIT, _TRIM_CALLS = 1000, 10
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
-         "created", "retention", "incarnation")
+         "created", "retention", "incarnation", "dead")
 
 
 @dataclass
@@ -49,6 +49,8 @@ class PassReport:
     finished: int = 0
     orphans: int = 0
     consumers_deleted: int = 0
+    #: dead letters this pass copied to the dead stream (announcements owed by a crash)
+    announced: int = 0
     skipped: bool = False  #: another reaper held the lock
     #: jobs whose recovery failed with an error Redis or the job's data caused (logged)
     job_errors: list[str] = field(default_factory=list)
@@ -97,6 +99,7 @@ class Reaper:
         try:
             report.leases_returned, report.dead_workers = self.scripts.reap_leases(self.keys)
             self.recover_jobs(report)
+            self.announce_owed(report)
             self.trim()
         finally:
             if self.exclusive:
@@ -145,10 +148,15 @@ class Reaper:
         pipe = self.redis.pipeline(transaction=False)
         for job in jobs:
             pipe.hmget(JobKeys(job).meta, *_META)
-        metas: list[Any] = pipe.execute()
-        for job, m in zip(jobs, metas):
+            pipe.exists(JobKeys(job).unannounced)
+        got: list[Any] = pipe.execute()
+        for n, job in enumerate(jobs):
+            m, owes = got[2 * n], got[2 * n + 1]
             report.jobs_checked += 1
             try:
+                if owes and m[0] is not None and m[0] in (b"open", b"active"):
+                    # a live job's dead letters whose announce was cut short
+                    report.announced += announce(self.scripts, self.keys, job).added
                 self._recover_one(job, m, alive, report)
             except (redis.ResponseError, ValueError, TypeError, StreamqError) as e:
                 # one job's broken keys (wrong type, corrupt meta) must not stop the
@@ -193,8 +201,8 @@ class Reaper:
             if cursor == "0-0":
                 break
         report.dead_lettered += dead
-        if dead or completed:
-            announce(self.redis, self.keys, job)
+        if dead and not completed:
+            report.announced += announce(self.scripts, self.keys, job).added
         if completed:
             self._finish(job, reply, report)
             return
@@ -239,9 +247,32 @@ class Reaper:
         return self.scripts.delete_consumers(jk, names, self.min_idle_ms)
 
     def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
-        announce(self.redis, self.keys, job)
         call = self.q.finish_call(job, reply)
         report.finished += int(self.scripts.run(call.name, call.keys, call.args)[0])
+        if reply.dead:
+            self._announce(job, None, report)
+
+    def announce_owed(self, report: PassReport) -> None:
+        """Finished jobs that recorded dead letters (the queue's ``owed`` set): announce
+        what they still owe, then remove them (the second step of every announce cut
+        short, for terminal jobs; live ones are announced from ``active``)."""
+        owed: Any = self.redis.zrange(self.keys.owed, 0, config.OWED_PER_PASS - 1,
+                                      withscores=True)
+        for member, score in owed:
+            job = member.decode()
+            try:
+                self._announce(job, score, report)
+            except (redis.ResponseError, ValueError, TypeError, StreamqError) as e:
+                log.error("reaper: dead letters of job %s could not be announced: %s: %s",
+                          job, type(e).__name__, e)
+                report.job_errors.append(job)
+
+    def _announce(self, job: str, score: float | None, report: PassReport) -> None:
+        """Announce a finished job's dead letters; once none is left, it owes nothing."""
+        done = announce(self.scripts, self.keys, job)
+        report.announced += done.added
+        if done.left == 0 and done.terminal:
+            self.scripts.clear_owed(self.keys, job, score)
 
     def trim(self) -> tuple[int, int, int]:
         """Forget expired dedup keys and `finished` entries whose time has passed, and

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
-from .config import GROUP, WAKE_CAP
+from .config import GROUP, MAX_CONCURRENCY, WAKE_CAP
 from .connection import pipelined
 from .errors import JobClosed, JobNotFound, ScriptError
 from .keys import JobKeys, QueueKeys, owner
@@ -72,12 +72,16 @@ class JobReply(NamedTuple):
     retention_ms: int = 0
     #: tells this job from an earlier one of the same id (create_job-5.lua)
     incarnation: str = ""
+    #: dead letters the job recorded (replayed and malformed ones included): when
+    #: above 0, finishing the job marks it as possibly owing announcements
+    dead: int = 0
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
         return cls(r[0] == 1, _s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), _s(r[6]),
                    int(r[7]), _s(r[8]), int(r[9]), int(r[10]),
-                   _s(r[11]) if len(r) > 11 and r[11] is not None else "")
+                   _s(r[11]) if len(r) > 11 and r[11] is not None else "",
+                   int(r[12] or 0) if len(r) > 12 else 0)
 
 
 class CreateReply(NamedTuple):
@@ -358,11 +362,11 @@ class Scripts:
         args: list[Any] = [events_maxlen, events_retention_ms, qk.channel, qk.job_channel("")]
         for job_id, job, message in jobs:
             args += [job_id, job.state, job.total, job.done, job.failed, job.retention_ms,
-                     job.concurrency, job.dedup, message, job.incarnation]
+                     job.concurrency, job.dedup, message, job.incarnation, job.dead]
         return Call(
             "finish_jobs",
             (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
-             qk.owners, qk.kick, qk.dedup_expiry),
+             qk.owners, qk.kick, qk.dedup_expiry, qk.owed),
             args,
         )
 
@@ -462,11 +466,50 @@ class Scripts:
                      (GROUP, consumer, min_idle_ms, cursor, count, max_deliveries))
         return _s(r[0]), int(r[1]), int(r[2]), JobReply.parse(r[3:])
 
-    def replay(self, jk: JobKeys, index: int) -> None:
-        """Put a dead letter back into its unfinished job (raises on error codes)."""
+    def replay(self, jk: JobKeys, index: int, serial: int) -> None:
+        """Put dead letter ``serial`` back into its unfinished job (raises on error codes)."""
         reply = self.run("replay", (jk.meta, jk.tasks, jk.errors, jk.dlq, jk.unannounced),
-                         (index,))
+                         (index, serial))
         raise_for_code("replay", reply, jk.job_id)
+
+    def replay_mark(self, qk: QueueKeys, letter: str, entry_id: str, token: str,
+                    life_ms: int, target: str = "") -> tuple[int, str]:
+        """Claim (``target`` "") or complete the one replay of dead letter ``letter``;
+        return (2 claimed now | 1 this token's | 0 another caller's, target job)."""
+        r = self.run("replay_mark", (qk.replayed(letter), qk.replayed_entry(entry_id)),
+                     (token, life_ms, target))
+        return int(r[0]), _s(r[1])
+
+    def unannounced(self, jk: JobKeys, limit: int) -> tuple[str, int, list[tuple[str, bytes,
+                                                                             bytes]]]:
+        """A job's dead letters not yet announced: (state, retention ms, [(field, error
+        record JSON, type letter + payload)])."""
+        r = self.run("unannounced", (jk.unannounced, jk.errors, jk.dlq, jk.meta), (limit,))
+        return _s(r[0]), int(r[1]), [(_s(r[i]), r[i + 1], r[i + 2])
+                                     for i in range(2, len(r), 3)]
+
+    @staticmethod
+    def announce_call(qk: QueueKeys, letter: str, life_ms: int, maxlen: int,
+                      fields: Sequence[Any]) -> Call:
+        """Copy one dead letter to the dead stream once (``fields``: job, field, error,
+        attempts, at ms, type letter, payload, serial); replies {added 1|0, entry id}."""
+        return Call("announce", (qk.dead, qk.announced(letter)), (maxlen, life_ms, *fields))
+
+    def announced(self, jk: JobKeys, letters: Sequence[tuple[str, int]]) -> int:
+        """Drop announced dead letters (field, serial) from ``unannounced``; return how
+        many still wait."""
+        args: list[Any] = list(itertools.chain.from_iterable(letters))
+        return int(self.run("announced", (jk.unannounced, jk.errors), args))
+
+    def clear_owed(self, qk: QueueKeys, job_id: str, score: float | None = None) -> bool:
+        """Remove a job from ``owed`` (only with this score, when given)."""
+        return bool(self.run("clear_owed", (qk.owed,),
+                             (job_id, "" if score is None else repr(score))))
+
+    def record_start(self, jk: JobKeys, entry_id: str, consumer: str) -> bool:
+        """Record the start of a suspect entry; False when it is settled already."""
+        return bool(self.run("record_start", (jk.tasks, jk.inflight, jk.meta),
+                             (entry_id, consumer)))
 
     def reap_leases(self, qk: QueueKeys, limit: int = 1000) -> tuple[int, list[str]]:
         """Return expired leases and dead workers' leases; return (count, dead worker ids)."""
@@ -477,7 +520,7 @@ class Scripts:
     def forget_job(self, qk: QueueKeys, job_id: str) -> int:
         """Remove an orphan (registered job whose keys are gone) and its tokens."""
         return int(self.run("forget_job", (qk.active, qk.tokens, qk.ready, qk.leased, qk.parked,
-                                           qk.owners, qk.kick), (job_id,)))
+                                           qk.owners, qk.kick), (job_id, MAX_CONCURRENCY)))
 
     def delete_consumers(self, jk: JobKeys, names: Sequence[str], min_idle_ms: int) -> int:
         """Delete those of ``names`` that have nothing pending and were idle at least
@@ -529,7 +572,7 @@ class Scripts:
         (also when it is sent again after a lost reply: idempotent by ``token``, drawn
         when not given)."""
         reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
-                                       jk.inflight, jk.added, jk.ids, jk.dlq),
+                                       jk.inflight, jk.added, jk.ids, jk.dlq, jk.unannounced),
                          (reason, token or new_token()))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)

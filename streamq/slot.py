@@ -291,7 +291,7 @@ class Slot:
         w = self.w
         m = w.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
                           "concurrency", "dedup", "priority", "client", "created", "retention",
-                          "incarnation")
+                          "incarnation", "dead")
         if m[0] is None:
             return
         reply = JobReply.parse([1, *m])

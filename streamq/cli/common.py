@@ -37,6 +37,7 @@ class ExitCode(enum.IntEnum):
     REDIS_UNAVAILABLE = 3  #: Redis unreachable, or it refused the credentials
     NOT_FOUND = 4  #: unknown queue, job or dead letter
     UNHEALTHY = 5  #: ``streamq health``: Redis answers but the check failed
+    REPLAYED = 6  #: ``streamq dlq replay``: a dead letter was replayed already (once each)
 
 
 #: Redis URL used when neither --redis-url nor STREAMQ_REDIS_URL is given.

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .. import deadletters, inspect
 from ..client import Queue
+from ..errors import DeadLetterReplayed
 from ..keys import check_name
 from .common import (
     DEFAULT_URL,
@@ -21,6 +22,7 @@ from .common import (
     client,
     console,
     emit_json,
+    error_line,
     fail,
     fold,
 )
@@ -97,21 +99,32 @@ def replay(
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
-    """Put dead letters back to work: into their job while it is unfinished, else a new job."""
+    """Put dead letters back to work, once each: into their job while it is unfinished,
+    else a new job. A dead letter replayed before is refused with one line on stderr,
+    and the command then exits 6 (the others are replayed)."""
     if bool(dead) == all_:
         raise typer.BadParameter("give dead-letter ids or --all (not both)", param_hint="DEAD")
     ids = [dead_id(d) for d in dead or []]
     q = _queue(queue, redis_url)
     if all_:
         ids = [d.id for d in deadletters.list_dead(q.redis, q.keys, count=1_000_000)]
+    for d in ids:  # every id checked before anything moves
+        if deadletters.replayed_into(q.redis, q.keys, d) is None:
+            inspect.dead_letter(q.redis, q.keys, d)
+    replayed, refused = [], []
     for d in ids:
-        inspect.dead_letter(q.redis, q.keys, d)  # every id checked before anything moves
-    replayed = [{"id": d, "job_id": q.replay_dead(d)} for d in ids]
+        try:
+            replayed.append({"id": d, "job_id": q.replay_dead(d)})
+        except DeadLetterReplayed as e:
+            refused.append({"id": d, "job_id": e.target})
+            error_line(str(e))
     if json_out:
-        emit_json({"queue": queue, "replayed": replayed})
-        return
-    for rec in replayed:
-        typer.echo(f"replayed {rec['id']} into job {rec['job_id']}")
+        emit_json({"queue": queue, "replayed": replayed, "refused": refused})
+    else:
+        for rec in replayed:
+            typer.echo(f"replayed {rec['id']} into job {rec['job_id']}")
+    if refused:
+        raise typer.Exit(int(ExitCode.REPLAYED))
 
 
 @dlq_app.command()

@@ -5,7 +5,10 @@
   publishes it once on the job's channel and on the queue's channel, and
   removes the job's tokens. Every later call finds the incarnation in
   `finished` and does nothing for it. A worker finishes every job one batch
-  of acknowledgements completed in one call.
+  of acknowledgements completed in one call. A job that recorded dead
+  letters also enters `owed` (the marker the reaper scans for jobs that may
+  still owe dead-letter announcements; it leaves once they are all in the
+  dead stream).
 
   The `finished` guard compares no clocks: its member is "<job>|<incarnation>"
   (the incarnation create_job gave the job), its score the time after which
@@ -25,18 +28,21 @@
     KEYS[8]  owners    sq:{<queue>}:owners    HASH
     KEYS[9]  kick      sq:{<queue>}:kick      HASH
     KEYS[10] dedupx    sq:{<queue>}:dedupx    ZSET dedup key -> forget-after ms
+    KEYS[11] owed      sq:{<queue>}:owed      ZSET job -> finish ms, jobs with dead letters
     ARGV[1]  cap on the events stream length (approximate)
     ARGV[2]  events retention, ms: the queue's configured retention (records
              older than Redis's clock minus this are trimmed)
     ARGV[3]  queue channel
     ARGV[4]  job channel prefix (a job's channel is the prefix followed by its id)
-    ARGV[5..] groups of 10 per job:
+    ARGV[5..] groups of 11 per job:
              job id, terminal state (succeeded | partial | failed | aborted),
              total sub-requests, done (acknowledged with a result), failed
              (dead-lettered), retention ms, concurrency (number of tokens the
              job has), dedup key ("" for none), the completion as a JSON
              document ending with `"finished_ms":<n>}` (the published message;
-             this call puts its own time in place of <n>), incarnation
+             this call puts its own time in place of <n>), incarnation, dead
+             letters the job recorded (meta `dead`, malformed entries and
+             replayed ones included)
 
   Output:
     one code per job: 1 this call finished the job; 0 it was finished already.
@@ -45,8 +51,8 @@
 ]]
 local rcall = redis.call
 local activeKey, finishedKey, eventsKey = KEYS[1], KEYS[2], KEYS[3]
-local tokensKey, readyKey, leasedKey, parkedKey, ownersKey, kickKey, dedupxKey =
-  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local tokensKey, readyKey, leasedKey, parkedKey, ownersKey, kickKey, dedupxKey, owedKey =
+  KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local queueChannel, jobChannel = ARGV[3], ARGV[4]
 
 --- @include "includes/chunked"
@@ -54,7 +60,7 @@ local queueChannel, jobChannel = ARGV[3], ARGV[4]
 
 local nowMs = now_ms()
 local out, toks = {}, {}
-for j = 5, #ARGV, 10 do
+for j = 5, #ARGV, 11 do
   local job, retentionMs = ARGV[j], tonumber(ARGV[j + 5])
   if rcall("ZADD", finishedKey, "NX", nowMs + retentionMs, job .. "|" .. ARGV[j + 9]) == 0 then
     out[#out + 1] = 0
@@ -72,6 +78,9 @@ for j = 5, #ARGV, 10 do
     end
     if ARGV[j + 7] ~= "" then
       rcall("ZADD", dedupxKey, nowMs + retentionMs, ARGV[j + 7])
+    end
+    if tonumber(ARGV[j + 10]) > 0 then
+      rcall("ZADD", owedKey, nowMs, job)
     end
   end
 end

@@ -4,7 +4,8 @@
   `open`), its undelivered and pending sub-requests are dropped (stream and
   group deleted, retries and start records too; a worker acknowledging one
   later finds nothing to acknowledge), and its keys expire after the job's
-  retention. The results stored so far stay readable until then.
+  retention (the dead letters not yet announced too: the reaper announces
+  them meanwhile). The results stored so far stay readable until then.
   Aborting a job that is terminal already changes nothing. Idempotent by a
   token the caller chooses per call (stored in meta `closer`): a call that
   finds the job aborted under its own token was applied before and its reply
@@ -21,6 +22,7 @@
     KEYS[7] added     sq:{<job>}:added     HASH deterministic id -> index
     KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
     KEYS[9] dlq       sq:{<job>}:dlq       HASH dead-letter payloads
+    KEYS[10] unannounced sq:{<job>}:unannounced SET dead letters not yet announced
     ARGV[1] reason (stored in meta `abort_reason`)
     ARGV[2] closer token, unique per abort call ("" for none)
 
@@ -31,8 +33,9 @@
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call
-local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey, dlqKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local metaKey, tasksKey, resultsKey, errorsKey, retryKey, inflightKey, addedKey, idsKey, dlqKey,
+      unannouncedKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
+      KEYS[9], KEYS[10]
 local reason = ARGV[1]
 
 --- @include "includes/errors"
@@ -52,7 +55,7 @@ rcall("HSET", metaKey, "state", "aborted", "finished", now_ms(), "abort_reason",
       "closer", ARGV[2])
 rcall("DEL", tasksKey, retryKey, inflightKey)
 local retentionMs = rcall("HGET", metaKey, "retention")
-for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey, dlqKey}) do
+for _, key in ipairs({metaKey, resultsKey, errorsKey, addedKey, idsKey, dlqKey, unannouncedKey}) do
   rcall("PEXPIRE", key, retentionMs)
 end
 return job_reply(metaKey, 1)

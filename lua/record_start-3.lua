@@ -1,0 +1,28 @@
+--[[
+  Record that a worker starts running a suspect entry (one re-added after its
+  worker was lost), so that a kill inside the handler counts an attempt.
+  Only an entry still in the stream is recorded: every script that settles
+  an entry deletes it (and its record) in the same call, so a delivered entry
+  is in the stream exactly while it is pending, and a record written for an
+  entry settled meanwhile (reclaimed from a stalled worker) would never be
+  removed. The hash lives at most the job's retention + 7 days from its
+  last record (config.UNANNOUNCED_GRACE_MS), however the job ends.
+
+  Input:
+    KEYS[1] tasks     sq:{<job>}:tasks     STREAM
+    KEYS[2] inflight  sq:{<job>}:inflight  HASH entry id -> consumer
+    KEYS[3] meta      sq:{<job>}:meta      HASH
+    ARGV[1] entry id
+    ARGV[2] consumer (worker id)
+
+  Output:
+    1 recorded; 0 the entry is settled already (the caller must not run it)
+]]
+local rcall = redis.call
+local tasksKey, inflightKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
+local entryId = ARGV[1]
+
+if #rcall("XRANGE", tasksKey, entryId, entryId) == 0 then return 0 end
+rcall("HSET", inflightKey, entryId, ARGV[2])
+rcall("PEXPIRE", inflightKey, tonumber(rcall("HGET", metaKey, "retention") or "0") + 604800000)
+return 1
