@@ -6,6 +6,7 @@ from .client import Job, Queue, StreamingJob
 from .errors import (
     ConfigError,
     ConnectionFailed,
+    DeadLetterReplayed,
     JobClosed,
     JobConflict,
     JobNotFound,
@@ -22,7 +23,7 @@ from .worker import Worker, current_task
 __version__ = "0.1.0"
 
 __all__ = [
-    "Completion", "ConfigError", "ConnectionFailed", "Job", "JobClosed", "JobConflict",
+    "Completion", "ConfigError", "ConnectionFailed", "DeadLetterReplayed", "Job", "JobClosed", "JobConflict",
     "JobNotFound", "JobState", "JobStatus", "NonRetryable", "PayloadError", "RetryLater", "PayloadTooLarge", "Queue",
     "StreamingJob", "StreamqError", "Task", "WaitTimeout", "Worker", "current_task",
 ]

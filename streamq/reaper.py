@@ -154,7 +154,7 @@ class Reaper:
             m, owes = got[2 * n], got[2 * n + 1]
             report.jobs_checked += 1
             try:
-                if owes and m[0] is not None and m[0] in (b"open", b"active"):
+                if owes and m[0] in (b"open", b"active"):
                     # a live job's dead letters whose announce was cut short
                     report.announced += announce(self.scripts, self.keys, job).added
                 self._recover_one(job, m, alive, report)
@@ -173,6 +173,10 @@ class Reaper:
     def _recover_one(self, job: str, m: list[Any], alive: set[str],
                      report: PassReport) -> None:
         if m[0] is None:
+            # an orphan: its dead letters are announced first (it leaves `active`, the
+            # marker that would bring the reaper back), what is left of it expires
+            report.announced += announce(self.scripts, self.keys, job).added
+            self.scripts.expire_orphan(JobKeys(job), self.q.retention_ms)
             self.scripts.forget_job(self.keys, job)
             report.orphans += 1
             return
@@ -247,10 +251,17 @@ class Reaper:
         return self.scripts.delete_consumers(jk, names, self.min_idle_ms)
 
     def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
+        # announced first, so a completion shows its dead letters; the finish marks a
+        # job with dead letters in `owed`, which it leaves once none is left
+        left = 0
+        if reply.dead:
+            done = announce(self.scripts, self.keys, job)
+            report.announced += done.added
+            left = done.left
         call = self.q.finish_call(job, reply)
         report.finished += int(self.scripts.run(call.name, call.keys, call.args)[0])
-        if reply.dead:
-            self._announce(job, None, report)
+        if reply.dead and left == 0:
+            self.scripts.clear_owed(self.keys, job)
 
     def announce_owed(self, report: PassReport) -> None:
         """Finished jobs that recorded dead letters (the queue's ``owed`` set): announce

@@ -536,6 +536,12 @@ class Scripts:
                      (retention_ms, limit))
         return int(r[0]), int(r[1]), int(r[2]), r[3] == 1
 
+    def expire_orphan(self, jk: JobKeys, retention_ms: int) -> int:
+        """Give the keys of a job without meta a lifetime; return how many had none."""
+        return int(self.run("expire_orphan", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
+                                              jk.inflight, jk.dlq, jk.unannounced, jk.added,
+                                              jk.ids), (retention_ms,)))
+
     def unlock(self, key: str, holder: str) -> bool:
         """Delete lock ``key`` if ``holder`` still owns it."""
         return bool(self.run("unlock", (key,), (holder,)))

@@ -76,3 +76,11 @@ def fail_once(payload: Any) -> Any:
     if task.attempt == 1:
         raise RetryLater(float(payload["delay"]))
     return payload["n"] * 2
+
+
+def count_or_fail(payload: Any) -> Any:
+    """Count the start; a payload with ``"bad": true`` raises, others return ``n * 2``."""
+    _start()
+    if payload.get("bad"):
+        raise ValueError(f"bad sub-request {payload['n']}")
+    return payload["n"] * 2
