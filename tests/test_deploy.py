@@ -48,21 +48,34 @@ def run_worker(url: str, queue: str, handler: Any, **kw: Any) -> tuple[Worker, t
 def test_each_acl_user_does_its_job(acl_redis: dict[str, str], queue_name: str) -> None:
     # Given a producer, a worker and a reaper, each logged in as its own user
     producer = Queue(queue_name, acl_redis["producer"])
-    w, t = run_worker(acl_redis["worker"], queue_name, lambda p: {"got": p})
+
+    def handler(p: Any) -> Any:
+        if p == "bad":
+            raise NonRetryable("bad")
+        return {"got": p}
+
+    w, t = run_worker(acl_redis["worker"], queue_name, handler)
     reaper = Reaper(queue_name, acl_redis["reaper"], min_idle_s=1)
     try:
-        # When jobs are submitted, served, recovered and inspected
+        # When jobs are submitted, served, recovered, dead-lettered, replayed and inspected
         job = producer.submit([1, 2, 3], concurrency=2, dedup_key="k1")
         failing = producer.submit(["x"], max_deliveries=1)
         assert job.wait(timeout=20).state is JobState.SUCCEEDED
         assert failing.wait(timeout=20).state is JobState.SUCCEEDED
+        bad = producer.submit(["bad"], max_deliveries=1)
+        assert bad.wait(timeout=20).state is JobState.FAILED
+        assert reaper.run_once().skipped is False
+        [dead] = producer.dead_letters()
+        again = producer.replay_dead(dead.id)
+        assert producer.wait(again, timeout=20).state is JobState.FAILED
         assert reaper.run_once().skipped is False
         inspector = Queue(queue_name, acl_redis["inspector"])
         # Then each role's work succeeded under its least privileges
         assert inspector.status(job.id).done == 3
         assert inspector.results(job.id) == {0: {"got": 1}, 1: {"got": 2}, 2: {"got": 3}}
         # (both jobs run at once, so their completions come in either order)
-        assert sorted(c.job_id for c in inspector.completions()) == sorted([job.id, failing.id])
+        assert sorted(c.job_id for c in inspector.completions()) == sorted(
+            [job.id, failing.id, bad.id, again])
         inspector.wait(job.id, timeout=5)
     finally:
         w.stop()
