@@ -119,3 +119,33 @@ def test_a_start_record_of_an_entry_reclaimed_meanwhile_is_not_kept(
     assert q.scripts.record_start(jk, eid, "w-slow") is False
     # Then nothing is recorded: the copy that runs elsewhere is the one counted
     assert not r.exists(jk.inflight)
+
+
+def test_a_stalled_worker_leaves_no_start_record_behind(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a job of two suspect entries (re-added after their worker was lost), the
+    # first of which runs for a while
+    q = Queue(queue_name, redis_url)
+    sj = q.open()
+    jk = JobKeys(sj.id)
+    for i, sleep in enumerate((2.0, 0.0)):
+        r.xadd(jk.tasks, {"i": i, "t": "j", "p": f'{{"sleep": {sleep}}}', "a": 0, "s": 1})
+    r.hincrby(jk.meta, "total", 2)
+    r.hincrby(jk.meta, "remaining", 2)
+    sj.finalize()
+    worker = procs.worker(queue_name, "tests.handlers:slow", "--concurrency", "1",
+                          "--batch", "2")
+    # When its worker stalls inside the first handler (SIGSTOP) long enough for the
+    # reaper to reclaim both entries, then goes on (SIGCONT)
+    wait_until(lambda: r.exists(f"started:{sj.id}:0") == 1, 30, "the first start")
+    worker.send_signal(signal.SIGSTOP)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=0.3)
+    wait_until(lambda: reaper.run_once().reclaimed > 0 and r.xpending(jk.tasks, "workers")[
+        "pending"] == 0, 30, "both entries reclaimed")
+    worker.send_signal(signal.SIGCONT)
+    # Then the job completes, and no start record of the entries taken from the stalled
+    # worker is left behind (it skips an entry reclaimed before it started it)
+    assert q.wait(sj.id, timeout=30).done == 2
+    assert no_lifetime(r, {sj.id}, queue_name) == []
+    assert not r.exists(jk.inflight)
