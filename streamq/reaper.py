@@ -114,7 +114,7 @@ class Reaper:
         for prio, n in report.backlog.items():
             m.backlog.labels(queue=m.queue, priority=str(prio)).set(n)
         if any((report.leases_returned, report.reclaimed, report.dead_lettered,
-                report.finished, report.orphans, report.dead_workers)):
+                report.finished, report.orphans, report.dead_workers, report.announced)):
             log.info("reaper pass: %s", report)
         return report
 
