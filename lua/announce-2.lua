@@ -7,7 +7,9 @@
 
   Input:
     KEYS[1] dead    sq:{<queue>}:dead                              STREAM
-    KEYS[2] marker  sq:{<queue>}:announced:<job>|<field>|<serial>  STRING entry id, with a TTL
+    KEYS[2] marker  sq:{<queue>}:announced:<job>|<created>|<field>|<serial>  STRING entry id,
+            with a TTL (<created>: the job's creation ms, which tells a job id reused
+            after its retention from the job it had before)
     ARGV[1] cap on the dead stream's length (approximate)
     ARGV[2] lifetime of the marker, ms (the job's retention + 7 days: longer
             than the job-slot record it stands for)
@@ -19,6 +21,7 @@
     ARGV[8] type letter
     ARGV[9] payload bytes
     ARGV[10] serial of the dead letter in its job
+    ARGV[11] creation time of the job, ms
 
   Output:
     {1 added now | 0 announced before, id of its entry in the dead stream}
@@ -30,6 +33,6 @@ local id = rcall("GET", markerKey)
 if id then return {0, id} end
 id = rcall("XADD", deadKey, "MAXLEN", "~", ARGV[1], "*", "job", ARGV[3], "index", ARGV[4],
            "error", ARGV[5], "attempts", ARGV[6], "at", ARGV[7], "t", ARGV[8], "p", ARGV[9],
-           "n", ARGV[10])
+           "n", ARGV[10], "c", ARGV[11])
 rcall("SET", markerKey, id, "PX", ARGV[2])
 return {1, id}

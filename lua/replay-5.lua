@@ -15,10 +15,12 @@
     ARGV[1] sub-request index
     ARGV[2] serial of the dead letter (meta `dead` when it was recorded; 0 for a
             record written before serials existed)
+    ARGV[3] creation time (ms) of the job the dead letter belongs to, "" if unknown:
+            a job id reused after its retention names another job, which is "gone"
 
   Output:
     1 replayed
-    ERR_JOB_NOT_FOUND (-1) the job is gone
+    ERR_JOB_NOT_FOUND (-1) the job is gone (or its id names a newer job)
     ERR_NOT_DEAD (-5)      no such dead letter (replayed already)
     ERR_JOB_FINISHED (-4)  the job is terminal: replay into a new job instead
 ]]
@@ -28,8 +30,9 @@ local index, serial = ARGV[1], ARGV[2]
 
 --- @include "includes/errors"
 
-local state = rcall("HGET", metaKey, "state")
-if not state then return ERR_JOB_NOT_FOUND end
+local m = rcall("HMGET", metaKey, "state", "created")
+local state = m[1]
+if not state or (ARGV[3] ~= "" and m[2] ~= ARGV[3]) then return ERR_JOB_NOT_FOUND end
 local rec = rcall("HGET", errorsKey, index)
 local stored = rcall("HGET", dlqKey, index)
 if not rec or not stored or not tonumber(index)

@@ -13,15 +13,16 @@
     ARGV[1] most dead letters to list
 
   Output:
-    {state ("" when the job is gone), retention ms, then triples
-     (field, error record JSON, type letter + payload)}
+    {state ("" when the job is gone), retention ms, created ms (0 when gone: with the
+     job id it names the job's incarnation, since an id may be reused after its
+     retention), then triples (field, error record JSON, type letter + payload)}
 ]]
 local rcall = redis.call
 local unannouncedKey, errorsKey, dlqKey, metaKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local limit = tonumber(ARGV[1])
 
-local m = rcall("HMGET", metaKey, "state", "retention")
-local out = {m[1] or "", tonumber(m[2] or "0")}
+local m = rcall("HMGET", metaKey, "state", "retention", "created")
+local out = {m[1] or "", tonumber(m[2] or "0"), tonumber(m[3] or "0")}
 for _, field in ipairs(rcall("SRANDMEMBER", unannouncedKey, limit)) do
   local rec = rcall("HGET", errorsKey, field)
   if rec then

@@ -43,11 +43,13 @@ class DeadLetter:
     payload: bytes
     #: serial of the dead letter in its job (0 for one announced before serials existed)
     serial: int = 0
+    #: creation time of its job, ms (0 when announced before it was recorded)
+    job_created_ms: int = 0
 
     @property
     def key(self) -> str:
         """The dead letter's identity, shared by every copy of it in the dead stream."""
-        return dead_letter_key(self.job_id, self.index, self.serial)
+        return dead_letter_key(self.job_id, self.job_created_ms, self.index, self.serial)
 
     def as_dict(self) -> dict[str, Any]:
         try:
@@ -93,19 +95,20 @@ def announce(scripts: Scripts, qk: QueueKeys, job_id: str,
     jk = JobKeys(job_id)
     added, left, terminal = 0, 0, False
     for _ in range(1000):  # bounded: each round lists ANNOUNCE_CHUNK of them
-        state, retention_ms, letters = scripts.unannounced(jk, ANNOUNCE_CHUNK)
-        terminal = state not in ("open", "active")
+        job, letters = scripts.unannounced(jk, ANNOUNCE_CHUNK)
+        terminal = job.state not in ("open", "active")
         if not letters:
             return Announced(added, 0, terminal)
-        life = marker_life_ms(retention_ms)
+        life = marker_life_ms(job.retention_ms)
         calls, done = [], []
         for field, err_raw, stored in letters:
             rec: dict[str, Any] = json.loads(err_raw)
             serial = int(rec.get("n") or 0)
             calls.append(scripts.announce_call(
-                qk, dead_letter_key(job_id, field, serial), life, maxlen,
+                qk, dead_letter_key(job_id, job.created_ms, field, serial), life, maxlen,
                 (job_id, field, str(rec.get("error", "")), int(rec.get("attempts") or 0),
-                 int(rec.get("at") or 0), stored[:1] or b"b", stored[1:], serial)))
+                 int(rec.get("at") or 0), stored[:1] or b"b", stored[1:], serial,
+                 job.created_ms)))
             done.append((field, serial))
         added += sum(int(r[0]) for r in scripts.run_many(calls))
         left = scripts.announced(jk, done)
@@ -117,7 +120,8 @@ def announce(scripts: Scripts, qk: QueueKeys, job_id: str,
 def _parse(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
     return DeadLetter(entry_id.decode(), f[b"job"].decode(), f[b"index"].decode(),
                       f[b"error"].decode("utf-8", "replace"), int(f[b"attempts"]), int(f[b"at"]),
-                      f.get(b"t", b"b"), f.get(b"p", b""), int(f.get(b"n", b"0")))
+                      f.get(b"t", b"b"), f.get(b"p", b""), int(f.get(b"n", b"0")),
+                      int(f.get(b"c", b"0")))
 
 
 def list_dead(client: redis.Redis, qk: QueueKeys, count: int = 100,
@@ -183,7 +187,7 @@ def _replay_once(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: Dea
     try:
         if not dead.index.isdigit():
             raise ScriptError("replay", int(ScriptErrorCode.JOB_FINISHED), "malformed entry")
-        scripts.replay(JobKeys(dead.job_id), int(dead.index), dead.serial)
+        scripts.replay(JobKeys(dead.job_id), int(dead.index), dead.serial, dead.job_created_ms)
     except (ScriptError, JobNotFound) as e:
         code = getattr(e, "code", ScriptErrorCode.JOB_NOT_FOUND)
         if code == ScriptErrorCode.NOT_DEAD:

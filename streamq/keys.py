@@ -229,10 +229,11 @@ class JobKeys:
         return f"{PREFIX}:{{{self.job_id}}}:ids"
 
 
-def dead_letter_key(job_id: str, field: str, serial: int) -> str:
-    """Identity of one dead letter: its job, its ``dlq`` field and its serial in the job
-    (a sub-request replayed and dead-lettered again is a new dead letter)."""
-    return f"{job_id}|{field}|{serial}"
+def dead_letter_key(job_id: str, created_ms: int, field: str, serial: int) -> str:
+    """Identity of one dead letter: its job (id and creation time: an id may be reused
+    after its retention), its ``dlq`` field and its serial in the job (a sub-request
+    replayed and dead-lettered again is a new dead letter)."""
+    return f"{job_id}|{created_ms}|{field}|{serial}"
 
 
 def token(job_id: str, i: int) -> str:

@@ -84,6 +84,15 @@ class JobReply(NamedTuple):
                    int(r[12] or 0) if len(r) > 12 else 0)
 
 
+class JobMeta(NamedTuple):
+    """What an announce needs of a job: its state ("" when gone), retention and
+    creation time (ms; with the id, it names this incarnation of the job)."""
+
+    state: str
+    retention_ms: int
+    created_ms: int
+
+
 class CreateReply(NamedTuple):
     created: bool
     queue: str
@@ -466,10 +475,11 @@ class Scripts:
                      (GROUP, consumer, min_idle_ms, cursor, count, max_deliveries))
         return _s(r[0]), int(r[1]), int(r[2]), JobReply.parse(r[3:])
 
-    def replay(self, jk: JobKeys, index: int, serial: int) -> None:
-        """Put dead letter ``serial`` back into its unfinished job (raises on error codes)."""
+    def replay(self, jk: JobKeys, index: int, serial: int, created_ms: int = 0) -> None:
+        """Put dead letter ``serial`` back into its unfinished job, the one created at
+        ``created_ms`` (0: any); raises on error codes."""
         reply = self.run("replay", (jk.meta, jk.tasks, jk.errors, jk.dlq, jk.unannounced),
-                         (index, serial))
+                         (index, serial, created_ms or ""))
         raise_for_code("replay", reply, jk.job_id)
 
     def replay_mark(self, qk: QueueKeys, letter: str, entry_id: str, token: str,
@@ -480,19 +490,20 @@ class Scripts:
                      (token, life_ms, target))
         return int(r[0]), _s(r[1])
 
-    def unannounced(self, jk: JobKeys, limit: int) -> tuple[str, int, list[tuple[str, bytes,
-                                                                             bytes]]]:
-        """A job's dead letters not yet announced: (state, retention ms, [(field, error
-        record JSON, type letter + payload)])."""
+    def unannounced(self, jk: JobKeys, limit: int) -> tuple[JobMeta, list[tuple[str, bytes,
+                                                                                bytes]]]:
+        """A job's dead letters not yet announced: (the job, [(field, error record JSON,
+        type letter + payload)])."""
         r = self.run("unannounced", (jk.unannounced, jk.errors, jk.dlq, jk.meta), (limit,))
-        return _s(r[0]), int(r[1]), [(_s(r[i]), r[i + 1], r[i + 2])
-                                     for i in range(2, len(r), 3)]
+        return JobMeta(_s(r[0]), int(r[1]), int(r[2])), [(_s(r[i]), r[i + 1], r[i + 2])
+                                                          for i in range(3, len(r), 3)]
 
     @staticmethod
     def announce_call(qk: QueueKeys, letter: str, life_ms: int, maxlen: int,
                       fields: Sequence[Any]) -> Call:
         """Copy one dead letter to the dead stream once (``fields``: job, field, error,
-        attempts, at ms, type letter, payload, serial); replies {added 1|0, entry id}."""
+        attempts, at ms, type letter, payload, serial, job created ms); replies
+        {added 1|0, entry id}."""
         return Call("announce", (qk.dead, qk.announced(letter)), (maxlen, life_ms, *fields))
 
     def announced(self, jk: JobKeys, letters: Sequence[tuple[str, int]]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -231,3 +232,32 @@ def test_a_replayed_sub_request_dead_again_is_a_new_dead_letter(
         q.replay_dead(first.id)
     st = q.status(sj.id)
     assert (st.total, st.failed, st.queued) == (1, 0, 1)
+
+
+def test_a_job_id_reused_after_its_retention_has_dead_letters_of_its_own(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a job whose dead letter was announced and replayed, then expired (its keys gone)
+    q = Queue(queue_name, redis_url)
+    first = q.open(job_id="reused", max_deliveries=1)
+    first.add("x")
+    dead_letter_directly(q, "reused", 0, "first life")
+    deadletters.announce(q.scripts, q.keys, "reused")
+    [old] = q.dead_letters()
+    old_target = q.replay_dead(old.id)
+    assert old_target == "reused"
+    born = int(r.hget(JobKeys("reused").meta, "created") or 0)
+    r.delete(*r.keys("sq:{reused}:*"))
+    q.scripts.forget_job(q.keys, "reused")
+    while int(time.time() * 1000) <= born:  # a later life starts in a later millisecond
+        time.sleep(0.001)
+    # When the id is used again and its sub-request 0 is dead-lettered with serial 1 again
+    second = q.open(job_id="reused", max_deliveries=1)
+    second.add("y")
+    dead_letter_directly(q, "reused", 0, "second life")
+    deadletters.announce(q.scripts, q.keys, "reused")
+    # Then it is announced (another job's marker does not hide it) and replays into it
+    [new] = q.dead_letters()
+    assert (new.error, new.serial) == ("second life", 1)
+    assert q.replay_dead(new.id) == "reused"
+    assert q.status("reused").queued == 1
