@@ -32,7 +32,7 @@ def dead_letter_directly(q: Queue, job_id: str, index: int, error: str = "boom")
     entries: Any = q.redis.xreadgroup("workers", "w-test", {jk.tasks: ">"}, count=100)
     for eid, f in entries[0][1]:
         if int(f[b"i"]) == index:
-            call = q.scripts.fail_call(jk, 0, entry_id=eid.decode(), index=index, attempts=1,
+            call = q.scripts.fail_call(jk, entry_id=eid.decode(), index=index, attempts=1,
                                        delay_ms=-1, error=error, kind=f[b"t"], payload=f[b"p"])
             q.scripts.run(call.name, call.keys, call.args)
             return
@@ -76,7 +76,7 @@ def test_a_terminal_job_owing_announcements_is_repaired(
     jk = JobKeys(job.id)
     entries: Any = r.xreadgroup("workers", "w-test", {jk.tasks: "0"}, count=10)
     eid = entries[0][1][0][0].decode()
-    ack = q.scripts.parse_ack(q.scripts.run(*q.scripts.ack_call(jk, 0, [(eid, 0, b"bA")])))
+    ack = q.scripts.parse_ack(q.scripts.run(*q.scripts.ack_call(jk, [(eid, 0, b"bA")])))
     assert ack.job.completed
     call = q.finish_call(job.id, ack.job)
     q.scripts.run(call.name, call.keys, call.args)

@@ -47,17 +47,17 @@ def test_no_key_of_a_finished_job_is_left_without_a_lifetime(
     aborted = q.open(max_deliveries=1)
     aborted.add_many([{"n": 0}, {"n": 1}])
     dead_letter_directly(q, aborted.id, 0)
-    reply = q.scripts.abort_job(JobKeys(aborted.id), 0, "test")
+    reply = q.scripts.abort_job(JobKeys(aborted.id), "test")
     assert reply.completed
     call = q.finish_call(aborted.id, reply)
     q.scripts.run(call.name, call.keys, call.args)
     # an orphan: registered with 3 tokens, its first token dropped by a worker that found
     # no meta (a worker drops such tokens one by one), its meta deleted
     orphan = q.submit([{"n": 0}, {"n": 1}], concurrency=3)
-    claimed = q.scripts.settle(q.keys, "w-gone", 0, 30_000, 1)
+    claimed = q.scripts.settle(q.keys, "w-gone", 30_000, 1)
     assert [t for t, _ in claimed] == [token(orphan.id, 0)]
     r.delete(JobKeys(orphan.id).meta)
-    q.scripts.settle(q.keys, "w-gone", 0, 30_000, 0, [(token(orphan.id, 0), "d")])
+    q.scripts.settle(q.keys, "w-gone", 30_000, 0, [(token(orphan.id, 0), "d")])
     jobs |= {aborted.id, orphan.id}
     Reaper(queue_name, redis_url).run_once()
     assert no_lifetime(r, jobs, queue_name) == []
@@ -113,8 +113,7 @@ def test_a_start_record_of_an_entry_reclaimed_meanwhile_is_not_kept(
     jk = JobKeys(job.id)
     got: Any = r.xreadgroup("workers", "w-slow", {jk.tasks: ">"}, count=1)
     eid = got[0][1][0][0].decode()
-    q.scripts.reclaim(jk, consumer="streamq-reaper", min_idle_ms=0, cursor="0-0", count=10,
-                      now_ms=0)
+    q.scripts.reclaim(jk, consumer="streamq-reaper", min_idle_ms=0, cursor="0-0", count=10)
     # When the stalled worker goes on and records the start of its old copy
     assert q.scripts.record_start(jk, eid, "w-slow") is False
     # Then nothing is recorded: the copy that runs elsewhere is the one counted
