@@ -274,6 +274,8 @@ class Reaper:
             try:
                 self._announce(job, score, report)
             except (redis.ResponseError, ValueError, TypeError, StreamqError) as e:
+                if is_transient(e) or is_access_error(e):
+                    raise  # as in recover_jobs: the pass ends
                 log.error("reaper: dead letters of job %s could not be announced: %s: %s",
                           job, type(e).__name__, e)
                 report.job_errors.append(job)
