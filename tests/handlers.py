@@ -64,7 +64,6 @@ def poison(payload: Any) -> Any:
     return payload["n"] * 2
 
 
-
 def fail_once(payload: Any) -> Any:
     """Count the start; fail the first attempt of each sub-request with
     ``RetryLater(payload["delay"])``; return ``payload["n"] * 2`` from the second on."""
