@@ -54,10 +54,10 @@ def test_no_key_of_a_finished_job_is_left_without_a_lifetime(
     # an orphan: registered with 3 tokens, its first token dropped by a worker that found
     # no meta (a worker drops such tokens one by one), its meta deleted
     orphan = q.submit([{"n": 0}, {"n": 1}], concurrency=3)
-    claimed = q.scripts.settle(q.keys, "w-gone", 30_000, 1)
+    claimed = q.scripts.settle(q.keys, "w-gone", 0, 1, 30_000, 1).claimed
     assert [t for t, _ in claimed] == [token(orphan.id, 0)]
     r.delete(JobKeys(orphan.id).meta)
-    q.scripts.settle(q.keys, "w-gone", 30_000, 0, [(token(orphan.id, 0), "d")])
+    q.scripts.settle(q.keys, "w-gone", 0, 2, 30_000, 0, [(token(orphan.id, 0), "d")])
     jobs |= {aborted.id, orphan.id}
     Reaper(queue_name, redis_url).run_once()
     assert no_lifetime(r, jobs, queue_name) == []
