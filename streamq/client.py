@@ -28,7 +28,7 @@ from .errors import (
 )
 from .keys import JobKeys, QueueKeys, check_name
 from .models import Completion, JobState, JobStatus, completion_message
-from .scripts import Call, JobReply, ScriptErrorCode, Scripts, new_token
+from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts, new_token
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -229,7 +229,7 @@ class Queue:
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
                                  dedup_key or "", first, "submit" if rest else "final")
-        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        created = self._create(jid, call, dedup_key)
         self._check_queue(jid, created.queue)
         reply = created.job
         if reply.state == JobState.OPEN.value and (
@@ -283,8 +283,10 @@ class Queue:
             ((JobKeys(ids[i]), encoded[i]) for i in small), queue=self.name, priority=priority,
             concurrency=concurrency, client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, mode="final")
+        # the intents go first in the same round trip (see _create)
+        intents = [self.scripts.intend_jobs_call(self.keys, list(ids.values()))] if ids else []
         to_register: list[tuple[str, JobReply]] = []
-        for i, raw in zip(small, self.scripts.run_many(calls)):
+        for i, raw in zip(small, self.scripts.run_many(intents + calls)[len(intents):]):
             rep = self.scripts.parse_create(raw).job
             if rep.completed:
                 self._finish(ids[i], rep)
@@ -305,7 +307,7 @@ class Queue:
         jid = uuid.uuid4().hex
         call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
                                  entries[: config.ADD_CHUNK], "submit")
-        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        created = self._create(jid, call, None)
         reply = self._add_rest_and_finalize(jid, entries, created.job.total)
         if reply.completed:
             self._finish(jid, reply)
@@ -333,7 +335,7 @@ class Queue:
         jid = self._job_id(job_id, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
                                  dedup_key or "", [], "open")
-        created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        created = self._create(jid, call, dedup_key)
         self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
             self._register([(jid, created.job)])
@@ -346,6 +348,16 @@ class Queue:
             JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries)
+
+    def _create(self, jid: str, call: Call, dedup_key: str | None) -> CreateReply:
+        """Run a job-slot create preceded by its queue-slot intent, in one round trip.
+
+        The intent is the durable first step of the cross-slot submit: should this
+        process die before the job is registered (or finished), the reaper finds the
+        intent and finishes the submit. A dedup key's reservation wrote the intent
+        already (reserve_dedup)."""
+        calls = [call] if dedup_key else [self.scripts.intend_jobs_call(self.keys, [jid]), call]
+        return self.scripts.parse_create(self.scripts.run_many(calls)[-1])
 
     def _check_queue(self, jid: str, queue: str) -> None:
         if queue != self.name:

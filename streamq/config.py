@@ -59,6 +59,10 @@ DEFAULT_RETRY_BASE_S = 1.0
 DEFAULT_RETRY_CAP_S = 300.0
 #: A pending entry idle this long is presumed stalled and given to another worker, in seconds.
 DEFAULT_MIN_IDLE_S = 60.0
+#: A submit's intent older than this, in seconds, whose job is still unregistered is
+#: presumed left by a producer that died between its create and its register; the
+#: reaper finishes it.
+DEFAULT_INTENT_GRACE_S = 30.0
 #: Reaper pass period, in seconds.
 DEFAULT_REAPER_INTERVAL_S = 5.0
 #: Entries one XAUTOCLAIM call examines.

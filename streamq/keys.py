@@ -93,6 +93,13 @@ class QueueKeys:
         return self._k("dedupx")
 
     @cached_property
+    def creating(self) -> str:
+        """ZSET intent -> time written (ms): jobs whose create was sent and whose
+        registration (or finish) is not done yet. An intent is the job id, or
+        ``<job>|<dedup key>`` for a job with a dedup key (see :func:`intent`)."""
+        return self._k("creating")
+
+    @cached_property
     def workers(self) -> str:
         """ZSET worker id -> heartbeat deadline (ms)."""
         return self._k("workers")
@@ -234,6 +241,17 @@ def dead_letter_key(job_id: str, created_ms: int, field: str, serial: int) -> st
     after its retention), its ``dlq`` field and its serial in the job (a sub-request
     replayed and dead-lettered again is a new dead letter)."""
     return f"{job_id}|{created_ms}|{field}|{serial}"
+
+
+def intent(job_id: str, dedup: str = "") -> str:
+    """A job's member of :attr:`QueueKeys.creating` (job ids never hold ``|``)."""
+    return f"{job_id}|{dedup}" if dedup else job_id
+
+
+def parse_intent(member: str) -> tuple[str, str]:
+    """(job id, dedup key or "") of a :attr:`QueueKeys.creating` member."""
+    job, _, dedup = member.partition("|")
+    return job, dedup
 
 
 def token(job_id: str, i: int) -> str:

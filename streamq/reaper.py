@@ -22,7 +22,7 @@ from .client import Queue
 from .connection import is_access_error, is_transient
 from .deadletters import announce
 from .errors import StreamqError
-from .keys import JobKeys
+from .keys import JobKeys, parse_intent
 from .metrics import ReaperMetrics
 from .scripts import JobReply
 
@@ -32,6 +32,8 @@ log = logging.getLogger("streamq.reaper")
 REAPER_CONSUMER = "streamq-reaper"
 #: Most dedup keys and `finished` entries one trim call removes, and calls per pass.
 _TRIM_LIMIT, _TRIM_CALLS = 1000, 10
+#: Most intents one pass finishes.
+_INTENT_LIMIT = 500
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
          "created", "retention", "incarnation", "dead")
 
@@ -51,6 +53,10 @@ class PassReport:
     consumers_deleted: int = 0
     #: dead letters this pass copied to the dead stream (announcements owed by a crash)
     announced: int = 0
+    #: intents of dead producers' submits: jobs registered, jobs finished, intents dropped
+    intents_registered: int = 0
+    intents_finished: int = 0
+    intents_dropped: int = 0
     skipped: bool = False  #: another reaper held the lock
     #: jobs whose recovery failed with an error Redis or the job's data caused (logged)
     job_errors: list[str] = field(default_factory=list)
@@ -70,6 +76,7 @@ class Reaper:
         min_idle_s: float = config.DEFAULT_MIN_IDLE_S,
         max_deliveries: int = 0,
         retention_s: float = config.DEFAULT_RETENTION_S,
+        intent_grace_s: float = config.DEFAULT_INTENT_GRACE_S,
         lock_ttl_s: float = 60.0,
         exclusive: bool = True,
         metrics_port: int | None = None,
@@ -81,6 +88,7 @@ class Reaper:
         self.keys = self.q.keys
         self.min_idle_ms = int(min_idle_s * 1000)
         self.max_deliveries = max_deliveries
+        self.intent_grace_ms = int(intent_grace_s * 1000)
         self.lock_ttl_ms = int(lock_ttl_s * 1000)
         self.exclusive = exclusive
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -98,6 +106,7 @@ class Reaper:
             return report
         try:
             report.leases_returned, report.dead_workers = self.scripts.reap_leases(self.keys)
+            self.recover_intents(report)
             self.recover_jobs(report)
             self.announce_owed(report)
             self.trim()
@@ -114,7 +123,9 @@ class Reaper:
         for prio, n in report.backlog.items():
             m.backlog.labels(queue=m.queue, priority=str(prio)).set(n)
         if any((report.leases_returned, report.reclaimed, report.dead_lettered,
-                report.finished, report.orphans, report.dead_workers, report.announced)):
+                report.finished, report.orphans, report.dead_workers, report.announced,
+                report.intents_registered, report.intents_finished,
+                report.intents_dropped)):
             log.info("reaper pass: %s", report)
         return report
 
@@ -127,6 +138,41 @@ class Reaper:
         return holder is not None and holder.decode() == self.id
 
     # -- passes ----------------------------------------------------------------------
+
+    def recover_intents(self, report: PassReport) -> None:
+        """Finish the submits whose producer died between the job-slot create and the
+        queue-slot register: every intent older than the grace period (Redis's clock),
+        at most ``_INTENT_LIMIT`` per pass. A live job is registered, a terminal one
+        finished (both idempotent, both remove the intent); an intent whose job has no
+        meta (its create never ran) is dropped, releasing the dedup key it reserved."""
+        sec, usec = self.redis.time()
+        cut = sec * 1000 + usec // 1000 - self.intent_grace_ms
+        rows: Any = self.redis.zrangebyscore(self.keys.creating, "-inf", cut, start=0,
+                                             num=_INTENT_LIMIT, withscores=True)
+        if not rows:
+            return
+        intents = [(*parse_intent(member.decode()), int(score)) for member, score in rows]
+        pipe = self.redis.pipeline(transaction=False)
+        for job, _dedup, _ms in intents:
+            pipe.hmget(JobKeys(job).meta, *_META)
+        metas: list[Any] = pipe.execute()
+        live: list[tuple[str, JobReply]] = []
+        for (job, dedup, written_ms), m in zip(intents, metas):
+            if m[0] is None:
+                dropped, _released = self.scripts.drop_intent(self.keys, job, dedup, written_ms)
+                report.intents_dropped += int(dropped)
+                continue
+            # the intent names the dedup key its submit reserved: the steps below remove
+            # exactly that intent (and a finish releases that key with the job)
+            reply = JobReply.parse([1, *m])._replace(dedup=dedup)
+            if reply.state in ("open", "active"):
+                live.append((job, reply))
+            else:
+                self._finish(job, reply, report)
+                report.intents_finished += 1
+        if live:
+            self.q._register(live)
+            report.intents_registered += len(live)
 
     def recover_jobs(self, report: PassReport) -> None:
         """Every registered job: finish, forget, promote retries, reclaim stalled entries."""

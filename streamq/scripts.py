@@ -295,9 +295,24 @@ class Scripts:
         """Register jobs (id and the job's own settings); see register_jobs-6.lua."""
         args: list[Any] = [WAKE_CAP]
         for job_id, job in jobs:
-            args += [job_id, job.priority, job.client, job.concurrency, job.incarnation]
+            args += [job_id, job.priority, job.client, job.concurrency, job.incarnation,
+                     job.dedup]
         return Call("register_jobs",
-                    (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake), args)
+                    (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake, qk.creating),
+                    args)
+
+    @staticmethod
+    def intend_jobs_call(qk: QueueKeys, intents: Sequence[str]) -> Call:
+        """Record intents (:func:`streamq.keys.intent`) ahead of their job-slot creates;
+        see intend_jobs-1.lua."""
+        return Call("intend_jobs", (qk.creating,), list(intents))
+
+    def drop_intent(self, qk: QueueKeys, job_id: str, dedup: str, written_ms: int) -> tuple[bool, bool]:
+        """Drop the intent of a job whose create never ran, releasing its dedup key while
+        that still names the job; return (dropped, released). See drop_intent-3.lua."""
+        r = self.run("drop_intent", (qk.creating, qk.dedup, qk.dedup_expiry),
+                     (job_id, dedup, written_ms))
+        return r[0] == 1, r[1] == 1
 
     @staticmethod
     def settle_call(
@@ -375,7 +390,7 @@ class Scripts:
         return Call(
             "finish_jobs",
             (qk.active, qk.finished, qk.events, qk.tokens, qk.ready, qk.leased, qk.parked,
-             qk.owners, qk.kick, qk.dedup_expiry, qk.owed),
+             qk.owners, qk.kick, qk.dedup_expiry, qk.owed, qk.creating),
             args,
         )
 
@@ -414,7 +429,8 @@ class Scripts:
 
     def reserve_dedup(self, qk: QueueKeys, dedup_key: str, job_id: str) -> str:
         """Reserve ``dedup_key`` for ``job_id``; return the job that holds it."""
-        return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry), (dedup_key, job_id)))
+        return _s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry, qk.creating),
+                           (dedup_key, job_id)))
 
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
         """Hand back entries ``consumer`` read but never started; return how many moved."""

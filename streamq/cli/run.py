@@ -142,6 +142,11 @@ def reaper(
     retention: Annotated[float, typer.Option(min=1, envvar="STREAMQ_RETENTION",
                                              help="seconds completion records are "
                                                   "kept")] = config.DEFAULT_RETENTION_S,
+    intent_grace: Annotated[float, typer.Option(min=0.0, envvar="STREAMQ_INTENT_GRACE",
+                                                help="seconds before a submit whose job is "
+                                                     "still unregistered is finished by the "
+                                                     "reaper")] =
+        config.DEFAULT_INTENT_GRACE_S,
     redis_wait: RedisWait = None,
     metrics_port: MetricsPort = None,
     metrics_addr: MetricsAddr = "0.0.0.0",
@@ -162,6 +167,7 @@ def reaper(
     client = connect(redis_url)
     r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
                retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
+               intent_grace_s=intent_grace,
                metrics_port=metrics_port, metrics_addr=metrics_addr)
     run_reaper(r, interval, redis_wait_s=redis_wait)
 

@@ -8,7 +8,8 @@
   of acknowledgements completed in one call. A job that recorded dead
   letters also enters `owed` (the marker the reaper scans for jobs that may
   still owe dead-letter announcements; it leaves once they are all in the
-  dead stream).
+  dead stream). Each job's intent (intend_jobs, reserve_dedup) is removed,
+  by every call: the cross-slot submit is done.
 
   The `finished` guard compares no clocks: its member is "<job>|<incarnation>"
   (the incarnation create_job gave the job), its score the time after which
@@ -29,6 +30,7 @@
     KEYS[9]  kick      sq:{<queue>}:kick      HASH
     KEYS[10] dedupx    sq:{<queue>}:dedupx    ZSET dedup key -> forget-after ms
     KEYS[11] owed      sq:{<queue>}:owed      ZSET job -> finish ms, jobs with dead letters
+    KEYS[12] creating  sq:{<queue>}:creating  ZSET intent -> time written, ms
     ARGV[1]  cap on the events stream length (approximate)
     ARGV[2]  events retention, ms: the queue's configured retention (records
              older than Redis's clock minus this are trimmed)
@@ -53,15 +55,21 @@ local rcall = redis.call
 local activeKey, finishedKey, eventsKey = KEYS[1], KEYS[2], KEYS[3]
 local tokensKey, readyKey, leasedKey, parkedKey, ownersKey, kickKey, dedupxKey, owedKey =
   KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local creatingKey = KEYS[12]
 local queueChannel, jobChannel = ARGV[3], ARGV[4]
 
 --- @include "includes/chunked"
 --- @include "includes/now_ms"
 
 local nowMs = now_ms()
-local out, toks = {}, {}
+local out, toks, intents = {}, {}, {}
 for j = 5, #ARGV, 11 do
   local job, retentionMs = ARGV[j], tonumber(ARGV[j + 5])
+  if ARGV[j + 7] == "" then
+    intents[#intents + 1] = job
+  else
+    intents[#intents + 1] = job .. "|" .. ARGV[j + 7]
+  end
   if rcall("ZADD", finishedKey, "NX", nowMs + retentionMs, job .. "|" .. ARGV[j + 9]) == 0 then
     out[#out + 1] = 0
   else
@@ -95,6 +103,7 @@ if #toks > 0 then
   chunked("ZREM", readyKey, toks)
   chunked("ZREM", parkedKey, toks)
 end
+chunked("ZREM", creatingKey, intents)
 rcall("ZREMRANGEBYSCORE", finishedKey, "-inf", "(" .. nowMs)
 rcall("XTRIM", eventsKey, "MINID", nowMs - tonumber(ARGV[2]))
 rcall("XTRIM", eventsKey, "MAXLEN", "~", ARGV[1])

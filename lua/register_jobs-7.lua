@@ -18,15 +18,17 @@
     KEYS[4] ready     sq:{<queue>}:ready     ZSET token -> score
     KEYS[5] fair      sq:{<queue>}:fair      HASH "<prio>:<client>" -> last rank, "<prio>" -> rank last claimed
     KEYS[6] wake      sq:{<queue>}:wake      LIST of wake-up signals
+    KEYS[7] creating  sq:{<queue>}:creating  ZSET intent -> time written, ms
     ARGV[1] cap on wake-up signals
-    ARGV[2..] quintuples (job id, priority, client, concurrency, incarnation)
+    ARGV[2..] sextuples (job id, priority, client, concurrency, incarnation, dedup key
+              or "")
 
   Output:
     one code per job: 0 finished already, 1 registered already, 2 registered now
 ]]
 local rcall = redis.call
-local activeKey, finishedKey, tokensKey, readyKey, fairKey, wakeKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local activeKey, finishedKey, tokensKey, readyKey, fairKey, wakeKey, creatingKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local cap = tonumber(ARGV[1])
 
 --- @include "includes/signal_ready"
@@ -38,8 +40,14 @@ local nowMs = now_ms()
 -- fairness ranks are read once per client and priority and written back once;
 -- all tokens go in with one HSET and one ZADD (in slices of 500) at the end
 local out, lastRank, served, touched, tokenScores, readyPairs = {}, {}, {}, {}, {}, {}
-for j = 2, #ARGV, 5 do
+local intents = {}
+for j = 2, #ARGV, 6 do
   local job, prio, client, conc = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2], tonumber(ARGV[j + 3])
+  if ARGV[j + 5] == "" then
+    intents[#intents + 1] = job
+  else
+    intents[#intents + 1] = job .. "|" .. ARGV[j + 5]
+  end
   if rcall("ZSCORE", finishedKey, job .. "|" .. ARGV[j + 4]) then
     out[#out + 1] = 0
   elseif rcall("ZADD", activeKey, "NX", nowMs, job) == 0 then
@@ -77,5 +85,6 @@ if #touched > 0 then
   chunked("HSET", tokensKey, tokenScores)
   chunked("ZADD", readyKey, readyPairs)
 end
+chunked("ZREM", creatingKey, intents)
 signal_ready(readyKey, wakeKey, cap)
 return out
