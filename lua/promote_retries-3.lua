@@ -1,6 +1,8 @@
 --[[
   Move sub-requests whose retry is due back into the job's stream, as new
-  entries carrying their attempt count.
+  entries carrying their attempt count and marked suspect ("s" = 1): the
+  worker records their start, so a kill inside the handler on a retry counts
+  an attempt (the one uncounted loss is for an entry's first read only).
 
   Input:
     KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms
@@ -28,7 +30,7 @@ if rcall("EXISTS", metaKey) == 1 then
   for _, member in ipairs(due) do
     local a, i, t, p = string.match(member, "^(%d+)|(%d+)|(%a)|(.*)$")
     if a then
-      rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a)
+      rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a, "s", 1)
       moved = moved + 1
     end
     rcall("ZREM", retryKey, member)

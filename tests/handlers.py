@@ -83,3 +83,14 @@ def count_or_fail(payload: Any) -> Any:
     if payload.get("bad"):
         raise ValueError(f"bad sub-request {payload['n']}")
     return payload["n"] * 2
+
+
+def fail_then_kill(payload: Any) -> Any:
+    """Count the start; the first attempt raises; each later attempt number kills its
+    own process the first time it is seen and raises on any later run of it."""
+    key = _start()
+    task = current_task()
+    assert task is not None
+    if task.attempt >= 2 and _redis().set(f"killed:{key}:{task.attempt}", 1, nx=True):
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"attempt {task.attempt} fails")
