@@ -2,49 +2,33 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis
 
 from . import config, deadletters
-from .codec import decode_result, encode
-from .connection import CONNECTION_ERRORS, connect
+from .codec import encode
+from .connection import connect
 from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
-    ConnectionFailed,
     DeadLetterReplayed,
     JobClosed,
     JobConflict,
-    JobNotFound,
     ScriptError,
     StreamqError,
-    WaitTimeout,
 )
+from .following import Following
+from .jobs import Job, StreamingJob, wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name
-from .models import Completion, JobState, JobStatus, completion_message
-from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts, new_token
+from .models import JobState, completion_message
+from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _wrap_connection_errors(fn: F) -> F:
-    @functools.wraps(fn)
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except redis.AuthenticationError as e:
-            raise ConnectionFailed(f"Redis refused the credentials: {e}") from None
-        except CONNECTION_ERRORS as e:
-            raise ConnectionFailed(f"cannot reach Redis: {e}") from None
-
-    return cast(F, inner)
-
+__all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
 
 _LIVE = (JobState.OPEN.value, JobState.ACTIVE.value)
 
@@ -66,82 +50,7 @@ def _new_ids(n: int) -> list[str]:
     return [pool[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
-class Job:
-    """A handle on a submitted job."""
-
-    def __init__(self, queue: Queue, job_id: str, created: bool = True) -> None:
-        self.queue = queue
-        self.id = job_id
-        #: False when the submit found the job (or its dedup key) already there.
-        self.created = created
-
-    def status(self) -> JobStatus:
-        return self.queue.status(self.id)
-
-    def results(self) -> dict[int, Any]:
-        return self.queue.results(self.id)
-
-    def wait(self, timeout: float | None = None) -> JobStatus:
-        return self.queue.wait(self.id, timeout)
-
-    def __repr__(self) -> str:
-        return f"Job({self.queue.name!r}, {self.id!r})"
-
-
-class StreamingJob(Job):
-    """An open job: add sub-requests, then finalize. As a context manager it
-    finalizes when the block ends without an exception; after an exception
-    it stays open, so nothing incomplete can be reported as complete."""
-
-    def __init__(self, queue: Queue, job_id: str, created: bool, concurrency: int) -> None:
-        super().__init__(queue, job_id, created)
-        self.concurrency = concurrency
-
-    def add(self, payload: Any) -> int:
-        """Add one sub-request; return its index."""
-        return self.add_many([payload])[0]
-
-    @_wrap_connection_errors
-    def add_many(self, payloads: Iterable[Any], *, batch_id: str | None = None) -> list[int]:
-        """Add sub-requests (validated first: a bad one adds nothing); return their indexes.
-
-        Each call is one write, sent again after a lost reply and applied once.
-        Give ``batch_id`` (unique per batch, at most 64 characters) to retry a call
-        that raised ConnectionFailed: the sub-requests it added are not added again
-        and their indexes are returned (for the job's retention after its last add).
-        """
-        return self.add_many_encoded(self.queue._encode_all(payloads), batch_id=batch_id)
-
-    def add_many_encoded(self, entries: Sequence[tuple[bytes, bytes]], *,
-                         batch_id: str | None = None) -> list[int]:
-        """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
-        if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 64):
-            raise ConfigError("batch_id must be a string of 1 to 64 characters")
-        jk, out = JobKeys(self.id), list[int]()
-        base = batch_id or new_token()
-        for start in range(0, len(entries), config.ADD_CHUNK):
-            chunk = entries[start : start + config.ADD_CHUNK]
-            end = self.queue.scripts.add_tasks(jk, chunk, batch_id=f"{base}:{start}")
-            out.extend(range(end - len(chunk), end))
-            self.queue.scripts.unpark(self.queue.keys, self.id, self.concurrency)
-        return out
-
-    @_wrap_connection_errors
-    def finalize(self) -> None:
-        """Declare that no more sub-requests come; the job may complete at once."""
-        reply = self.queue.scripts.finalize_job(JobKeys(self.id))
-        if reply.completed:
-            self.queue._finish(self.id, reply)
-
-    def __enter__(self) -> StreamingJob:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.finalize()
-
-
-class Queue:
+class Queue(Following):
     """A client of one queue: submit jobs and follow them.
 
     ``Queue("images", "redis://localhost:6379/0")``; pass ``client=`` to share
@@ -204,7 +113,7 @@ class Queue:
             job_id = self.scripts.reserve_dedup(self.keys, dedup_key, job_id)
         return job_id
 
-    @_wrap_connection_errors
+    @wrap_connection_errors
     def submit(
         self,
         payloads: Iterable[Any],
@@ -260,7 +169,7 @@ class Queue:
                 break  # another producer finished the same submit
         return self.scripts.finalize_job(jk)
 
-    @_wrap_connection_errors
+    @wrap_connection_errors
     def submit_many(
         self,
         jobs: Sequence[Iterable[Any]],
@@ -315,7 +224,7 @@ class Queue:
             self._register([(jid, reply)])
         return Job(self, jid)
 
-    @_wrap_connection_errors
+    @wrap_connection_errors
     def open(
         self,
         *,
@@ -388,82 +297,12 @@ class Queue:
         call = self.finish_call(jid, reply)
         return bool(self.scripts.run(call.name, call.keys, call.args)[0])
 
-    # -- following -------------------------------------------------------------------
-
-    @_wrap_connection_errors
-    def status(self, job_id: str) -> JobStatus:
-        """A snapshot of the job; raises JobNotFound for an unknown or expired job."""
-        jk = JobKeys(check_name("job id", job_id))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(jk.meta)
-        pipe.xlen(jk.tasks)
-        pipe.zcard(jk.retry)
-        pipe.exists(jk.tasks)
-        meta_raw, xlen, retries, has_stream = pipe.execute()
-        if not meta_raw:
-            raise JobNotFound(job_id)
-        meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
-        pending = 0
-        if has_stream:
-            try:
-                pending = int(self.redis.xpending(jk.tasks, config.GROUP)["pending"])
-            except redis.ResponseError:
-                pending = 0
-        finished = meta.get("finished")
-        return JobStatus(
-            job_id=job_id,
-            queue=meta["queue"],
-            state=JobState(meta["state"]),
-            priority=int(meta["priority"]),
-            concurrency=int(meta["concurrency"]),
-            client=meta["client"],
-            total=int(meta["total"]),
-            done=int(meta["done"]),
-            failed=int(meta["failed"]),
-            in_flight=pending,
-            queued=max(0, int(xlen) - pending) + int(retries),
-            created_ms=int(meta["created"]),
-            finished_ms=int(finished) if finished else None,
-        )
-
-    @_wrap_connection_errors
-    def results(self, job_id: str) -> dict[int, Any]:
-        """The stored results by sub-request index (decoded)."""
-        jk = JobKeys(check_name("job id", job_id))
-        if not self.redis.exists(jk.meta):
-            raise JobNotFound(job_id)
-        raw = self.redis.hscan_iter(jk.results, count=1000)
-        return {int(k): decode_result(v) for k, v in raw}
-
-    @_wrap_connection_errors
-    def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
-        """Block until the job is terminal and return its status.
-
-        Subscribes to the job's channel first and then reads the durable state,
-        so a completion that came before the call returns at once. Raises
-        WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        try:
-            pubsub.subscribe(self.keys.job_channel(job_id))
-            while True:
-                st = self.status(job_id)
-                if st.terminal:
-                    return st
-                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-                if left <= 0:
-                    raise WaitTimeout(f"job {job_id!r} not complete after {timeout} s")
-                pubsub.get_message(timeout=left)
-        finally:
-            pubsub.close()
-
-    @_wrap_connection_errors
+    @wrap_connection_errors
     def dead_letters(self, count: int = 100, job_id: str | None = None) -> list[DeadLetter]:
         """The newest dead letters of the queue (one per job and index), newest first."""
         return deadletters.list_dead(self.redis, self.keys, count, job_id)
 
-    @_wrap_connection_errors
+    @wrap_connection_errors
     def replay_dead(self, dead_id: str, *, token: str | None = None) -> str:
         """Put a dead letter back to work, once; return the job it went to.
 
@@ -497,15 +336,3 @@ class Queue:
             return jid
 
         return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job, token)
-
-    @_wrap_connection_errors
-    def completions(self, count: int = 100) -> list[Completion]:
-        """The latest completion records of the queue (durable events), oldest first."""
-        out = []
-        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.redis.xrevrange(
-            self.keys.events, count=count)  # type: ignore[assignment]
-        for _id, f in reversed(entries):
-            d = {k.decode(): v.decode() for k, v in f.items()}
-            out.append(Completion(d["job"], self.name, JobState(d["state"]), int(d["total"]),
-                                  int(d["done"]), int(d["failed"]), int(d["finished"])))
-        return out

@@ -1,0 +1,103 @@
+"""Following jobs: status snapshots, results, waiting for completion, completion records."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+
+from . import config
+from .codec import decode_result
+from .errors import JobNotFound, WaitTimeout
+from .jobs import wrap_connection_errors
+from .keys import JobKeys, QueueKeys, check_name
+from .models import Completion, JobState, JobStatus
+
+
+class Following:
+    """The reading side of :class:`streamq.client.Queue`."""
+
+    name: str
+    redis: redis.Redis
+    keys: QueueKeys
+
+    @wrap_connection_errors
+    def status(self, job_id: str) -> JobStatus:
+        """A snapshot of the job; raises JobNotFound for an unknown or expired job."""
+        jk = JobKeys(check_name("job id", job_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(jk.meta)
+        pipe.xlen(jk.tasks)
+        pipe.zcard(jk.retry)
+        pipe.exists(jk.tasks)
+        meta_raw, xlen, retries, has_stream = pipe.execute()
+        if not meta_raw:
+            raise JobNotFound(job_id)
+        meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
+        pending = 0
+        if has_stream:
+            try:
+                pending = int(self.redis.xpending(jk.tasks, config.GROUP)["pending"])
+            except redis.ResponseError:
+                pending = 0
+        finished = meta.get("finished")
+        return JobStatus(
+            job_id=job_id,
+            queue=meta["queue"],
+            state=JobState(meta["state"]),
+            priority=int(meta["priority"]),
+            concurrency=int(meta["concurrency"]),
+            client=meta["client"],
+            total=int(meta["total"]),
+            done=int(meta["done"]),
+            failed=int(meta["failed"]),
+            in_flight=pending,
+            queued=max(0, int(xlen) - pending) + int(retries),
+            created_ms=int(meta["created"]),
+            finished_ms=int(finished) if finished else None,
+        )
+
+    @wrap_connection_errors
+    def results(self, job_id: str) -> dict[int, Any]:
+        """The stored results by sub-request index (decoded)."""
+        jk = JobKeys(check_name("job id", job_id))
+        if not self.redis.exists(jk.meta):
+            raise JobNotFound(job_id)
+        raw = self.redis.hscan_iter(jk.results, count=1000)
+        return {int(k): decode_result(v) for k, v in raw}
+
+    @wrap_connection_errors
+    def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
+        """Block until the job is terminal and return its status.
+
+        Subscribes to the job's channel first and then reads the durable state,
+        so a completion that came before the call returns at once. Raises
+        WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(self.keys.job_channel(job_id))
+            while True:
+                st = self.status(job_id)
+                if st.terminal:
+                    return st
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if left <= 0:
+                    raise WaitTimeout(f"job {job_id!r} not complete after {timeout} s")
+                pubsub.get_message(timeout=left)
+        finally:
+            pubsub.close()
+
+    @wrap_connection_errors
+    def completions(self, count: int = 100) -> list[Completion]:
+        """The latest completion records of the queue (durable events), oldest first."""
+        out = []
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.redis.xrevrange(
+            self.keys.events, count=count)  # type: ignore[assignment]
+        for _id, f in reversed(entries):
+            d = {k.decode(): v.decode() for k, v in f.items()}
+            out.append(Completion(d["job"], self.name, JobState(d["state"]), int(d["total"]),
+                                  int(d["done"]), int(d["failed"]), int(d["finished"])))
+        return out

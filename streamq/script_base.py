@@ -1,0 +1,79 @@
+"""The plumbing of :class:`streamq.scripts.Scripts`: script registration and calls.
+
+Scripts are assembled by :mod:`streamq.luaload`, registered once per client and
+run with EVALSHA, loaded again after NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from .connection import pipelined
+from .luaload import load_all
+from .replies import Call
+
+
+class ScriptsBase:
+    """A Redis client and streamq's scripts registered on it."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {}
+        self._numkeys: dict[str, int] = {}
+        for name, lua in load_all().items():
+            self._scripts[name] = client.register_script(lua.source)
+            self._numkeys[name] = lua.numkeys
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run one script (EVALSHA, loading it after NOSCRIPT)."""
+        return self.run_many([Call(name, keys, args)])[0]
+
+    def run_many(self, calls: Sequence[Call]) -> list[Any]:
+        """Run several scripts in one pipelined round trip; replies in order.
+
+        A script missing from the server's cache (NOSCRIPT, after a restart or
+        SCRIPT FLUSH) did not run: each missing script is loaded once and the
+        calls it failed are run again, in one more round trip (twice at most, in
+        case the cache was flushed again meanwhile). Any other error is raised.
+        """
+        return self.run_then(calls)[0]
+
+    def run_then(self, calls: Sequence[Call],
+                 commands: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]:
+        """:meth:`run_many`, with plain ``commands`` sent after the scripts in the
+        same round trip; returns the scripts' replies and the commands' raw replies
+        (an error reply of a command is returned in its place, not raised). The
+        commands run once, after the scripts' first attempt."""
+        if not calls and not commands:
+            return [], []
+        sent = self._pipelined(calls, commands)
+        replies, after = sent[: len(calls)], sent[len(calls):]
+        for _ in range(2):
+            missing = [i for i, r in enumerate(replies)
+                       if isinstance(r, redis.exceptions.NoScriptError)]
+            if not missing:
+                break
+            for name in dict.fromkeys(calls[i].name for i in missing):
+                self.client.script_load(self._scripts[name].script)
+            for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies, after
+
+    def _pipelined(self, calls: Sequence[Call],
+                   then: Sequence[Sequence[Any]] = ()) -> list[Any]:
+        """EVALSHA each call, then the commands ``then``, in one round trip; errors are
+        returned, not raised."""
+        commands: list[Sequence[Any]] = []
+        for c in calls:
+            if len(c.keys) != self._numkeys[c.name]:
+                raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
+            commands.append(("EVALSHA", self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args))
+        commands.extend(then)
+        return pipelined(self.client, commands)
