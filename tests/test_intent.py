@@ -14,7 +14,7 @@ from proxy import ReplyDropProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import streamq.scripts
+import streamq.script_base
 from streamq import Queue, Worker
 from streamq.connection import connect
 from streamq.errors import ConnectionFailed
@@ -170,13 +170,13 @@ def test_the_intent_costs_no_round_trip_of_its_own(
     for lua in load_all().values():
         r.script_load(lua.source)
     sent: list[list[bytes]] = []
-    real = streamq.scripts.pipelined
+    real = streamq.script_base.pipelined
 
     def counting(client: Any, commands: Any) -> Any:
         sent.append([c[1] if c[0] == "EVALSHA" else c[0] for c in commands])
         return real(client, commands)
 
-    monkeypatch.setattr(streamq.scripts, "pipelined", counting)
+    monkeypatch.setattr(streamq.script_base, "pipelined", counting)
     q = Queue(queue_name, redis_url)
     qk = QueueKeys(queue_name)
     sha = {name: q.scripts._scripts[name].sha for name in ("intend_jobs", "create_job",
