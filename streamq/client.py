@@ -150,7 +150,7 @@ class Queue(Following):
         if reply.completed:
             self._finish(jid, reply)
         elif reply.state in _LIVE:
-            self._register([(jid, reply)])
+            self.register([(jid, reply)])
         return Job(self, jid, created=created.created)
 
     def _add_rest_and_finalize(
@@ -201,7 +201,7 @@ class Queue(Following):
                 self._finish(ids[i], rep)
             else:
                 to_register.append((ids[i], rep))
-        self._register(to_register)
+        self.register(to_register)
         handles: list[Job] = []
         for i, entries in enumerate(encoded):
             if i in ids:
@@ -221,7 +221,7 @@ class Queue(Following):
         if reply.completed:
             self._finish(jid, reply)
         else:
-            self._register([(jid, reply)])
+            self.register([(jid, reply)])
         return Job(self, jid)
 
     @wrap_connection_errors
@@ -247,7 +247,7 @@ class Queue(Following):
         created = self._create(jid, call, dedup_key)
         self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
-            self._register([(jid, created.job)])
+            self.register([(jid, created.job)])
         return StreamingJob(self, jid, created=created.created, concurrency=created.job.concurrency)
 
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
@@ -272,7 +272,9 @@ class Queue(Following):
         if queue != self.name:
             raise JobConflict(f"job id {jid!r} already names a job of queue {queue!r}")
 
-    def _register(self, jobs: Sequence[tuple[str, JobReply]]) -> None:
+    def register(self, jobs: Sequence[tuple[str, JobReply]]) -> None:
+        """The queue-slot step of a submit: register live jobs and give them their
+        tokens (idempotent; also removes their intents)."""
         for start in range(0, len(jobs), config.ADD_CHUNK):
             call = self.scripts.register_jobs_call(self.keys, jobs[start : start + config.ADD_CHUNK])
             self.scripts.run(call.name, call.keys, call.args)
@@ -332,7 +334,7 @@ class Queue(Following):
             if created.job.completed:
                 self._finish(jid, created.job)
             elif created.job.state in _LIVE:
-                self._register([(jid, created.job)])
+                self.register([(jid, created.job)])
             return jid
 
         return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job, token)

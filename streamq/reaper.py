@@ -171,7 +171,7 @@ class Reaper:
                 self._finish(job, reply, report)
                 report.intents_finished += 1
         if live:
-            self.q._register(live)
+            self.q.register(live)
             report.intents_registered += len(live)
 
     def recover_jobs(self, report: PassReport) -> None:

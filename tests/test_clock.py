@@ -116,7 +116,7 @@ def test_a_finishing_worker_behind_the_producer_completes_a_resubmitted_job_once
         gate.set()
         until(lambda: completions_of(r, q, jid), what="the completion")
         # ...and then the re-submit registers the job it was given
-        q._register([(jid, resent.job)])
+        q.register([(jid, resent.job)])
         # Then nothing of the job is registered again: no token for the worker or the
         # reaper to serve, which would finish the job a second time
         reaper = Reaper(queue_name, redis_url)
