@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 import redis
+from proxy import ReplyDropProxy
 
 from streamq import Worker
+from streamq.luaload import load_all
 
 
 def free_port() -> int:
@@ -94,6 +96,17 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def proxy(r: redis.Redis) -> Iterator[ReplyDropProxy]:
+    """A reply-losing proxy in front of the test server (tests/proxy.py). Every script
+    is loaded first: a lost NOSCRIPT reply would be the reply of a command that did
+    not run."""
+    for lua in load_all().values():
+        r.script_load(lua.source)
+    with ReplyDropProxy(r.connection_pool.connection_kwargs["port"]) as p:
+        yield p
 
 
 @pytest.fixture

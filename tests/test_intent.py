@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,14 +25,6 @@ from streamq.reaper import Reaper
 
 StartWorker = Callable[..., Worker]
 
-
-@pytest.fixture
-def proxy(r: redis.Redis) -> Iterator[ReplyDropProxy]:
-    for lua in load_all().values():
-        r.script_load(lua.source)
-    port = r.connection_pool.connection_kwargs["port"]
-    with ReplyDropProxy(port) as p:
-        yield p
 
 
 def dying_producer(queue: str, proxy: ReplyDropProxy) -> Queue:

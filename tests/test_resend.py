@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,21 +15,10 @@ from proxy import ReplyDropProxy
 
 from streamq import Queue, Worker, codec, config
 from streamq.keys import JobKeys, QueueKeys
-from streamq.luaload import load_all
 from streamq.models import JobState
 
 StartWorker = Callable[..., Worker]
 
-
-@pytest.fixture
-def proxy(r: redis.Redis, redis_url: str) -> Iterator[ReplyDropProxy]:
-    # every script is in the server's cache first: a lost NOSCRIPT reply would be the
-    # reply of a command that did not run
-    for lua in load_all().values():
-        r.script_load(lua.source)
-    port = r.connection_pool.connection_kwargs["port"]
-    with ReplyDropProxy(port) as p:
-        yield p
 
 
 def sha(q: Queue, script: str) -> bytes:
