@@ -25,6 +25,9 @@
     KEYS[10] unannounced sq:{<job>}:unannounced SET dead letters not yet announced
     ARGV[1] reason (stored in meta `abort_reason`)
     ARGV[2] closer token, unique per abort call ("" for none)
+    ARGV[3] write token ("" for none): when given, the job is aborted only if
+            that write opened it (its incarnation) and it is still open (not
+            committed); any other job is left unchanged (reply completed 0)
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
@@ -42,9 +45,12 @@ local reason = ARGV[1]
 --- @include "includes/now_ms"
 --- @include "includes/job_reply"
 
-local m = rcall("HMGET", metaKey, "state", "closer")
+local m = rcall("HMGET", metaKey, "state", "closer", "incarnation")
 local state = m[1]
 if not state then return ERR_JOB_NOT_FOUND end
+local ownerOnly = ARGV[3] ~= nil and ARGV[3] ~= ""
+if ownerOnly and m[3] ~= ARGV[3] then return job_reply(metaKey, 0) end
+if ownerOnly and state == "active" then return job_reply(metaKey, 0) end -- committed
 if state ~= "open" and state ~= "active" then
   -- terminal: aborted by this call before (its reply lost), or ended otherwise
   if ARGV[2] ~= "" and m[2] == ARGV[2] then return job_reply(metaKey, 1) end

@@ -13,12 +13,20 @@
     KEYS[4] errors   sq:{<job>}:errors   HASH
     KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1] closer token, unique per finalize call ("" for none)
+    ARGV[2] write token ("" for none): when given, only the write that opened
+            the job (its incarnation) may finalize it
+    ARGV[3] expected total ("" for none): when given, the job is finalized only
+            if it holds exactly that many sub-requests (a write's commit: the
+            sub-requests its successful tasks produced), else nothing changes
 
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
     `completed` is 1 when this call made the job terminal: the caller must
     then finish it in the queue slot.
     ERR_JOB_NOT_FOUND (-1) no such job
+    ERR_NOT_WRITER (-6)    ARGV[2] given and the job was opened by another write
+    {ERR_TOTAL_MISMATCH (-3), the job's total}  ARGV[3] given and the job is open
+                           with another total: nothing changed
 ]]
 local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -28,9 +36,10 @@ local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 
-local m = rcall("HMGET", metaKey, "state", "closer")
+local m = rcall("HMGET", metaKey, "state", "closer", "incarnation", "total")
 local state = m[1]
 if not state then return ERR_JOB_NOT_FOUND end
+if ARGV[2] ~= "" and m[3] ~= ARGV[2] then return ERR_NOT_WRITER end
 if state ~= "open" then
   -- closed before: by this call (its reply lost) or by another
   if ARGV[1] ~= "" and m[2] == ARGV[1] and state ~= "active" then
@@ -39,6 +48,9 @@ if state ~= "open" then
   return job_reply(metaKey, 0)
 end
 
+if ARGV[3] ~= "" and tonumber(m[4]) ~= tonumber(ARGV[3]) then
+  return {ERR_TOTAL_MISMATCH, tonumber(m[4])}
+end
 rcall("HSET", metaKey, "state", "active", "closer", ARGV[1])
 if rcall("HINCRBY", metaKey, "remaining", -1) <= 0 then
   complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms())

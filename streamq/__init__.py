@@ -14,8 +14,11 @@ from .errors import (
     PayloadError,
     PayloadTooLarge,
     RetryLater,
+    RowConflict,
     StreamqError,
+    TotalMismatch,
     WaitTimeout,
+    WriteConflict,
 )
 from .models import Completion, JobState, JobStatus, Task
 from .worker import Worker, current_task
@@ -25,5 +28,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Completion", "ConfigError", "ConnectionFailed", "DeadLetterReplayed", "Job", "JobClosed", "JobConflict",
     "JobNotFound", "JobState", "JobStatus", "NonRetryable", "PayloadError", "RetryLater", "PayloadTooLarge", "Queue",
-    "StreamingJob", "StreamqError", "Task", "WaitTimeout", "Worker", "current_task",
+    "RowConflict", "StreamingJob", "StreamqError", "Task", "TotalMismatch", "WaitTimeout", "Worker",
+    "WriteConflict", "current_task",
 ]

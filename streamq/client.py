@@ -234,16 +234,20 @@ class Queue(Following):
         client: str = config.DEFAULT_CLIENT,
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
         dedup_key: str | None = None,
+        token: str | None = None,
     ) -> StreamingJob:
         """Open a streaming job: add sub-requests, then finalize.
 
         Its counter of unfinished sub-requests starts at 1, so it cannot
         complete before :meth:`StreamingJob.finalize`, however fast workers are.
+        ``token`` becomes the job's incarnation when this call creates it (a fresh
+        one when not given): an open sent again with the same token counts as this
+        open (``created`` stays true), which is how a writer owns its job.
         """
         self._options(priority, concurrency, client, max_deliveries)
         jid = self._job_id(job_id, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", [], "open")
+                                 dedup_key or "", [], "open", token)
         created = self._create(jid, call, dedup_key)
         self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
@@ -252,11 +256,12 @@ class Queue(Following):
 
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
                      max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
-                     mode: str) -> Call:
+                     mode: str, token: str | None = None) -> Call:
         return self.scripts.create_job_call(
             JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
-            retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries)
+            retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
+            token=token)
 
     def _create(self, jid: str, call: Call, dedup_key: str | None) -> CreateReply:
         """Run a job-slot create preceded by its queue-slot intent, in one round trip.

@@ -35,6 +35,28 @@ class JobConflict(StreamqError):
     """Raised when a job id already names a job of another queue."""
 
 
+class WriteConflict(JobConflict):
+    """Raised when a write meets a job that another write opened (or that existed
+    before it): a job is written by the one write that opened it."""
+
+
+class RowConflict(StreamqError):
+    """Raised when a fenced add cannot prove a row is added exactly once: its id was
+    added before with another digest (the row changed between task attempts) or by
+    another partition (two rows with one id)."""
+
+
+class TotalMismatch(StreamqError):
+    """Raised when a write's commit finds its job holding another number of
+    sub-requests than its successful tasks produced; the job is left unchanged."""
+
+    def __init__(self, job_id: str, expected: int, found: int) -> None:
+        super().__init__(f"job {job_id!r} holds {found} sub-requests but the write's "
+                         f"successful tasks produced {expected}: an earlier attempt added rows "
+                         "its retry did not produce (the input is not deterministic)")
+        self.job_id, self.expected, self.found = job_id, expected, found
+
+
 class JobClosed(StreamqError):
     """Raised when sub-requests are added to a job that is no longer open."""
 

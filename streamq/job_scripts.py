@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .config import GROUP
+from .errors import RowConflict, TotalMismatch, WriteConflict
 from .keys import JobKeys
 from .replies import (
     AckReply,
@@ -14,6 +15,7 @@ from .replies import (
     CreateReply,
     JobReply,
     PromoteReply,
+    ScriptErrorCode,
     new_token,
     raise_for_code,
     s,
@@ -110,7 +112,7 @@ class JobScripts(ScriptsBase):
         lost reply, it changes nothing and still says ``completed`` when the job is
         terminal, so the caller finishes it (a no-op when finished already)."""
         reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
-                         (token or new_token(),))
+                         (token or new_token(), "", ""))
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 
@@ -204,37 +206,71 @@ class JobScripts(ScriptsBase):
     # -- keyed (fenced, idempotent) adds and abort: the Spark writer ----------------
 
     @staticmethod
-    def add_keyed_call(jk: JobKeys, keep_ms: int,
-                       entries: Sequence[tuple[str, bytes, bytes]]) -> Call:
-        """Add sub-requests under deterministic ids, skipping ids added before.
+    def add_keyed_call(jk: JobKeys, keep_ms: int, token: str, partition: int, attempt: int,
+                       entries: Sequence[tuple[str, str, bytes, bytes]]) -> Call:
+        """Add sub-requests of one write's task under ids derived from their rows,
+        skipping ids added before with the same digest by the same partition.
 
-        ``entries`` are ``(id, type letter, payload)``, at most ``ADD_CHUNK``;
-        ``keep_ms`` is the lifetime of the id maps; see add_keyed-4.lua.
+        ``entries`` are ``(id, digest, type letter, payload)``, at most ``ADD_CHUNK``,
+        ids distinct; ``token`` is the write token that opened the job; ``keep_ms``
+        is the lifetime of the id maps; see add_keyed-4.lua.
         """
-        args: list[Any] = [keep_ms]
-        for sub_id, kind, data in entries:
-            args += [sub_id, kind, data]
+        args: list[Any] = [keep_ms, token, partition, attempt]
+        for sub_id, digest, kind, data in entries:
+            args += [sub_id, digest, kind, data]
         return Call("add_keyed", (jk.meta, jk.tasks, jk.added, jk.ids), args)
 
     @staticmethod
     def parse_add_keyed(reply: Any, job_id: str) -> tuple[int, int, int]:
-        """(added, skipped, new total); raises JobNotFound / JobClosed on error codes."""
+        """(added, skipped, new total); raises JobNotFound / JobClosed / WriteConflict /
+        RowConflict on error codes."""
+        if isinstance(reply, list) and reply and int(reply[0]) < 0:
+            code, sub_id, owner = int(reply[0]), s(reply[1]), s(reply[2])
+            if code == ScriptErrorCode.ROW_CHANGED:
+                raise RowConflict(
+                    f"job {job_id!r}: the row with id {sub_id!r} differs from the one "
+                    f"partition {owner} added before: the input changed between task "
+                    "attempts, so the write cannot add each row exactly once")
+            raise RowConflict(
+                f"job {job_id!r}: id {sub_id!r} was added by partition {owner} already: "
+                "two rows have this id (a keyColumn that is not unique, or rows that "
+                "moved between partitions on a retry)")
+        if reply == ScriptErrorCode.NOT_WRITER:
+            raise WriteConflict(f"job {job_id!r} was opened by another write: only the "
+                                "write that opened a job adds to it")
         raise_for_code("add_keyed", reply, job_id)
         return int(reply[0]), int(reply[1]), int(reply[2])
 
-    def add_keyed(self, jk: JobKeys, keep_ms: int,
-                  entries: Sequence[tuple[str, bytes, bytes]]) -> tuple[int, int, int]:
+    def add_keyed(self, jk: JobKeys, keep_ms: int, token: str, partition: int, attempt: int,
+                  entries: Sequence[tuple[str, str, bytes, bytes]]) -> tuple[int, int, int]:
         """Run :meth:`add_keyed_call` now; return (added, skipped, new total)."""
-        call = self.add_keyed_call(jk, keep_ms, entries)
+        call = self.add_keyed_call(jk, keep_ms, token, partition, attempt, entries)
         return self.parse_add_keyed(self.run(call.name, call.keys, call.args), jk.job_id)
 
-    def abort_job(self, jk: JobKeys, reason: str, token: str | None = None) -> JobReply:
+    def commit_write(self, jk: JobKeys, token: str, expected_total: int) -> JobReply:
+        """Finalize a job that write ``token`` opened, if it holds exactly
+        ``expected_total`` sub-requests (WriteConflict for another write's job,
+        TotalMismatch, changing nothing, for another total). Idempotent: the closer
+        token is the write token, so a commit sent again is a no-op that still says
+        ``completed`` when the job is terminal."""
+        reply = self.run("finalize_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
+                         (token, token, expected_total))
+        if isinstance(reply, list) and reply and int(reply[0]) == ScriptErrorCode.TOTAL_MISMATCH:
+            raise TotalMismatch(jk.job_id, expected_total, int(reply[1]))
+        if reply == ScriptErrorCode.NOT_WRITER:
+            raise WriteConflict(f"job {jk.job_id!r} was opened by another write")
+        raise_for_code("finalize_job", reply, jk.job_id)
+        return JobReply.parse(reply)
+
+    def abort_job(self, jk: JobKeys, reason: str, token: str | None = None, *,
+                  write_token: str = "") -> JobReply:
         """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it
         (also when it is sent again after a lost reply: idempotent by ``token``, drawn
-        when not given)."""
+        when not given). With ``write_token``, only a job that write opened and has not
+        committed is aborted; any other job is left as it is."""
         reply = self.run("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
                                        jk.inflight, jk.added, jk.ids, jk.dlq, jk.unannounced),
-                         (reason, token or new_token()))
+                         (reason, token or new_token(), write_token))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
 

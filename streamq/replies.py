@@ -22,6 +22,9 @@ class ScriptErrorCode(enum.IntEnum):
     TOTAL_MISMATCH = -3
     JOB_FINISHED = -4
     NOT_DEAD = -5
+    NOT_WRITER = -6
+    ROW_CHANGED = -7
+    DUPLICATE_ID = -8
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:

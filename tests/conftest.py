@@ -178,3 +178,28 @@ def workers(redis_url: str) -> Iterator[Callable[..., Worker]]:
     for _, t in started:
         t.join(30)
         assert not t.is_alive(), "a worker did not stop"
+
+
+#: The Spark master of the ``spark`` fixture: two executor JVMs of one core and 1 GiB each,
+#: so a retried task may run on the other executor and receive its shuffled rows in
+#: another order.
+SPARK_MASTER = "local-cluster[2,1,1024]"
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One SparkSession for the run (one per process), in ``local-cluster`` mode."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java: no `java` on PATH and JAVA_HOME unset")
+    import pyspark
+
+    from streamq.spark.helpers import spark_session
+
+    # executors are launched with SPARK_HOME's scripts: the pip package carries them
+    os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+    log = tmp_path_factory.mktemp("spark") / "spark.log"
+    session = spark_session(SPARK_MASTER, "streamq-tests", log_file=str(log), log_level="ERROR",
+                            conf={"spark.sql.shuffle.partitions": "4",
+                                  "spark.task.maxFailures": "3"})
+    yield session
+    session.stop()

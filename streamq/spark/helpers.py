@@ -75,17 +75,21 @@ def spark_session(master: str = "local[*]", app_name: str = "streamq", *,
 def submit_dataframe(df: DataFrame, queue: str, redis_url: str, *, job_id: str | None = None,
                      rows_per_request: int = 1, priority: int = config.DEFAULT_PRIORITY,
                      concurrency: int = 8, max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
-                     client: str = config.DEFAULT_CLIENT, pipeline_depth: int = 8) -> str:
-    """Write ``df`` as the sub-requests of one job (ids generated when not given);
-    return the job id once every row is added and the job finalized."""
+                     client: str = config.DEFAULT_CLIENT, pipeline_depth: int = 8,
+                     key_column: str | None = None) -> str:
+    """Write ``df`` as the sub-requests of one new job (its id generated when not
+    given); return the job id once every row is added and the job finalized.
+    ``key_column`` names a column of unique values that identify the rows."""
     jid = job_id or uuid.uuid4().hex
     register(df.sparkSession)
-    (df.write.format(FORMAT).mode("append")
-       .option("queue", queue).option("job", jid).option("redisUrl", redis_url)
-       .option("rowsPerRequest", rows_per_request).option("priority", priority)
-       .option("concurrency", concurrency).option("maxDeliveries", max_deliveries)
-       .option("client", client).option("pipelineDepth", pipeline_depth)
-       .save())
+    writer = (df.write.format(FORMAT).mode("append")
+              .option("queue", queue).option("job", jid).option("redisUrl", redis_url)
+              .option("rowsPerRequest", rows_per_request).option("priority", priority)
+              .option("concurrency", concurrency).option("maxDeliveries", max_deliveries)
+              .option("client", client).option("pipelineDepth", pipeline_depth))
+    if key_column is not None:
+        writer = writer.option("keyColumn", key_column)
+    writer.save()
     return jid
 
 

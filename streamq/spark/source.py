@@ -13,7 +13,9 @@ Options (names are case-insensitive):
 option             used   meaning
 =================  =====  ==========================================================
 queue              all    queue name (required)
-job                all    job id (required); a write opens it, or resumes it while open
+job                all    job id (required); a write opens it (a new job). The streaming
+                          sink takes it as the prefix of its batch jobs' ids
+                          (``<job>-<batch id>``; default: the query id)
 redisUrl           all    ``redis://`` / ``rediss://`` URL (default: STREAMQ_REDIS_URL,
                           else ``redis://127.0.0.1:6379/0``)
 rowsPerRequest     write  rows per sub-request: 1 sends each row as a JSON object,
@@ -23,6 +25,9 @@ concurrency        write  tokens: sub-requests of the job in flight at once (def
 maxDeliveries      write  attempts per sub-request before it is dead-lettered (default 5)
 client             write  client name for fairness (default "default")
 pipelineDepth      write  add calls (of up to 500 sub-requests) per round trip (default 8)
+keyColumn          write  a column whose values identify rows (unique); a row's id is its
+                          key. Without it, a row's id comes from its content (see
+                          :mod:`streamq.spark.rowids`)
 indexesPerSplit    read   sub-request indexes per Spark partition (default 20000)
 =================  =====  ==========================================================
 """
@@ -37,6 +42,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
@@ -88,14 +94,18 @@ class SourceOptions:
     client: str = config.DEFAULT_CLIENT
     pipeline_depth: int = 8
     indexes_per_split: int = 20_000
+    key_column: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """Validate Spark's (case-insensitive) options; raise ConfigError naming the option."""
+    def parse(cls, options: Mapping[str, str], *, job_required: bool = True) -> SourceOptions:
+        """Validate Spark's (case-insensitive) options; raise ConfigError naming the option.
+        The streaming sink takes ``job`` as an optional prefix of its batch jobs' ids."""
         url = options.get("redisUrl") or os.environ.get("STREAMQ_REDIS_URL") or DEFAULT_URL
+        job = (_required(options, "job", "job id") if job_required or options.get("job")
+               else "")
         return cls(
             queue=_required(options, "queue", "queue name"),
-            job=_required(options, "job", "job id"),
+            job=job,
             redis_url=url,
             rows_per_request=_int(options, "rowsPerRequest", 1, 1, 1_000_000),
             priority=_int(options, "priority", config.DEFAULT_PRIORITY, 0, config.MAX_PRIORITY),
@@ -105,7 +115,15 @@ class SourceOptions:
             client=check_name("client name", options.get("client") or config.DEFAULT_CLIENT),
             pipeline_depth=_int(options, "pipelineDepth", 8, 1, 1000),
             indexes_per_split=_int(options, "indexesPerSplit", 20_000, 1, 10_000_000),
+            key_column=options.get("keyColumn") or None,
         )
+
+
+def check_key_column(opts: SourceOptions, schema: StructType) -> None:
+    """ConfigError when the keyColumn option names no column of the written schema."""
+    if opts.key_column is not None and opts.key_column not in schema.fieldNames():
+        raise ConfigError(f"streamq data source: keyColumn {opts.key_column!r} is not a column "
+                          f"of the DataFrame (columns: {', '.join(schema.fieldNames())})")
 
 
 class StreamqDataSource(DataSource):
@@ -126,7 +144,18 @@ class StreamqDataSource(DataSource):
                               "(a write adds sub-requests to a job; nothing is overwritten)")
         from .writer import StreamqWriter
 
-        return StreamqWriter(SourceOptions.parse(self.options))
+        opts = SourceOptions.parse(self.options)
+        check_key_column(opts, schema)
+        return StreamqWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        if overwrite:
+            raise ConfigError("streamq data source: only outputMode('append') is supported")
+        from .sink import StreamqStreamWriter
+
+        opts = SourceOptions.parse(self.options, job_required=False)
+        check_key_column(opts, schema)
+        return StreamqStreamWriter(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from .reader import StreamqReader

@@ -1,32 +1,33 @@
 """Writing a DataFrame into one streamq job, from the executors.
 
-The write maps onto the streaming protocol (``Queue.open`` / add / finalize):
+The write maps onto the streaming protocol (``Queue.open`` / add / finalize),
+and it owns its job:
 
-* ``writer()`` (driver): opens the job (its counter starts at 1, so it cannot
-  complete while tasks add). An existing job id that is still open is
-  resumed; any other existing job is refused.
+* ``writer()`` (driver): opens the job with a fresh write token as its
+  incarnation (its counter starts at 1, so it cannot complete while tasks
+  add). A job id that exists already, whatever its state, is refused at
+  once (WriteConflict) and left unchanged: one job, one write.
 * ``write()`` (one Spark task per partition, on the executors): turns rows,
-  or chunks of ``rowsPerRequest`` rows, into JSON sub-requests with the
-  deterministic id ``<partition>:<position in the partition>`` and adds them
-  with the fenced ``add_keyed`` script, ``pipelineDepth`` calls of 500 per
-  round trip. An id added before is skipped, so a retried or speculative
-  task adds nothing twice; nothing is added once the job is no longer open.
-  Ids are deterministic when the partition's rows come in the same order on
-  every attempt (true for files and for sorted input, not for every shuffle).
-* ``commit()`` (driver, every task succeeded): checks that the job holds
-  exactly the sub-requests the successful tasks wrote, then finalizes it.
-* ``abort()`` (driver, the write failed): aborts the job (``abort_job``):
-  closed for adds, undelivered work dropped, state ``aborted``, and its one
-  completion recorded through :meth:`streamq.Queue.finish_call`.
+  or chunks of ``rowsPerRequest`` rows, into JSON sub-requests whose ids do
+  not depend on the order the rows arrive in (:mod:`streamq.spark.rowids`)
+  and adds them with the fenced ``add_keyed`` script, ``pipelineDepth`` calls
+  of 500 per round trip. Only the write token that opened the job passes;
+  an id added before with the same digest by the same partition is skipped
+  (a retried or speculative task adds nothing twice); an id added with
+  another digest, or by another partition, fails the task (RowConflict):
+  the write cannot prove that row is added once.
+* ``commit()`` (driver, every task succeeded): finalizes the job in one script
+  only if it holds exactly the sub-requests the successful tasks produced;
+  an earlier attempt that added rows its retry did not produce makes the
+  totals differ (TotalMismatch), and the write aborts its job instead.
+* ``abort()`` (driver, the write failed): aborts the job only if this write
+  opened it and has not committed it: closed for adds, undelivered work
+  dropped, state ``aborted``, and its one completion recorded.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
-import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +35,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .. import config
-from ..client import Queue, StreamingJob
+from ..client import Queue
 from ..connection import connect
-from ..errors import JobConflict, PayloadError, PayloadTooLarge, StreamqError
+from ..errors import TotalMismatch, WriteConflict
 from ..keys import JobKeys, QueueKeys
-from ..models import JobState
+from ..replies import new_token
 from ..scripts import Call, Scripts
+from .rowids import Chunker, RowIds, encode_row
 from .source import SourceOptions
 
 if TYPE_CHECKING:
@@ -61,67 +63,135 @@ class AddedPartition(WriterCommitMessage):
     skipped: int  #: of them, found added before (by an earlier attempt)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def encode_payload(sub_id: str, value: Any, max_bytes: int) -> bytes:
-    """A row (dict) or chunk (list of dicts) as JSON: dates ISO 8601, decimals as strings,
-    binary as base64. Raises PayloadError naming the sub-request."""
-    try:
-        data = json.dumps(value, separators=(",", ":"), allow_nan=False,
-                          default=_json_default).encode()
-    except (TypeError, ValueError) as e:
-        raise PayloadError(f"sub-request {sub_id}: row is not JSON serialisable: {e}") from None
-    if len(data) > max_bytes:
-        raise PayloadTooLarge(f"sub-request {sub_id} is {len(data)} bytes, over the limit of "
-                              f"{max_bytes} bytes (lower rowsPerRequest)")
-    return data
-
-
 class _Adder:
-    """Buffers sub-requests into add_keyed calls and sends them, pipelined."""
+    """Buffers one task's sub-requests into add_keyed calls and sends them, pipelined."""
 
-    def __init__(self, opts: SourceOptions, concurrency: int, keep_ms: int) -> None:
-        self.opts, self.concurrency, self.keep_ms = opts, concurrency, keep_ms
-        self.client = connect(opts.redis_url)
+    def __init__(self, target: WriteTarget, partition: int, attempt: int) -> None:
+        self.target, self.partition, self.attempt = target, partition, attempt
+        self.client = connect(target.opts.redis_url)
         self.scripts = Scripts(self.client)
-        self.jk, self.qk = JobKeys(opts.job), QueueKeys(opts.queue)
-        self.entries: list[tuple[str, bytes, bytes]] = []
+        self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue)
+        self.entries: list[tuple[str, str, bytes, bytes]] = []
         self.calls: list[Call] = []
         self.added = self.skipped = 0
 
-    def add(self, sub_id: str, data: bytes) -> None:
-        self.entries.append((sub_id, b"j", data))
+    def add(self, sub_id: str, digest: str, data: bytes) -> None:
+        self.entries.append((sub_id, digest, b"j", data))
         if len(self.entries) >= config.ADD_CHUNK:
-            self.calls.append(self.scripts.add_keyed_call(self.jk, self.keep_ms, self.entries))
-            self.entries = []
-            if len(self.calls) >= self.opts.pipeline_depth:
+            self._call()
+            if len(self.calls) >= self.target.opts.pipeline_depth:
                 self.flush()
+
+    def _call(self) -> None:
+        t = self.target
+        self.calls.append(self.scripts.add_keyed_call(self.jk, t.keep_ms, t.token, self.partition,
+                                                      self.attempt, self.entries))
+        self.entries = []
 
     def flush(self) -> None:
         if self.entries:
-            self.calls.append(self.scripts.add_keyed_call(self.jk, self.keep_ms, self.entries))
-            self.entries = []
+            self._call()
         if not self.calls:
             return
         replies, self.calls = self.scripts.run_many(self.calls), []
         for reply in replies:
-            a, s, _total = Scripts.parse_add_keyed(reply, self.opts.job)
+            a, s, _total = Scripts.parse_add_keyed(reply, self.target.job)
             self.added += a
             self.skipped += s
         # wake the job's parked tokens: it got work. Also when every id was skipped: a
         # batch resent after a lost reply reports its own adds as skipped
-        self.scripts.unpark(self.qk, self.opts.job, self.concurrency)
+        self.scripts.unpark(self.qk, self.target.job, self.target.concurrency)
 
     def close(self) -> None:
         self.client.close()
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """What a task needs to add to a write's job: the job, its token and lifetimes."""
+
+    opts: SourceOptions
+    job: str
+    token: str
+    concurrency: int
+    keep_ms: int
+
+
+def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
+                    partition: int, attempt: int) -> AddedPartition:
+    """Add one partition's rows to the target job (the task side of a write)."""
+    opts = target.opts
+    ids = RowIds(partition, opts.key_column, config.DEFAULT_MAX_PAYLOAD_BYTES)
+    adder = _Adder(target, partition, attempt)
+    rows = sub_requests = 0
+    try:
+        if opts.rows_per_request == 1:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    data = encode_row(row)
+                    sub_id, digest = ids.row(row, data)
+                    adder.add(sub_id, digest, data)
+                    rows += 1
+            sub_requests = rows
+        else:
+            chunker = Chunker(ids, opts.rows_per_request)
+            for batch in batches:
+                for row in batch.to_pylist():
+                    chunker.add(row, encode_row(row))
+                    rows += 1
+            for sub_id, digest, payload in chunker.chunks():
+                adder.add(sub_id, digest, payload)
+                sub_requests += 1
+        adder.flush()
+    finally:
+        adder.close()
+    return AddedPartition(partition, attempt, rows, sub_requests, adder.added, adder.skipped)
+
+
+def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
+    """Open ``job`` for the write named by ``token``; WriteConflict when the job exists
+    and another write (or another producer) opened it."""
+    q = Queue(opts.queue, opts.redis_url)
+    try:
+        sj = q.open(job_id=job, priority=opts.priority, concurrency=opts.concurrency,
+                    client=opts.client, max_deliveries=opts.max_deliveries, token=token)
+        if not sj.created:
+            state = q.status(job).state
+            raise WriteConflict(
+                f"job {job!r} exists already ({state.value}): a write opens a new job, and a "
+                "second write into one job is refused, leaving the first unchanged (write "
+                "into another job id)")
+        retention: Any = q.redis.hget(JobKeys(job).meta, "retention")
+        keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
+    finally:
+        q.close()
+    return WriteTarget(opts, job, token, sj.concurrency, keep_ms)
+
+
+def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """Finalize the write's job if it holds exactly what the successful tasks produced;
+    otherwise abort it (only if this write still owns it open) and raise."""
+    written = sum(m.sub_requests for m in messages if isinstance(m, AddedPartition))
+    q = Queue(target.opts.queue, target.opts.redis_url)
+    try:
+        try:
+            reply = q.scripts.commit_write(JobKeys(target.job), target.token, written)
+        except TotalMismatch as e:
+            _abort(q, target.job, f"commit refused: {e}", write_token=target.token)
+            raise
+        if reply.completed:
+            q._finish(target.job, reply)
+    finally:
+        q.close()
+
+
+def abort_write(target: WriteTarget, reason: str) -> bool:
+    """Abort the write's job if this write opened it and has not committed it."""
+    q = Queue(target.opts.queue, target.opts.redis_url)
+    try:
+        return _abort(q, target.job, reason, write_token=target.token)
+    finally:
+        q.close()
 
 
 class StreamqWriter(DataSourceArrowWriter):
@@ -129,73 +199,23 @@ class StreamqWriter(DataSourceArrowWriter):
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        q = Queue(opts.queue, opts.redis_url)
-        try:
-            job = q.open(job_id=opts.job, priority=opts.priority, concurrency=opts.concurrency,
-                         client=opts.client, max_deliveries=opts.max_deliveries)
-            state = q.status(opts.job).state
-            if state is not JobState.OPEN:
-                raise JobConflict(f"job {opts.job!r} exists already and is {state.value}: write "
-                                  "into a new job id (or an open one, to resume its write)")
-            retention: Any = q.redis.hget(JobKeys(opts.job).meta, "retention")
-        finally:
-            q.close()
-        self.concurrency = job.concurrency
-        self.keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
+        self.target = open_write(opts, opts.job, new_token())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AddedPartition:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx else 0
         attempt = ctx.attemptNumber() if ctx else 0
-        n, max_bytes = self.opts.rows_per_request, config.DEFAULT_MAX_PAYLOAD_BYTES
-        adder = _Adder(self.opts, self.concurrency, self.keep_ms)
-        rows = position = 0
-        chunk: list[dict[str, Any]] = []
-        try:
-            for batch in iterator:
-                for row in batch.to_pylist():
-                    rows += 1
-                    if n == 1:
-                        sub_id = f"{partition}:{position}"
-                        adder.add(sub_id, encode_payload(sub_id, row, max_bytes))
-                        position += 1
-                        continue
-                    chunk.append(row)
-                    if len(chunk) == n:
-                        sub_id = f"{partition}:{position}"
-                        adder.add(sub_id, encode_payload(sub_id, chunk, max_bytes))
-                        position, chunk = position + 1, []
-            if chunk:
-                sub_id = f"{partition}:{position}"
-                adder.add(sub_id, encode_payload(sub_id, chunk, max_bytes))
-                position += 1
-            adder.flush()
-        finally:
-            adder.close()
-        return AddedPartition(partition, attempt, rows, position, adder.added, adder.skipped)
+        return write_partition(self.target, iterator, partition, attempt)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        written = sum(m.sub_requests for m in messages if isinstance(m, AddedPartition))
-        q = Queue(self.opts.queue, self.opts.redis_url)
-        try:
-            total = q.status(self.opts.job).total
-            if total != written:
-                reason = (f"the job holds {total} sub-requests but the successful tasks wrote "
-                          f"{written}: the input is not deterministic (a retried task produced "
-                          "other rows); job aborted")
-                _abort(q, self.opts.job, reason)
-                raise StreamqError(f"job {self.opts.job!r}: {reason}")
-            StreamingJob(q, self.opts.job, created=False, concurrency=self.concurrency).finalize()
-        finally:
-            q.close()
+        commit_write(self.target, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.opts.queue, self.opts.job, self.opts.redis_url,
-                  "the Spark write failed")
+        abort_write(self.target, "the Spark write failed")
 
 
-def _abort(q: Queue, job_id: str, reason: str) -> bool:
-    reply = q.scripts.abort_job(JobKeys(job_id), reason)
+def _abort(q: Queue, job_id: str, reason: str, *, write_token: str = "") -> bool:
+    reply = q.scripts.abort_job(JobKeys(job_id), reason, write_token=write_token)
     if reply.completed:
         call = q.finish_call(job_id, reply)
         q.scripts.run(call.name, call.keys, call.args)

@@ -1,0 +1,133 @@
+"""Sub-request ids that do not depend on the order rows arrive in.
+
+A Spark task that is retried (or run speculatively) may receive its
+partition's rows in another order: after any shuffle the order depends on
+which map outputs arrive first. So a row's id never comes from its position:
+
+* with a key column (``option("keyColumn", "order_id")``), a row's id is its
+  key (as text) and its digest is a hash of the row's encoded bytes. A key
+  must be unique: twice in one partition is an error here, in two
+  partitions an error of the fenced add (the stored partition differs);
+* without one, a row's id is ``<partition>:<digest>:<occurrence>``: the hash of
+  its encoded bytes plus how many identical rows of the partition came
+  before it, so identical rows stay distinct and the set of ids is the same
+  for the same rows in any order. The digest is part of the id.
+
+Chunks of ``rowsPerRequest`` > 1 rows are cut from the partition's rows sorted
+by key (or digest), so a chunk holds the same rows on every attempt; its id
+is ``<partition>:c<number>`` and its digest a hash of its payload. That
+needs the partition's encoded rows in memory until the task has read them all.
+
+The digest is BLAKE2b of 16 bytes, as 22 characters of URL-safe base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import PayloadError, PayloadTooLarge, RowConflict
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
+
+
+def encode_row(value: Any) -> bytes:
+    """A row (dict) as JSON: dates ISO 8601, decimals as strings, binary as base64.
+    Raises PayloadError."""
+    try:
+        return _encoder.encode(value).encode()
+    except (TypeError, ValueError) as e:
+        raise PayloadError(f"a row is not JSON serialisable: {e}") from None
+
+
+def digest(data: bytes) -> str:
+    """The digest of an encoded row or chunk: BLAKE2b-128, URL-safe base64 (22 chars)."""
+    raw = hashlib.blake2b(data, digest_size=16).digest()
+    return base64.urlsafe_b64encode(raw)[:22].decode()
+
+
+def key_text(value: Any) -> str:
+    """A key column's value as the text of an id."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return _encoder.encode(value)
+    return str(value)
+
+
+class RowIds:
+    """The ids of one partition's rows (see the module docstring)."""
+
+    def __init__(self, partition: int, key_column: str | None, max_bytes: int) -> None:
+        self.partition, self.key_column, self.max_bytes = partition, key_column, max_bytes
+        self._seen: set[str] = set()  # keys of this partition (key mode)
+        self._count: dict[str, int] = {}  # digest -> identical rows so far (content mode)
+
+    def key_of(self, row: dict[str, Any]) -> str:
+        """The key of a row in key mode; RowConflict when it repeats in the partition."""
+        value = row.get(self.key_column)  # type: ignore[arg-type]
+        if value is None:
+            raise PayloadError(f"keyColumn {self.key_column!r} is null in a row of partition "
+                               f"{self.partition}: every row needs a key")
+        key = key_text(value)
+        if key in self._seen:
+            raise RowConflict(f"keyColumn {self.key_column!r} is not unique: {key!r} appears "
+                              f"twice in partition {self.partition}")
+        self._seen.add(key)
+        return key
+
+    def _check_size(self, sub_id: str, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            raise PayloadTooLarge(f"sub-request {sub_id} is {len(data)} bytes, over the limit "
+                                  f"of {self.max_bytes} bytes (lower rowsPerRequest)")
+
+    def row(self, row: dict[str, Any], data: bytes) -> tuple[str, str]:
+        """(id, digest) of a row sent alone; the digest is "" when the id carries it."""
+        d = digest(data)
+        if self.key_column is not None:
+            sub_id = self.key_of(row)
+            self._check_size(sub_id, data)
+            return sub_id, d
+        n = self._count.get(d, 0)
+        self._count[d] = n + 1
+        sub_id = f"{self.partition}:{d}:{n}"
+        self._check_size(sub_id, data)
+        return sub_id, ""
+
+
+class Chunker:
+    """Collects a partition's encoded rows, then cuts them into chunks in key order."""
+
+    def __init__(self, ids: RowIds, rows_per_chunk: int) -> None:
+        self.ids, self.n = ids, rows_per_chunk
+        self._rows: list[tuple[str, bytes]] = []
+
+    def add(self, row: dict[str, Any], data: bytes) -> None:
+        key = self.ids.key_of(row) if self.ids.key_column is not None else digest(data)
+        self._rows.append((key, data))
+
+    def chunks(self) -> Iterator[tuple[str, str, bytes]]:
+        """(id, digest, JSON list payload) of each chunk, in key order."""
+        rows, self._rows = self._rows, []
+        rows.sort()
+        for k, start in enumerate(range(0, len(rows), self.n)):
+            payload = b"[" + b",".join(data for _, data in rows[start:start + self.n]) + b"]"
+            sub_id = f"{self.ids.partition}:c{k}"
+            self.ids._check_size(sub_id, payload)
+            yield sub_id, digest(payload), payload

@@ -1,0 +1,105 @@
+"""The streaming sink: a streaming query (its own process, tests/spark_stream_query.py)
+writes a job per micro-batch; killed with SIGKILL mid-batch and restarted from its
+checkpoint, it submits each batch once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+from streamq import JobState, Queue
+from streamq.keys import JobKeys
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES, ROWS_PER_FILE, BATCHES = 8, 1_000, 4
+ROWS_PER_BATCH = 2 * ROWS_PER_FILE
+
+
+def start_query(url: str, queue: str, src: Path, checkpoint: Path, *flags: str,
+                log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "spark_stream_query.py"), url, queue,
+             str(src), str(checkpoint), *flags],
+            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the query's process group: the driver, its JVM and its Python workers."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def rows_of(r: redis.Redis, job: str) -> list[int]:
+    return [json.loads(f[b"p"])["id"] for _, f in r.xrange(JobKeys(job).tasks)]
+
+
+@pytest.mark.timeout(600)
+def test_query_killed_mid_batch_and_restarted_submits_each_batch_once(
+        tmp_path: Path, r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java: no `java` on PATH and JAVA_HOME unset")
+    # Given eight input files, two per micro-batch
+    src, checkpoint, log = tmp_path / "in", tmp_path / "ck", tmp_path / "query.log"
+    src.mkdir()
+    for f in range(FILES):
+        lines = [json.dumps({"id": f * ROWS_PER_FILE + i, "name": f"n{i}"})
+                 for i in range(ROWS_PER_FILE)]
+        (src / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+    # When the query is SIGKILLed while its third batch is being added
+    proc = start_query(redis_url, queue_name, src, checkpoint, "--stall", log=log)
+    try:
+        deadline, victim = time.monotonic() + 180, None
+        while time.monotonic() < deadline and victim is None and proc.poll() is None:
+            for key in r.scan_iter("sq:{*-2}:meta"):
+                meta = r.hgetall(key)
+                if meta.get(b"state") == b"open" and int(meta.get(b"total", 0)) >= 500:
+                    victim = key.decode()[4:-6]
+            time.sleep(0.05)
+        assert victim is not None, log.read_text()[-3000:]
+        kill(proc)
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    partial = Queue(queue_name, redis_url).status(victim)
+    assert partial.state is JobState.OPEN and 0 < partial.total < ROWS_PER_BATCH
+    # and started again from its checkpoint until it has read every file
+    proc = start_query(redis_url, queue_name, src, checkpoint, log=log)
+    assert proc.wait(240) == 0, log.read_text()[-3000:]
+    # Then each batch is one committed job named by the query id and batch id,
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    jobs = [f"{query_id}-{b}" for b in range(BATCHES)]
+    assert victim == jobs[2]
+    q = Queue(queue_name, redis_url)
+    for job in jobs:
+        st = q.status(job)
+        assert (st.state, st.total) == (JobState.ACTIVE, ROWS_PER_BATCH), job
+    # and every row was submitted exactly once, in its file's batch
+    seen = Counter(i for job in jobs for i in rows_of(r, job))
+    assert sorted(seen) == list(range(FILES * ROWS_PER_FILE))
+    assert set(seen.values()) == {1}
+    for b, job in enumerate(jobs):
+        assert {i // ROWS_PER_BATCH for i in rows_of(r, job)} == {b}
+    # When the query dies after the sink committed its last batch but before Spark
+    # recorded the commit (simulated by removing that record), and starts again
+    for name in (str(BATCHES - 1), f".{BATCHES - 1}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    proc = start_query(redis_url, queue_name, src, checkpoint, log=log)
+    assert proc.wait(240) == 0, log.read_text()[-3000:]
+    # Then the batch ran again and added nothing: the job was found committed
+    assert len(rows_of(r, jobs[-1])) == ROWS_PER_BATCH
+    assert q.status(jobs[-1]).total == ROWS_PER_BATCH
+    assert not r.exists(JobKeys(f"{query_id}-{BATCHES}").meta)
