@@ -4,7 +4,7 @@
 ]]
 local ERR_JOB_NOT_FOUND = -1  -- the job's meta hash does not exist
 local ERR_JOB_CLOSED = -2     -- sub-requests added to a job no longer open
-local ERR_TOTAL_MISMATCH = -3 -- a write's commit found another total than its tasks wrote
+local ERR_TOTAL_MISMATCH = -3 -- the job's total is not the one the caller expects
 local ERR_JOB_FINISHED = -4   -- the job is terminal: a replay must go to a new job
 local ERR_NOT_DEAD = -5       -- no dead letter with that index in the job
 local ERR_NOT_WRITER = -6     -- a write token that is not the one that opened the job
