@@ -262,6 +262,19 @@ class JobScripts(ScriptsBase):
         raise_for_code("finalize_job", reply, jk.job_id)
         return JobReply.parse(reply)
 
+    def commit_batch(self, jk: JobKeys, token: str, batch: int, produced: int) -> bool:
+        """Commit a micro-batch into a streaming query's one open job (see
+        commit_batch-1.lua); True if committed now, False if committed before.
+        TotalMismatch (nothing changed) when the job holds another number of
+        sub-requests than the batches committed so far produced."""
+        reply = self.run("commit_batch", (jk.meta,), (token, batch, produced))
+        if isinstance(reply, list) and reply and int(reply[0]) == ScriptErrorCode.TOTAL_MISMATCH:
+            raise TotalMismatch(jk.job_id, int(reply[2]), int(reply[1]))
+        if reply == ScriptErrorCode.NOT_WRITER:
+            raise WriteConflict(f"job {jk.job_id!r} was opened by another query or write")
+        raise_for_code("commit_batch", reply, jk.job_id)
+        return bool(reply)
+
     def abort_job(self, jk: JobKeys, reason: str, token: str | None = None, *,
                   write_token: str = "") -> JobReply:
         """Make an open or active job ``aborted`` (terminal); ``completed`` says this call did it

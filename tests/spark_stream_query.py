@@ -1,12 +1,12 @@
 """A streaming query from JSON files into the streamq sink, run as its own process by
 tests/test_spark_sink.py (so that the test can SIGKILL it and start it again).
 
-    python tests/spark_stream_query.py URL QUEUE INPUT_DIR CHECKPOINT [--slow]
+    python tests/spark_stream_query.py URL QUEUE INPUT_DIR CHECKPOINT [--stall] [--one-job NAME]
 
 Reads two files (a partition each) per micro-batch with ``trigger(availableNow=True)``;
 ``--stall`` makes the second partition of the third micro-batch (batch id 2) stop for
 good, while its first partition adds its rows, so the test can kill the query in the
-middle of that batch.
+middle of that batch. ``--one-job NAME``: every micro-batch adds to the one job NAME.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def main() -> None:
 
     df = (spark.readStream.schema("id bigint, name string").option("maxFilesPerTrigger", 2)
           .json(src).select(F.udf(pace, "bigint", useArrow=False)("id").alias("id"), "name"))
-    (df.writeStream.format("streamq").option("queue", queue).option("redisUrl", url)
-     .option("pipelineDepth", 1).option("checkpointLocation", checkpoint)
-     .trigger(availableNow=True).start().awaitTermination())
+    sink = (df.writeStream.format("streamq").option("queue", queue).option("redisUrl", url)
+            .option("pipelineDepth", 1).option("checkpointLocation", checkpoint))
+    if "--one-job" in sys.argv:
+        name = sys.argv[sys.argv.index("--one-job") + 1]
+        sink = sink.option("jobPerBatch", "false").option("job", name)
+    sink.trigger(availableNow=True).start().awaitTermination()
     spark.stop()
 
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RESULT_SCHEMA", "StreamqDataSource", "abort_job", "read_results", "register",
+__all__ = ["RESULT_SCHEMA", "StreamqDataSource", "abort_job", "finalize_job", "read_results",
+           "register",
            "spark_session", "submit_dataframe", "wait_job"]
 
 _WHERE = {
     "RESULT_SCHEMA": "streamq.spark.reader",
     "StreamqDataSource": "streamq.spark.source",
     "abort_job": "streamq.spark.writer",
+    "finalize_job": "streamq.spark.writer",
     "read_results": "streamq.spark.helpers",
     "register": "streamq.spark.helpers",
     "spark_session": "streamq.spark.helpers",

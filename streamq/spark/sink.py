@@ -21,6 +21,16 @@ job, under the same write token ``stream:<query id>:<batch id>``:
 
 A micro-batch without rows makes no job. The batch jobs show in
 ``streamq status`` like any job; the job's client is the ``client`` option.
+
+With ``option("jobPerBatch", "false")`` every micro-batch adds to one
+long-running job named by the ``job`` option, under the token
+``stream:<query id>``, each sub-request id prefixed by ``<batch id>/``. The job
+stays open: each batch's commit (``commit_batch``) records the batch and the
+total it reached, after checking the job holds exactly what the committed
+batches produced; a batch committed before adds nothing when it runs again.
+Workers process the job's sub-requests as they come; finalize it when the
+query is retired (``streamq.spark.finalize_job``) and it completes once the
+last one is done.
 A restart must come within the jobs' retention (their records say which
 batches were committed).
 """
@@ -28,14 +38,15 @@ batches were committed).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ..client import Queue
 from ..errors import ConfigError, JobClosed
+from ..keys import JobKeys
 from ..models import JobState
 from .source import SourceOptions
 from .writer import AddedPartition, WriteTarget, commit_write, open_write, write_partition
@@ -60,6 +71,8 @@ class BatchPartition(WriterCommitMessage):
 
 def batch_job(opts: SourceOptions, query_id: str, batch_id: int) -> tuple[str, str]:
     """(job id, write token) of a micro-batch."""
+    if not opts.job_per_batch:
+        return opts.job, f"stream:{query_id}"
     prefix = opts.job or query_id
     return f"{prefix}-{batch_id}", f"stream:{query_id}:{batch_id}"
 
@@ -92,19 +105,29 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
         if not has_rows:
             return BatchPartition("", token, None)
         target = open_write(self.opts, job, token)
-        if self._committed(job):
+        if self._committed(job, int(batch)):
             return BatchPartition(job, token, None, committed_before=True)
+        if not self.opts.job_per_batch:
+            target = replace(target, id_prefix=f"{batch}/")
         added = write_partition(target, batches, ctx.partitionId(), ctx.attemptNumber())
         return BatchPartition(job, token, added)
 
-    def _committed(self, job: str) -> bool:
-        """Whether the batch's job was committed before; a job aborted meanwhile (by an
+    def _committed(self, job: str, batch: int) -> bool:
+        """Whether the batch was committed before; a job aborted meanwhile (by an
         operator) fails the batch: its rows cannot be written exactly once any more."""
         q = Queue(self.opts.queue, self.opts.redis_url)
         try:
             state = q.status(job).state
+            last: Any = q.redis.hget(JobKeys(job).meta, "stream_batch")
         finally:
             q.close()
+        if not self.opts.job_per_batch:
+            if last is not None and int(last) >= batch:
+                return True
+            if state is not JobState.OPEN:
+                raise JobClosed(f"job {job!r} of this query is {state.value}: micro-batches "
+                                "add to it only while it is open")
+            return False
         if state is JobState.ABORTED:
             raise JobClosed(f"job {job!r} of this micro-batch was aborted: its rows cannot "
                             "be written (start the query with a new checkpoint)")
@@ -120,8 +143,17 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
         target = self._target(messages)
         if target is None:
             return  # no rows in this micro-batch: no job
-        commit_write(target, [m.added for m in messages
-                              if isinstance(m, BatchPartition) and m.added is not None])
+        added = [m.added for m in messages
+                 if isinstance(m, BatchPartition) and m.added is not None]
+        if self.opts.job_per_batch:
+            commit_write(target, added)
+            return
+        q = Queue(self.opts.queue, self.opts.redis_url)
+        try:
+            q.scripts.commit_batch(JobKeys(target.job), target.token, batchId,
+                                   sum(a.sub_requests for a in added))
+        finally:
+            q.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Leave the batch's job open for the restarted query (see the module docstring)."""

@@ -25,6 +25,9 @@ concurrency        write  tokens: sub-requests of the job in flight at once (def
 maxDeliveries      write  attempts per sub-request before it is dead-lettered (default 5)
 client             write  client name for fairness (default "default")
 pipelineDepth      write  add calls (of up to 500 sub-requests) per round trip (default 8)
+jobPerBatch        sink   true (default): a job per micro-batch; false: every micro-batch
+                          adds to the one open job named by ``job`` (required then),
+                          which the query never finalizes
 keyColumn          write  a column whose values identify rows (unique); a row's id is its
                           key. Without it, a row's id comes from its content (see
                           :mod:`streamq.spark.rowids`)
@@ -72,6 +75,16 @@ def _int(options: Mapping[str, str], name: str, default: int, lo: int, hi: int) 
     return value
 
 
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (options.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in ("true", "false"):
+        raise ConfigError(f"streamq data source: option {name!r} must be true or false, "
+                          f"got {options.get(name)!r}")
+    return raw == "true"
+
+
 def _required(options: Mapping[str, str], name: str, kind: str) -> str:
     value = options.get(name)
     if not value:
@@ -95,6 +108,7 @@ class SourceOptions:
     pipeline_depth: int = 8
     indexes_per_split: int = 20_000
     key_column: str | None = None
+    job_per_batch: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, job_required: bool = True) -> SourceOptions:
@@ -116,6 +130,7 @@ class SourceOptions:
             pipeline_depth=_int(options, "pipelineDepth", 8, 1, 1000),
             indexes_per_split=_int(options, "indexesPerSplit", 20_000, 1, 10_000_000),
             key_column=options.get("keyColumn") or None,
+            job_per_batch=_bool(options, "jobPerBatch", True),
         )
 
 
@@ -154,6 +169,9 @@ class StreamqDataSource(DataSource):
         from .sink import StreamqStreamWriter
 
         opts = SourceOptions.parse(self.options, job_required=False)
+        if not opts.job_per_batch and not opts.job:
+            raise ConfigError("streamq sink: option 'job' is required with jobPerBatch false "
+                              "(it names the one job every micro-batch adds to)")
         check_key_column(opts, schema)
         return StreamqStreamWriter(opts)
 

@@ -76,7 +76,7 @@ class _Adder:
         self.added = self.skipped = 0
 
     def add(self, sub_id: str, digest: str, data: bytes) -> None:
-        self.entries.append((sub_id, digest, b"j", data))
+        self.entries.append((self.target.id_prefix + sub_id, digest, b"j", data))
         if len(self.entries) >= config.ADD_CHUNK:
             self._call()
             if len(self.calls) >= self.target.opts.pipeline_depth:
@@ -115,6 +115,7 @@ class WriteTarget:
     token: str
     concurrency: int
     keep_ms: int
+    id_prefix: str = ""  #: before every sub-request id (a micro-batch's, in one long job)
 
 
 def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
@@ -229,5 +230,17 @@ def abort_job(queue: str, job_id: str, redis_url: str, reason: str = "aborted") 
     q = Queue(queue, redis_url)
     try:
         return _abort(q, job_id, reason)
+    finally:
+        q.close()
+
+
+def finalize_job(queue: str, job_id: str, redis_url: str) -> None:
+    """Finalize an open job (the one job of a streaming query in the sink's single-job
+    mode, once the query is retired): it completes when its last sub-request is done."""
+    q = Queue(queue, redis_url)
+    try:
+        reply = q.scripts.finalize_job(JobKeys(job_id))
+        if reply.completed:
+            q._finish(job_id, reply)
     finally:
         q.close()
