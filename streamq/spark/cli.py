@@ -49,7 +49,12 @@ def run(
                                           help="0 is most urgent")] = config.DEFAULT_PRIORITY,
     concurrency: Annotated[int, typer.Option(min=1, help="sub-requests of the job in "
                                                          "flight at once")] = 8,
-    master: Annotated[str, typer.Option(help="Spark master URL")] = "local[*]",
+    master: Annotated[str, typer.Option(help="Spark master URL: local[*], local[N], "
+                                             "local-cluster[W,C,MB], spark://HOST:PORT, "
+                                             "k8s://https://HOST:PORT or yarn")] = "local[*]",
+    spark_conf: Annotated[list[str] | None, typer.Option(
+        "--conf", metavar="KEY=VALUE", help="a Spark setting (repeatable), e.g. "
+        "spark.kubernetes.container.image=IMAGE")] = None,
     redis_url: Annotated[str, typer.Option("--redis-url", envvar="STREAMQ_REDIS_URL",
                                            help="redis:// or rediss:// URL")] =
         "redis://127.0.0.1:6379/0",
@@ -67,7 +72,7 @@ def run(
     log = spark_log or os.path.join(tempfile.gettempdir(), f"streamq-spark-{os.getpid()}.log")
     try:
         ok = _run(input, output, queue, handler, chunk_rows, priority, concurrency, master,
-                  redis_url, workers, timeout, json_out, log)
+                  spark_conf or [], redis_url, workers, timeout, json_out, log)
     except typer.Exit:
         raise
     except KeyboardInterrupt:
@@ -84,15 +89,31 @@ def run(
     raise typer.Exit(int(ExitCode.OK if ok else ExitCode.FAILURE))
 
 
+def parse_conf(items: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` settings as a dict; ConfigError for one without ``=`` or key."""
+    from ..errors import ConfigError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--conf {item!r} is not KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
 def _run(input_path: str, output_path: str, queue: str, handler: str, chunk_rows: int,
-         priority: int, concurrency: int, master: str, redis_url: str, workers: int,
-         timeout: float | None, json_out: bool, log: str) -> bool:
+         priority: int, concurrency: int, master: str, spark_conf: list[str], redis_url: str,
+         workers: int, timeout: float | None, json_out: bool, log: str) -> bool:
     from ..cli.common import client, console, emit_json
     from ..cli.run import load_handler
     from ..errors import HandlerError
     from ..keys import check_name
+    from .helpers import check_master
     from .pipeline import check_paths
 
+    master = check_master(master)
+    conf = parse_conf(spark_conf)
     check_name("queue name", queue)
     module, sep, attr = handler.partition(":")
     if not (module and sep and attr):
@@ -113,7 +134,7 @@ def _run(input_path: str, output_path: str, queue: str, handler: str, chunk_rows
                 procs.worker(queue, handler)
             procs.reaper(queue, min_idle=10.0, interval=1.0)
             procs.check_started()
-        spark = spark_session(master, "streamq-pipeline", log_file=log)
+        spark = spark_session(master, "streamq-pipeline", conf=conf, log_file=log)
         try:
             summary = run_pipeline(spark, input_path=input_path, output_path=output_path,
                                    queue=queue, redis_url=redis_url, rows_per_request=chunk_rows,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator, Mapping
+from urllib.parse import urlsplit
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -14,6 +16,7 @@ from pyspark.sql.types import ArrayType, MapType, StructType
 
 from .. import config
 from ..client import Queue
+from ..errors import ConfigError
 from ..keys import JobKeys
 from ..models import JobStatus
 from .source import FORMAT, StreamqDataSource
@@ -24,6 +27,42 @@ SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
 }
+
+
+#: The master URLs Spark accepts (its SparkMasterRegex, and the yarn and k8s cluster managers).
+MASTER_FORMS = ("local, local[N], local[*], local[N,MAX_FAILURES], "
+                "local-cluster[WORKERS,CORES,MEMORY_MB], spark://HOST:PORT[,HOST:PORT...], "
+                "k8s://https://HOST:PORT, yarn")
+_LOCAL = re.compile(r"local(?:\[(?:[1-9]\d*|\*)(?:\s*,\s*\d+)?\])?")
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*[1-9]\d*\s*,\s*[1-9]\d*\s*,\s*[1-9]\d*\s*\]")
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
+
+
+def _api_server_ok(url: str) -> bool:
+    """An http(s) URL with a host and a port (Spark's docs: the port must always be given)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and bool(port)
+
+
+def check_master(master: str) -> str:
+    """``master`` (stripped) if it is a master URL Spark accepts, else ConfigError naming
+    the forms: a bad URL fails here, before a JVM starts, not inside Spark."""
+    m = master.strip()
+    if m == "yarn" or _LOCAL.fullmatch(m) or _LOCAL_CLUSTER.fullmatch(m):
+        return m
+    if m.startswith("spark://"):
+        hosts = [_HOST_PORT.fullmatch(h) for h in m[len("spark://"):].split(",")]
+        if all(h is not None and 0 < int(h[1]) < 65536 for h in hosts):
+            return m
+    elif m.startswith("k8s://"):
+        api = m[len("k8s://"):]  # Spark: no scheme means https
+        if _api_server_ok(api if "://" in api else f"https://{api}"):
+            return m
+    raise ConfigError(f"Spark master {master!r} is not a master URL; use {MASTER_FORMS}")
 
 
 @contextlib.contextmanager
@@ -45,23 +84,51 @@ def _stderr_to(path: str | None) -> Iterator[None]:
         os.close(fd)
 
 
+def activate(spark: SparkSession) -> SparkSession:
+    """Make ``spark`` the calling thread's active session, as ``createDataFrame`` does.
+
+    Spark keeps the active session per thread: in a thread other than the one
+    that built the session, ``SparkSession.getActiveSession()`` is None, and a
+    read or write then finds no data source registered with
+    ``spark.dataSource.register`` (``DATA_SOURCE_NOT_FOUND``). A Spark Connect
+    session names itself in every request, so it needs nothing here.
+    """
+    if isinstance(spark, SparkSession):  # the classic (JVM) session
+        jvm = spark._jvm
+        assert jvm is not None
+        SparkSession._activeSession = spark
+        SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
+    return spark
+
+
 def register(spark: SparkSession) -> None:
-    """Register the ``streamq`` format with a session."""
+    """Register the ``streamq`` format with a session and make it the calling thread's
+    active session (see :func:`activate`), so the helpers work from any thread."""
+    activate(spark)
     spark.dataSource.register(StreamqDataSource)
 
 
 def spark_session(master: str = "local[*]", app_name: str = "streamq", *,
                   conf: Mapping[str, str] | None = None, log_file: str | None = None,
                   log_level: str = "WARN") -> SparkSession:
-    """A SparkSession with the ``streamq`` format registered.
+    """A SparkSession with the ``streamq`` format registered (ConfigError for a
+    ``master`` Spark does not accept, see :func:`check_master`).
 
-    Spark's Python workers run the interpreter running this (``PYSPARK_PYTHON``
-    and ``PYSPARK_DRIVER_PYTHON`` are set to ``sys.executable``), so they import
-    the same streamq and pyspark. With ``log_file``, the log of a JVM started
-    here goes to that file instead of stderr.
+    Spark's Python workers run ``PYSPARK_PYTHON``; unset, it is set to the
+    interpreter running this (``sys.executable``), so workers on this host import
+    the same streamq and pyspark. On a cluster whose hosts keep that Python
+    elsewhere, set ``PYSPARK_PYTHON`` to its path there. For ``local-cluster[...]``
+    with ``SPARK_HOME`` unset, ``SPARK_HOME`` is set to the pyspark package (its
+    workers launch executors from there). With ``log_file``, the log of a JVM
+    started here goes to that file instead of stderr.
     """
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    master = check_master(master)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local-cluster") and not os.environ.get("SPARK_HOME"):
+        import pyspark
+
+        os.environ["SPARK_HOME"] = os.path.dirname(os.path.abspath(pyspark.__file__))
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**SESSION_DEFAULTS, **(conf or {})}.items():
         builder = builder.config(key, value)
