@@ -178,6 +178,7 @@ def test_helpers_work_from_two_threads_at_once(
                                     "local-cluster[2,1,1024]", "spark://10.0.0.5:7077",
                                     "spark://m1:7077,m2:7077", "spark://[::1]:7077",
                                     "k8s://https://10.0.0.1:6443", "k8s://api.k8s.internal:443",
+                                    "k8s://https://kubernetes.default.svc",
                                     "yarn"])
 def test_master_urls_spark_accepts_pass(master: str) -> None:
     assert check_master(f" {master} ") == master
@@ -186,7 +187,7 @@ def test_master_urls_spark_accepts_pass(master: str) -> None:
 @pytest.mark.parametrize("master", ["", "foo", "local[0]", "local[x]", "local-cluster[2,1]",
                                     "local-cluster[0,1,1024]", "spark://host", "spark://h:0",
                                     "spark://h:70000", "spark://h:7077,", "k8s://",
-                                    "k8s://https://api.k8s.internal", "k8s://ftp://h:21",
+                                    "k8s://https://h:0", "k8s://ftp://h:21",
                                     "mesos://h:5050"])
 def test_master_urls_spark_refuses_are_config_errors(master: str) -> None:
     with pytest.raises(ConfigError, match="is not a master URL; use local"):
@@ -227,6 +228,35 @@ def test_pipeline_bad_conf_is_one_line_and_exit_2(tmp_path: Path, redis_url: str
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().splitlines() == [
         "streamq: --conf 'spark.executor.memory' is not KEY=VALUE"]
+
+
+def test_py4j_error_becomes_the_java_exception_line() -> None:
+    from streamq.spark.cli import spark_error_message
+
+    text = ("An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+            ": org.apache.spark.SparkException: Asked to launch cluster with 1 MiB/worker but "
+            "requested 1024 MiB/executor\n\tat org.apache.spark.SparkContext$.createTaskScheduler"
+            "(SparkContext.scala:3366)\n")
+    assert spark_error_message(RuntimeError(text)) == (
+        "SparkException: Asked to launch cluster with 1 MiB/worker but requested 1024 MiB/executor")
+
+
+def test_pipeline_spark_not_starting_names_the_master_and_the_reason(
+        tmp_path: Path, redis_url: str) -> None:
+    java_or_skip()
+    # Given a master Spark refuses at start (workers of 1 MiB, executors of 1 GiB)
+    src, log = tmp_path / "in.csv", tmp_path / "spark.log"
+    src.write_text("id\n1\n")
+    res = streamq_pipeline("--input", str(src), "--output", str(tmp_path / "o.jsonl"),
+                           "--queue", "q", "--handler", "streamq.spark.demo:handle",
+                           "--master", "local-cluster[1,1,1]", "--spark-log", str(log),
+                           url=redis_url)
+    # Then one line says so, with Spark's reason and its log
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "streamq: Spark did not start with master 'local-cluster[1,1,1]': SparkException: "
+        "Asked to launch cluster with 1 MiB/worker but requested 1024 MiB/executor "
+        f"(Spark log: {log})"]
 
 
 def test_pipeline_on_local_cluster_runs_executors_python_from_pysparks_python(

@@ -32,8 +32,17 @@ def spark_error_message(e: BaseException) -> str:
             m = _TRACE_LINE.match(line.strip())
             if m and not line.startswith((" ", "\t")):
                 return f"{m[1]}: {m[2]}"
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = lines[0] if lines else type(e).__name__
+    if first.startswith("An error occurred while calling") and len(lines) > 1:
+        m = _TRACE_LINE.match(lines[1].removeprefix(": "))  # py4j: the Java exception next
+        if m:
+            first = f"{m[1]}: {m[2]}"
     return re.sub(r"\s*SQLSTATE: \w+\.?$", "", first)
+
+
+class SparkStartError(Exception):
+    """Spark did not start (a master it cannot reach or that refuses the application)."""
 
 
 @pipeline_app.command("run")
@@ -134,7 +143,11 @@ def _run(input_path: str, output_path: str, queue: str, handler: str, chunk_rows
                 procs.worker(queue, handler)
             procs.reaper(queue, min_idle=10.0, interval=1.0)
             procs.check_started()
-        spark = spark_session(master, "streamq-pipeline", conf=conf, log_file=log)
+        try:
+            spark = spark_session(master, "streamq-pipeline", conf=conf, log_file=log)
+        except Exception as e:
+            raise SparkStartError(f"Spark did not start with master {master!r}: "
+                                  f"{spark_error_message(e)}") from e
         try:
             summary = run_pipeline(spark, input_path=input_path, output_path=output_path,
                                    queue=queue, redis_url=redis_url, rows_per_request=chunk_rows,

@@ -39,13 +39,13 @@ _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
 
 
 def _api_server_ok(url: str) -> bool:
-    """An http(s) URL with a host and a port (Spark's docs: the port must always be given)."""
+    """An http(s) URL with a host (and, if given, a port from 1 to 65535)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # ValueError when out of range or not a number
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and bool(port)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port != 0
 
 
 def check_master(master: str) -> str:
