@@ -11,9 +11,13 @@ A job's settled sub-requests become rows of :data:`RESULT_SCHEMA`:
 * ``error``: the error of a failed one (from its JSON error record), else null.
 
 Batch: the index range ``[0, total)`` is split into partitions of
-``indexesPerSplit`` indexes, each read with pipelined HMGET of ``results``,
-``errors`` and ``ids`` and returned as Arrow record batches. Sub-requests not
-settled yet are left out, so read a job after waiting for it.
+``indexesPerSplit`` indexes, each read READ_CHUNK indexes per round trip with
+one HMGET of ``results``, ``errors`` and ``ids`` each (``errors`` only when
+that hash existed when the partition started: without it no index of the
+range had failed by then) and returned as Arrow record batches built from the
+replies in Arrow (JSON results are cut in Arrow; other result types and error
+records are converted row by row). Sub-requests not settled yet are left out,
+so read a job after waiting for it.
 
 Stream: the offset is ``{"settled": k}``, the length of the job's settled
 prefix: every index below ``k`` has a result or an error. Results are stored
@@ -22,7 +26,9 @@ in whatever order workers finish, so a count of done + failed would not say
 for the same offsets after a restart from a checkpoint. Workers take entries
 in stream order, so the prefix advances steadily; a slow or retried
 sub-request holds back the ones after it until it settles. Once the job is
-terminal the latest offset is its total.
+terminal the latest offset is its total. The prefix is scanned READ_CHUNK
+indexes per round trip: an HMGET of ``errors`` and an HEXISTS of ``results``
+per index (results are not sent back).
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 import redis
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from ..connection import connect
+from ..connection import connect, pipelined
 from ..errors import JobConflict, JobNotFound
 from ..keys import JobKeys
 from ..scripts import Scripts
@@ -48,6 +55,8 @@ _ARROW_SCHEMA = pa.schema([("id", pa.string()), ("index", pa.int64()), ("status"
                            ("result", pa.string()), ("error", pa.string())])
 #: Indexes read per round trip (and per Arrow record batch).
 READ_CHUNK = 2000
+_JSON_KIND = pa.scalar(b"j", pa.binary())
+_DONE, _FAILED = pa.scalar("done", pa.string()), pa.scalar("failed", pa.string())
 #: Indexes a stream reader looks past its start at most when it computes the latest offset.
 MAX_SCAN = 200_000
 
@@ -78,44 +87,58 @@ def _error_text(raw: bytes) -> str:
     return str(record.get("error")) if isinstance(record, dict) else str(record)
 
 
-def read_range(client: redis.Redis, jk: JobKeys, lo: int, hi: int) -> pa.RecordBatch:
-    """The settled sub-requests with indexes in ``[lo, hi)`` as one Arrow record batch."""
-    indexes = list(range(lo, hi))
-    pipe = client.pipeline(transaction=False)
-    pipe.hmget(jk.results, indexes)
-    pipe.hmget(jk.errors, indexes)
-    pipe.hmget(jk.ids, indexes)
-    results, errors, ids = pipe.execute()
-    col_id: list[str | None] = []
-    col_index: list[int] = []
-    col_status: list[str] = []
-    col_result: list[str | None] = []
-    col_error: list[str | None] = []
-    for i, res, err, sub_id in zip(indexes, results, errors, ids):
-        if res is None and err is None:
-            continue
-        col_id.append(sub_id.decode() if sub_id is not None else None)
-        col_index.append(i)
-        if res is not None:
-            col_status.append("done")
-            col_result.append(result_json(res))
-            col_error.append(None)
-        else:
-            col_status.append("failed")
-            col_result.append(None)
-            col_error.append(_error_text(err))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(col_id, pa.string()), pa.array(col_index, pa.int64()),
-         pa.array(col_status, pa.string()), pa.array(col_result, pa.string()),
-         pa.array(col_error, pa.string())], schema=_ARROW_SCHEMA)
+def _hmgets(client: redis.Redis, keys: Sequence[str], indexes: range) -> list[list[Any]]:
+    """HMGET of ``indexes`` in each hash of ``keys``, one round trip."""
+    replies = pipelined(client, [("HMGET", key, *indexes) for key in keys])
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _result_column(results: pa.Array, raw: list[bytes | None]) -> pa.Array:
+    """The ``result`` column: JSON results (type letter ``j``, nearly always all of them)
+    are cut in Arrow; any other type goes through :func:`result_json` row by row."""
+    if pc.all(pc.equal(pc.binary_slice(results, 0, 1), _JSON_KIND)).as_py() is not False:
+        # a stop past every value (pyarrow overflows on an unbounded one)
+        return pc.binary_slice(results, 1, results.nbytes + 1).cast(pa.string())
+    return pa.array([None if r is None else result_json(r) for r in raw], pa.string())
+
+
+def read_range(client: redis.Redis, jk: JobKeys, lo: int, hi: int, *,
+               errors: bool = True) -> pa.RecordBatch:
+    """The settled sub-requests with indexes in ``[lo, hi)`` as one Arrow record batch.
+    ``errors=False`` skips the ``errors`` hash (the caller saw it does not exist)."""
+    indexes = range(lo, hi)
+    if not indexes:
+        return pa.RecordBatch.from_pylist([], schema=_ARROW_SCHEMA)
+    keys = [jk.results, jk.ids, jk.errors] if errors else [jk.results, jk.ids]
+    replies = _hmgets(client, keys, indexes)
+    results = pa.array(replies[0], pa.binary())
+    done = pc.is_valid(results)
+    if errors and any(e is not None for e in replies[2]):
+        col_error = pa.array([_error_text(e) if e is not None and r is None else None
+                              for r, e in zip(replies[0], replies[2])], pa.string())
+        settled = pc.or_(done, pc.is_valid(col_error))
+    else:
+        col_error, settled = pa.nulls(len(indexes), pa.string()), done
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(replies[1], pa.string()), pa.array(indexes, pa.int64()),
+         pc.if_else(done, _DONE, _FAILED), _result_column(results, replies[0]), col_error],
+        schema=_ARROW_SCHEMA)
+    return batch if results.null_count == 0 else batch.filter(settled)
 
 
 def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(part, IndexRange)
     client, jk = connect(opts.redis_url), JobKeys(opts.job)
     try:
+        # a sub-request that failed before this point has its error in `errors`: without
+        # that hash, skip its HMGET (one a chunk); a failure stored later is left out like
+        # any sub-request settled after the read (a stream's range is settled before)
+        errors = part.lo < part.hi and bool(client.exists(jk.errors))
         for lo in range(part.lo, part.hi, READ_CHUNK):
-            batch = read_range(client, jk, lo, min(part.hi, lo + READ_CHUNK))
+            batch = read_range(client, jk, lo, min(part.hi, lo + READ_CHUNK), errors=errors)
             if batch.num_rows:
                 yield batch
     finally:
@@ -196,15 +219,20 @@ class StreamqStreamReader(DataSourceStreamReader):
 
     @staticmethod
     def _settled_prefix(client: redis.Redis, jk: JobKeys, lo: int, hi: int) -> int:
+        """The first index in ``[lo, hi)`` with neither a result nor an error, else ``hi``.
+        One round trip per READ_CHUNK indexes: an HMGET of ``errors`` (small records,
+        nearly always absent) and an HEXISTS of ``results`` per index (results can be
+        large: they are not sent back)."""
         for a in range(lo, hi, READ_CHUNK):
             indexes = range(a, min(hi, a + READ_CHUNK))
-            pipe = client.pipeline(transaction=False)
-            for i in indexes:
-                pipe.hexists(jk.results, str(i))
-                pipe.hexists(jk.errors, str(i))
-            flags = pipe.execute()
+            replies = pipelined(client, [("HMGET", jk.errors, *indexes),
+                                         *(("HEXISTS", jk.results, i) for i in indexes)])
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            errors = replies[0]
             for n, i in enumerate(indexes):
-                if not (flags[2 * n] or flags[2 * n + 1]):
+                if not replies[n + 1] and errors[n] is None:
                     return i
         return hi
 
