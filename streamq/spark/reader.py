@@ -2,8 +2,8 @@
 
 A job's settled sub-requests become rows of :data:`RESULT_SCHEMA`:
 
-* ``id``: the deterministic id the Spark writer gave the sub-request
-  (``<partition>:<position>``); null for sub-requests added another way;
+* ``id``: the id the Spark writer gave the sub-request (see
+  :mod:`streamq.spark.rowids`); null for sub-requests added another way;
 * ``index``: the index streamq assigned at add;
 * ``status``: ``done`` (a result is stored) or ``failed`` (dead-lettered);
 * ``result``: the handler's return value as JSON text (a str result becomes a
