@@ -374,7 +374,7 @@ def results_table(todo: list[Pair], rows: int, rounds: int) -> Table:
             ratio = target = ""
             if c is pair.streamq:  # speed ratio: time of the baseline / time of streamq
                 r_best = min(pair.raw.times) / best
-                ratio = f"{r_best:.2f} ({statistics.median(pair.raw.times) / med:.2f})"
+                ratio = f"{r_best:.3f} ({statistics.median(pair.raw.times) / med:.3f})"
                 goal = TARGETS[pair.key]
                 target = f">= {goal:.2f} " + ("met" if r_best >= goal else "MISSED")
             table.add_row(f"{pair.measure}: {c.name}", f"{best:.2f}", f"{med:.2f}",
