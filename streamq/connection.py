@@ -167,6 +167,53 @@ def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[An
         pool.release(conn)
 
 
+class InFlight:
+    """Commands sent on a connection of their own whose replies are read later
+    (:meth:`wait`), so that the caller prepares its next batch while Redis runs
+    this one. A batch whose send or read fails on the connection is sent again
+    by :func:`pipelined` (with its retries): use it only for writes that are
+    idempotent, as every streamq write is."""
+
+    def __init__(self, client: redis.Redis, commands: Sequence[Sequence[Any]]) -> None:
+        self.client, self.commands = client, commands
+        self.replies: list[Any] | None = None
+        self.conn: Any = None
+        if not commands or getattr(client, "connection", None) is not None:
+            self.replies = pipelined(client, commands)
+            return
+        pool = client.connection_pool
+        conn: Any = pool.get_connection()
+        try:
+            conn.send_packed_command([b"".join([pack_command(tuple(a)) for a in commands])])
+            self.conn = conn
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            conn.disconnect()  # sent again by wait()
+            pool.release(conn)
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+
+    def wait(self) -> list[Any]:
+        """The replies in order (errors in place, as :func:`pipelined` returns them)."""
+        if self.replies is not None:
+            return self.replies
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            try:
+                self.replies = _read_replies(conn, len(self.commands))
+                return self.replies
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                conn.disconnect()  # replies lost: the batch is sent again below
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                self.client.connection_pool.release(conn)
+        self.replies = pipelined(self.client, self.commands)
+        return self.replies
+
+
 def _read_replies(conn: Any, n: int) -> list[Any]:
     """Read ``n`` replies from ``conn``, errors in place.
 

@@ -11,6 +11,7 @@ every emitted piece is preceded by a ``--- file: <relative path>`` line.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,3 +162,10 @@ def load_all(root: Path | None = None, *, debug: bool = False) -> dict[str, LuaS
             raise ScriptLoadError(f"two scripts named {script.name!r}: {other} and {path.name}")
         scripts[script.name] = script
     return scripts
+
+
+@functools.cache
+def bundled() -> dict[str, LuaScript]:
+    """:func:`load_all` of the scripts shipped with streamq, assembled once per process
+    (every client registers them: a Spark task, a producer, a worker slot)."""
+    return load_all()

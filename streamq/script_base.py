@@ -6,14 +6,14 @@ run with EVALSHA, loaded again after NOSCRIPT.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
-from .connection import pipelined
-from .luaload import load_all
+from .connection import InFlight, pipelined
+from .luaload import bundled
 from .replies import Call
 
 
@@ -24,7 +24,7 @@ class ScriptsBase:
         self.client = client
         self._scripts: dict[str, Script] = {}
         self._numkeys: dict[str, int] = {}
-        for name, lua in load_all().items():
+        for name, lua in bundled().items():
             self._scripts[name] = client.register_script(lua.source)
             self._numkeys[name] = lua.numkeys
 
@@ -52,6 +52,18 @@ class ScriptsBase:
             return [], []
         sent = self._pipelined(calls, commands)
         replies, after = sent[: len(calls)], sent[len(calls):]
+        return self._settled(calls, replies), after
+
+    def send_many(self, calls: Sequence[Call]) -> Callable[[], list[Any]]:
+        """Send several scripts in one batch now and return a function that reads
+        their replies (as :meth:`run_many` returns them) when called: Redis runs the
+        batch while the caller prepares the next. For idempotent scripts only: a
+        batch whose connection breaks is sent again."""
+        flight = InFlight(self.client, self._commands(calls))
+        return lambda: self._settled(calls, flight.wait())
+
+    def _settled(self, calls: Sequence[Call], replies: list[Any]) -> list[Any]:
+        """Run again the calls whose script was missing (NOSCRIPT), raise errors."""
         for _ in range(2):
             missing = [i for i, r in enumerate(replies)
                        if isinstance(r, redis.exceptions.NoScriptError)]
@@ -64,16 +76,18 @@ class ScriptsBase:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return replies, after
+        return replies
 
-    def _pipelined(self, calls: Sequence[Call],
-                   then: Sequence[Sequence[Any]] = ()) -> list[Any]:
-        """EVALSHA each call, then the commands ``then``, in one round trip; errors are
-        returned, not raised."""
+    def _commands(self, calls: Sequence[Call]) -> list[Sequence[Any]]:
         commands: list[Sequence[Any]] = []
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
             commands.append(("EVALSHA", self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args))
-        commands.extend(then)
-        return pipelined(self.client, commands)
+        return commands
+
+    def _pipelined(self, calls: Sequence[Call],
+                   then: Sequence[Sequence[Any]] = ()) -> list[Any]:
+        """EVALSHA each call, then the commands ``then``, in one round trip; errors are
+        returned, not raised."""
+        return pipelined(self.client, [*self._commands(calls), *then])

@@ -229,3 +229,28 @@ def test_a_lost_abort_reply_still_finishes_the_job(
     assert r.zscore(QueueKeys(queue_name).active, job.id) is None
     assert not abort_job(queue_name, job.id, proxy.url, "again")
     q.close()
+
+
+def test_a_spark_write_round_whose_reply_is_lost_adds_each_row_once(
+        r: redis.Redis, proxy: ReplyDropProxy, queue_name: str) -> None:
+    pa = pytest.importorskip("pyarrow")
+    from streamq.spark.source import SourceOptions
+    from streamq.spark.writer import StreamqWriter
+
+    # Given a write through a proxy that loses the reply to the first add_keyed round
+    # (sent without waiting: its replies are read after the next round is sent)
+    writer = StreamqWriter(SourceOptions.parse({"queue": queue_name, "job": "lost-round",
+                                                "redisUrl": proxy.url, "pipelineDepth": "1"}))
+    proxy.drop_reply_to(sha(Queue(queue_name, proxy.url), "add_keyed"))
+    rows = [{"id": i} for i in range(1_800)]
+    # When a task writes 1,800 rows (four rounds of up to 500) and the driver commits
+    msg = writer.write(iter([pa.RecordBatch.from_pylist(rows)]))
+    writer.commit([msg])
+    # Then the lost round was sent again and every row is in the job once
+    assert proxy.dropped >= 1
+    assert (msg.sub_requests, msg.added + msg.skipped) == (1_800, 1_800)
+    st = Queue(queue_name, proxy.url).status("lost-round")
+    assert (st.state, st.total) == (JobState.ACTIVE, 1_800)
+    got = sorted(int(codec.decode(b"j", f[b"p"])["id"])
+                 for _, f in r.xrange(JobKeys("lost-round").tasks))
+    assert got == list(range(1_800))

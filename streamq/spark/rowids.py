@@ -14,11 +14,12 @@ which map outputs arrive first. So a row's id never comes from its position:
   for the same rows in any order. The digest is part of the id.
 
 Chunks of ``rowsPerRequest`` > 1 rows are cut from the partition's rows sorted
-by key (or digest), so a chunk holds the same rows on every attempt; its id
-is ``<partition>:c<number>`` and its digest a hash of its payload. That
-needs the partition's encoded rows in memory until the task has read them all.
+by the key column (or by every column: rows equal in every column are
+identical), so a chunk holds the same rows on every attempt; its id is
+``<partition>:c<number>`` and its digest a hash of its payload. That needs the
+partition's rows (as Arrow batches) in memory until the task has read them all.
 
-The digest is BLAKE2b of 16 bytes, as 22 characters of URL-safe base64.
+The digest is BLAKE2b of 12 bytes, as 24 hex digits.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
 from ..errors import PayloadError, PayloadTooLarge, RowConflict
+
+_blake2b = hashlib.blake2b
 
 
 def _json_default(value: Any) -> Any:
@@ -57,9 +63,8 @@ def encode_row(value: Any) -> bytes:
 
 
 def digest(data: bytes) -> str:
-    """The digest of an encoded row or chunk: BLAKE2b-128, URL-safe base64 (22 chars)."""
-    raw = hashlib.blake2b(data, digest_size=16).digest()
-    return base64.urlsafe_b64encode(raw)[:22].decode()
+    """The digest of an encoded row or chunk: BLAKE2b-96, hex (24 chars)."""
+    return _blake2b(data, digest_size=12).hexdigest()
 
 
 def key_text(value: Any) -> str:
@@ -111,23 +116,80 @@ class RowIds:
         return sub_id, ""
 
 
+    def entries(self, rows: list[dict[str, Any]]) -> list[tuple[str, str, bytes, bytes]]:
+        """:meth:`row` for a batch of rows, as add_keyed entries (id, digest, type, JSON)."""
+        if self.key_column is not None:
+            out = []
+            for row in rows:
+                data = encode_row(row)
+                sub_id, d = self.row(row, data)
+                out.append((sub_id, d, b"j", data))
+            return out
+        # content ids: the same as row(), with the lookups hoisted out of the loop
+        encode, b2, count, limit = _encoder.encode, _blake2b, self._count, self.max_bytes
+        prefix = f"{self.partition}:"
+        out = []
+        try:
+            for row in rows:
+                data = encode(row).encode()
+                d = b2(data, digest_size=12).hexdigest()
+                n = count.get(d, 0)
+                count[d] = n + 1
+                sub_id = f"{prefix}{d}:{n}"
+                if len(data) > limit:
+                    self._check_size(sub_id, data)
+                out.append((sub_id, "", b"j", data))
+        except (TypeError, ValueError) as e:
+            raise PayloadError(f"a row is not JSON serialisable: {e}") from None
+        return out
+
+
 class Chunker:
-    """Collects a partition's encoded rows, then cuts them into chunks in key order."""
+    """Collects a partition's record batches, then cuts its rows into chunks in key
+    order: sorted by the key column, or by every column (rows equal in every column
+    are identical), with Arrow; by the encoded rows where Arrow cannot sort a
+    column's type (nested types)."""
 
     def __init__(self, ids: RowIds, rows_per_chunk: int) -> None:
         self.ids, self.n = ids, rows_per_chunk
-        self._rows: list[tuple[str, bytes]] = []
+        self._batches: list[pa.RecordBatch] = []
 
-    def add(self, row: dict[str, Any], data: bytes) -> None:
-        key = self.ids.key_of(row) if self.ids.key_column is not None else digest(data)
-        self._rows.append((key, data))
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._batches.append(batch)
+
+    def _sorted_rows(self) -> list[Any]:
+        table = pa.Table.from_batches(self._batches)
+        self._batches = []
+        key = self.ids.key_column
+        if key is not None:
+            col = table.column(key)
+            if col.null_count:
+                raise PayloadError(f"keyColumn {key!r} is null in a row of partition "
+                                   f"{self.ids.partition}: every row needs a key")
+            if len(pc.unique(col)) != len(col):
+                counts = pc.value_counts(col)
+                dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
+                raise RowConflict(f"keyColumn {key!r} is not unique: {key_text(dup)!r} "
+                                  f"appears twice in partition {self.ids.partition}")
+            keyed: list[Any] = table.take(pc.sort_indices(table, [(key, "ascending")])).to_pylist()
+            return keyed
+        try:
+            order = pc.sort_indices(table, [(c, "ascending") for c in table.column_names])
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+            encoded = sorted((encode_row(row), n) for n, row in enumerate(table.to_pylist()))
+            rows = table.to_pylist()
+            return [rows[n] for _, n in encoded]
+        ordered: list[Any] = table.take(order).to_pylist()
+        return ordered
 
     def chunks(self) -> Iterator[tuple[str, str, bytes]]:
         """(id, digest, JSON list payload) of each chunk, in key order."""
-        rows, self._rows = self._rows, []
-        rows.sort()
+        if not self._batches:
+            return
+        rows = self._sorted_rows()
         for k, start in enumerate(range(0, len(rows), self.n)):
-            payload = b"[" + b",".join(data for _, data in rows[start:start + self.n]) + b"]"
+            payload = encode_row(rows[start:start + self.n])
             sub_id = f"{self.ids.partition}:c{k}"
             self.ids._check_size(sub_id, payload)
             yield sub_id, digest(payload), payload

@@ -27,7 +27,7 @@ and it owns its job:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from ..errors import TotalMismatch, WriteConflict
 from ..keys import JobKeys, QueueKeys
 from ..replies import new_token
 from ..scripts import Call, Scripts
-from .rowids import Chunker, RowIds, encode_row
+from .rowids import Chunker, RowIds
 from .source import SourceOptions
 
 if TYPE_CHECKING:
@@ -73,10 +73,16 @@ class _Adder:
         self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue)
         self.entries: list[tuple[str, str, bytes, bytes]] = []
         self.calls: list[Call] = []
+        self.pending: Callable[[], list[Any]] | None = None  # replies of the round in flight
         self.added = self.skipped = 0
 
     def add(self, sub_id: str, digest: str, data: bytes) -> None:
-        self.entries.append((self.target.id_prefix + sub_id, digest, b"j", data))
+        self.add_entry((sub_id, digest, b"j", data))
+
+    def add_entry(self, entry: tuple[str, str, bytes, bytes]) -> None:
+        if self.target.id_prefix:
+            entry = (self.target.id_prefix + entry[0], *entry[1:])
+        self.entries.append(entry)
         if len(self.entries) >= config.ADD_CHUNK:
             self._call()
             if len(self.calls) >= self.target.opts.pipeline_depth:
@@ -88,19 +94,31 @@ class _Adder:
                                                       self.attempt, self.entries))
         self.entries = []
 
-    def flush(self) -> None:
+    def flush(self, last: bool = False) -> None:
+        """Send the buffered calls, then read the replies of the calls sent before:
+        Redis runs one round while the task encodes the next. Each round ends with
+        ``unpark`` (the job got work; also when every id was skipped: a round resent
+        after a lost reply reports its own adds as skipped)."""
         if self.entries:
             self._call()
-        if not self.calls:
-            return
-        replies, self.calls = self.scripts.run_many(self.calls), []
-        for reply in replies:
+        pending = self.pending
+        self.pending = None
+        if self.calls:
+            t = self.target
+            calls = [*self.calls, self.scripts.unpark_call(self.qk, t.job, t.concurrency)]
+            self.calls = []
+            self.pending = self.scripts.send_many(calls)
+        if pending is not None:
+            self._count(pending())
+        if last and self.pending is not None:
+            pending, self.pending = self.pending, None
+            self._count(pending())
+
+    def _count(self, replies: list[Any]) -> None:
+        for reply in replies[:-1]:  # the last is unpark's
             a, s, _total = Scripts.parse_add_keyed(reply, self.target.job)
             self.added += a
             self.skipped += s
-        # wake the job's parked tokens: it got work. Also when every id was skipped: a
-        # batch resent after a lost reply reports its own adds as skipped
-        self.scripts.unpark(self.qk, self.target.job, self.target.concurrency)
 
     def close(self) -> None:
         self.client.close()
@@ -128,22 +146,19 @@ def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
     try:
         if opts.rows_per_request == 1:
             for batch in batches:
-                for row in batch.to_pylist():
-                    data = encode_row(row)
-                    sub_id, digest = ids.row(row, data)
-                    adder.add(sub_id, digest, data)
-                    rows += 1
+                for entry in ids.entries(batch.to_pylist()):
+                    adder.add_entry(entry)
+                rows += batch.num_rows
             sub_requests = rows
         else:
             chunker = Chunker(ids, opts.rows_per_request)
             for batch in batches:
-                for row in batch.to_pylist():
-                    chunker.add(row, encode_row(row))
-                    rows += 1
+                chunker.add_batch(batch)
+                rows += batch.num_rows
             for sub_id, digest, payload in chunker.chunks():
                 adder.add(sub_id, digest, payload)
                 sub_requests += 1
-        adder.flush()
+        adder.flush(last=True)
     finally:
         adder.close()
     return AddedPartition(partition, attempt, rows, sub_requests, adder.added, adder.skipped)
