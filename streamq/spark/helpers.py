@@ -90,8 +90,8 @@ def activate(spark: SparkSession) -> SparkSession:
     Spark keeps the active session per thread: in a thread other than the one
     that built the session, ``SparkSession.getActiveSession()`` is None, and a
     read or write then finds no data source registered with
-    ``spark.dataSource.register`` (``DATA_SOURCE_NOT_FOUND``). A Spark Connect
-    session names itself in every request, so it needs nothing here.
+    ``spark.dataSource.register`` (``DATA_SOURCE_NOT_FOUND``). Only a classic
+    session is changed; a Spark Connect session is left as it is.
     """
     if isinstance(spark, SparkSession):  # the classic (JVM) session
         jvm = spark._jvm
