@@ -84,6 +84,12 @@ class Queue(Following):
     def close(self) -> None:
         self.redis.close()
 
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- submitting ----------------------------------------------------------------
 
     def _encode_all(self, payloads: Iterable[Any]) -> list[tuple[bytes, bytes]]:

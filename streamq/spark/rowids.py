@@ -84,61 +84,45 @@ class RowIds:
         self._seen: set[str] = set()  # keys of this partition (key mode)
         self._count: dict[str, int] = {}  # digest -> identical rows so far (content mode)
 
-    def key_of(self, row: dict[str, Any]) -> str:
-        """The key of a row in key mode; RowConflict when it repeats in the partition."""
-        value = row.get(self.key_column)  # type: ignore[arg-type]
-        if value is None:
-            raise PayloadError(f"keyColumn {self.key_column!r} is null in a row of partition "
-                               f"{self.partition}: every row needs a key")
-        key = key_text(value)
-        if key in self._seen:
-            raise RowConflict(f"keyColumn {self.key_column!r} is not unique: {key!r} appears "
-                              f"twice in partition {self.partition}")
-        self._seen.add(key)
-        return key
+    def null_key(self) -> PayloadError:
+        return PayloadError(f"keyColumn {self.key_column!r} is null in a row of partition "
+                            f"{self.partition}: every row needs a key")
+
+    def duplicate_key(self, key: str) -> RowConflict:
+        return RowConflict(f"keyColumn {self.key_column!r} is not unique: {key!r} appears "
+                           f"twice in partition {self.partition}")
 
     def _check_size(self, sub_id: str, data: bytes) -> None:
         if len(data) > self.max_bytes:
             raise PayloadTooLarge(f"sub-request {sub_id} is {len(data)} bytes, over the limit "
                                   f"of {self.max_bytes} bytes (lower rowsPerRequest)")
 
-    def row(self, row: dict[str, Any], data: bytes) -> tuple[str, str]:
-        """(id, digest) of a row sent alone; the digest is "" when the id carries it."""
-        d = digest(data)
-        if self.key_column is not None:
-            sub_id = self.key_of(row)
-            self._check_size(sub_id, data)
-            return sub_id, d
-        n = self._count.get(d, 0)
-        self._count[d] = n + 1
-        sub_id = f"{self.partition}:{d}:{n}"
-        self._check_size(sub_id, data)
-        return sub_id, ""
-
-
     def entries(self, rows: list[dict[str, Any]]) -> list[tuple[str, str, bytes, bytes]]:
-        """:meth:`row` for a batch of rows, as add_keyed entries (id, digest, type, JSON)."""
-        if self.key_column is not None:
-            out = []
-            for row in rows:
-                data = encode_row(row)
-                sub_id, d = self.row(row, data)
-                out.append((sub_id, d, b"j", data))
-            return out
-        # content ids: the same as row(), with the lookups hoisted out of the loop
-        encode, b2, count, limit = _encoder.encode, _blake2b, self._count, self.max_bytes
+        """The add_keyed entries (id, digest, type, JSON) of rows sent one per
+        sub-request; the digest is "" when the id carries it (content ids)."""
+        encode, b2, limit = _encoder.encode, _blake2b, self.max_bytes
+        key_column, seen, count = self.key_column, self._seen, self._count
         prefix = f"{self.partition}:"
         out = []
         try:
             for row in rows:
                 data = encode(row).encode()
                 d = b2(data, digest_size=12).hexdigest()
-                n = count.get(d, 0)
-                count[d] = n + 1
-                sub_id = f"{prefix}{d}:{n}"
+                if key_column is None:
+                    n = count.get(d, 0)
+                    count[d] = n + 1
+                    sub_id, d = f"{prefix}{d}:{n}", ""
+                else:
+                    value = row.get(key_column)
+                    if value is None:
+                        raise self.null_key()
+                    sub_id = key_text(value)
+                    if sub_id in seen:
+                        raise self.duplicate_key(sub_id)
+                    seen.add(sub_id)
                 if len(data) > limit:
                     self._check_size(sub_id, data)
-                out.append((sub_id, "", b"j", data))
+                out.append((sub_id, d, b"j", data))
         except (TypeError, ValueError) as e:
             raise PayloadError(f"a row is not JSON serialisable: {e}") from None
         return out
@@ -165,21 +149,19 @@ class Chunker:
         if key is not None:
             col = table.column(key)
             if col.null_count:
-                raise PayloadError(f"keyColumn {key!r} is null in a row of partition "
-                                   f"{self.ids.partition}: every row needs a key")
+                raise self.ids.null_key()
             if len(pc.unique(col)) != len(col):
                 counts = pc.value_counts(col)
                 dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
-                raise RowConflict(f"keyColumn {key!r} is not unique: {key_text(dup)!r} "
-                                  f"appears twice in partition {self.ids.partition}")
+                raise self.ids.duplicate_key(key_text(dup))
             keyed: list[Any] = table.take(pc.sort_indices(table, [(key, "ascending")])).to_pylist()
             return keyed
         try:
             order = pc.sort_indices(table, [(c, "ascending") for c in table.column_names])
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
-            encoded = sorted((encode_row(row), n) for n, row in enumerate(table.to_pylist()))
-            rows = table.to_pylist()
-            return [rows[n] for _, n in encoded]
+            rows: list[Any] = table.to_pylist()
+            return [row for _, row in sorted(((encode_row(row), n), row)
+                                             for n, row in enumerate(rows))]
         ordered: list[Any] = table.take(order).to_pylist()
         return ordered
 

@@ -115,12 +115,9 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
     def _committed(self, job: str, batch: int) -> bool:
         """Whether the batch was committed before; a job aborted meanwhile (by an
         operator) fails the batch: its rows cannot be written exactly once any more."""
-        q = Queue(self.opts.queue, self.opts.redis_url)
-        try:
+        with Queue(self.opts.queue, self.opts.redis_url) as q:
             state = q.status(job).state
             last: Any = q.redis.hget(JobKeys(job).meta, "stream_batch")
-        finally:
-            q.close()
         if not self.opts.job_per_batch:
             if last is not None and int(last) >= batch:
                 return True
@@ -148,12 +145,9 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
         if self.opts.job_per_batch:
             commit_write(target, added)
             return
-        q = Queue(self.opts.queue, self.opts.redis_url)
-        try:
+        with Queue(self.opts.queue, self.opts.redis_url) as q:
             q.scripts.commit_batch(JobKeys(target.job), target.token, batchId,
                                    sum(a.sub_requests for a in added))
-        finally:
-            q.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Leave the batch's job open for the restarted query (see the module docstring)."""

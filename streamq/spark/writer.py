@@ -167,8 +167,7 @@ def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
 def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
     """Open ``job`` for the write named by ``token``; WriteConflict when the job exists
     and another write (or another producer) opened it."""
-    q = Queue(opts.queue, opts.redis_url)
-    try:
+    with Queue(opts.queue, opts.redis_url) as q:
         sj = q.open(job_id=job, priority=opts.priority, concurrency=opts.concurrency,
                     client=opts.client, max_deliveries=opts.max_deliveries, token=token)
         if not sj.created:
@@ -179,8 +178,6 @@ def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
                 "into another job id)")
         retention: Any = q.redis.hget(JobKeys(job).meta, "retention")
         keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
-    finally:
-        q.close()
     return WriteTarget(opts, job, token, sj.concurrency, keep_ms)
 
 
@@ -188,8 +185,7 @@ def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | N
     """Finalize the write's job if it holds exactly what the successful tasks produced;
     otherwise abort it (only if this write still owns it open) and raise."""
     written = sum(m.sub_requests for m in messages if isinstance(m, AddedPartition))
-    q = Queue(target.opts.queue, target.opts.redis_url)
-    try:
+    with Queue(target.opts.queue, target.opts.redis_url) as q:
         try:
             reply = q.scripts.commit_write(JobKeys(target.job), target.token, written)
         except TotalMismatch as e:
@@ -197,17 +193,12 @@ def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | N
             raise
         if reply.completed:
             q._finish(target.job, reply)
-    finally:
-        q.close()
 
 
 def abort_write(target: WriteTarget, reason: str) -> bool:
     """Abort the write's job if this write opened it and has not committed it."""
-    q = Queue(target.opts.queue, target.opts.redis_url)
-    try:
+    with Queue(target.opts.queue, target.opts.redis_url) as q:
         return _abort(q, target.job, reason, write_token=target.token)
-    finally:
-        q.close()
 
 
 class StreamqWriter(DataSourceArrowWriter):
@@ -242,20 +233,14 @@ def abort_job(queue: str, job_id: str, redis_url: str, reason: str = "aborted") 
     """Abort an open or active job: no add passes afterwards, undelivered work is dropped,
     and the job gets its one completion (state ``aborted``). Return True if this call
     aborted it, False if it was terminal already; JobNotFound for an unknown job."""
-    q = Queue(queue, redis_url)
-    try:
+    with Queue(queue, redis_url) as q:
         return _abort(q, job_id, reason)
-    finally:
-        q.close()
 
 
 def finalize_job(queue: str, job_id: str, redis_url: str) -> None:
     """Finalize an open job (the one job of a streaming query in the sink's single-job
     mode, once the query is retired): it completes when its last sub-request is done."""
-    q = Queue(queue, redis_url)
-    try:
+    with Queue(queue, redis_url) as q:
         reply = q.scripts.finalize_job(JobKeys(job_id))
         if reply.completed:
             q._finish(job_id, reply)
-    finally:
-        q.close()
