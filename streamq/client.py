@@ -8,11 +8,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import redis
-
 from . import config, deadletters
 from .codec import encode
-from .connection import connect
+from .connection import Client, connect
 from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
@@ -62,7 +60,7 @@ class Queue(Following):
         name: str,
         url: str | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: Client | None = None,
         retention_s: float = config.DEFAULT_RETENTION_S,
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import redis
 from hiredis import pack_command
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 try:  # what redis-py's hiredis reader returns while a reply is incomplete
@@ -98,8 +100,36 @@ def is_access_error(error: BaseException) -> bool:
 _SCRIPT_NOPERM = "The user executing the script can't run this command"
 
 
-def connect(url: str, **overrides: Any) -> redis.Redis:
+#: What a streamq client is: a standalone ``redis.Redis`` or a ``RedisCluster``.
+Client: TypeAlias = "redis.Redis | RedisCluster"
+
+#: Values of ``STREAMQ_CLUSTER`` (and ``--cluster/--no-cluster``): force either mode.
+_TRUE, _FALSE = {"1", "true", "yes", "on", "cluster"}, {"0", "false", "no", "off", "standalone"}
+
+
+def cluster_mode(value: bool | str | None = None) -> bool | None:
+    """True (a cluster), False (a standalone Redis) or None (ask the server), from
+    ``value`` or else from the environment variable ``STREAMQ_CLUSTER``."""
+    if isinstance(value, bool):
+        return value
+    raw = (value if value is not None else os.environ.get("STREAMQ_CLUSTER", "")).strip().lower()
+    if raw in ("", "auto"):
+        return None
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"STREAMQ_CLUSTER must be auto, true or false, got {raw!r}")
+
+
+def connect(url: str, *, cluster: bool | str | None = None, **overrides: Any) -> Client:
     """Return a client for ``url``; TLS, ACL user and password come from the URL.
+
+    ``url`` may name any node of a Redis Cluster: the server is asked (HELLO) whether
+    it runs in cluster mode, and a cluster gets redis-py's ``RedisCluster``, which
+    finds the other nodes. ``cluster`` (or ``STREAMQ_CLUSTER``) forces either mode.
+    When the server cannot be reached to ask, the client is a standalone one marked
+    undecided (:func:`undecided`): wait for Redis, then connect again.
 
     Commands time out after ``DEFAULT_SOCKET_TIMEOUT_S``; blocking calls are
     issued with a shorter block time, so the socket never cuts them short.
@@ -112,13 +142,78 @@ def connect(url: str, **overrides: Any) -> redis.Redis:
         "health_check_interval": 30,
     }
     options.update(overrides)
+    mode = cluster_mode(cluster)
     try:
+        if mode is None:
+            probe = redis.Redis.from_url(url, **{**options, "retry": Retry(NoBackoff(), 0)})
+            try:
+                mode = _server_is_cluster(probe)
+            finally:
+                probe.close()
+            if mode is None:  # unreachable for now
+                client = redis.Redis.from_url(url, **options)
+                client.streamq_undecided = True  # type: ignore[attr-defined]
+                return client
+        if mode:
+            return _cluster_client(url, options)
         return redis.Redis.from_url(url, **options)
     except ValueError as e:
-        raise ConfigError(f"invalid Redis URL {url!r}: {e}") from None
+        raise ConfigError(f"invalid Redis URL {_safe(url)}: {e}") from None
 
 
-def ping(client: redis.Redis) -> None:
+def undecided(client: Client) -> bool:
+    """True for a client made while Redis could not be asked whether it is a cluster."""
+    return bool(getattr(client, "streamq_undecided", False))
+
+
+def _server_is_cluster(probe: redis.Redis) -> bool | None:
+    """Ask a server whether it runs in cluster mode (None: it cannot be reached now)."""
+    try:
+        hello = probe.execute_command("HELLO")  # type: ignore[no-untyped-call]
+        mode = hello.get(b"mode", hello.get("mode")) if isinstance(hello, dict) else None
+        if mode is not None:
+            return bytes(mode) == b"cluster" if isinstance(mode, bytes) else mode == "cluster"
+        info = probe.info("cluster")
+        return bool(info.get("cluster_enabled"))
+    except ACCESS_ERRORS as e:
+        raise ConnectionFailed(f"Redis refused access: {e}") from None
+    except CONNECTION_ERRORS:
+        return None
+    except redis.ResponseError as e:
+        if is_transient(e):
+            return None
+        try:
+            return bool(probe.info("cluster").get("cluster_enabled"))
+        except redis.RedisError:
+            return False
+
+
+def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
+    """A RedisCluster from ``url`` (any node), with streamq's timeouts and retries."""
+    opts = {k: v for k, v in options.items() if k not in ("retry", "max_connections",
+                                                            "health_check_interval")}
+    opts["retry"] = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=6)
+    if "max_connections" in options:
+        opts["max_connections"] = options["max_connections"]
+    try:
+        return RedisCluster.from_url(url, **opts)
+    except ACCESS_ERRORS as e:
+        raise ConnectionFailed(f"Redis refused access: {e}") from None
+    except redis.RedisError as e:
+        raise ConnectionFailed(f"cannot use the Redis Cluster at {_safe(url)}: {e}") from None
+
+
+def _safe(url: str) -> str:
+    """``url`` without its password, for messages."""
+    head, sep, tail = url.partition("@")
+    if not sep:
+        return repr(url)
+    scheme, _, cred = head.partition("://")
+    user = cred.split(":", 1)[0]
+    return repr(f"{scheme}://{user + ':***' if ':' in cred else cred}@{tail}")
+
+
+def ping(client: Client) -> None:
     """Raise ConnectionFailed unless ``client`` answers PING."""
     try:
         client.ping()
@@ -128,7 +223,7 @@ def ping(client: redis.Redis) -> None:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None
 
 
-def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """Send ``commands`` in one round trip; return their raw replies in order.
 
     A reply that is an error is returned as its ``ResponseError`` (NOSCRIPT as
@@ -143,6 +238,10 @@ def pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[An
     """
     if not commands:
         return []
+    if isinstance(client, RedisCluster):
+        from .cluster import cluster_pipelined
+
+        return cluster_pipelined(client, commands)
     if getattr(client, "connection", None) is not None:  # a single-connection client
         pipe = client.pipeline(transaction=False)
         for args in commands:
@@ -174,14 +273,16 @@ class InFlight:
     by :func:`pipelined` (with its retries): use it only for writes that are
     idempotent, as every streamq write is."""
 
-    def __init__(self, client: redis.Redis, commands: Sequence[Sequence[Any]]) -> None:
+    def __init__(self, client: Client, commands: Sequence[Sequence[Any]]) -> None:
         self.client, self.commands = client, commands
         self.replies: list[Any] | None = None
         self.conn: Any = None
-        if not commands or getattr(client, "connection", None) is not None:
+        self.pool: Any = None
+        if (not commands or isinstance(client, RedisCluster)
+                or getattr(client, "connection", None) is not None):
             self.replies = pipelined(client, commands)
             return
-        pool = client.connection_pool
+        pool = self.pool = client.connection_pool
         conn: Any = pool.get_connection()
         try:
             conn.send_packed_command([b"".join([pack_command(tuple(a)) for a in commands])])
@@ -209,7 +310,7 @@ class InFlight:
                 conn.disconnect()
                 raise
             finally:
-                self.client.connection_pool.release(conn)
+                self.pool.release(conn)
         self.replies = pipelined(self.client, self.commands)
         return self.replies
 
@@ -253,7 +354,7 @@ def _read_replies(conn: Any, n: int) -> list[Any]:
     return replies
 
 
-def wait_for_redis(client: redis.Redis, log: Any, *, max_wait_s: float | None = None,
+def wait_for_redis(client: Client, log: Any, *, max_wait_s: float | None = None,
                    stop: Any = None, what: str = "Redis") -> None:
     """Block until ``client`` answers PING; wait out every transient error with
     exponential backoff (0.1 s doubling to 5 s, with jitter), logging one line per

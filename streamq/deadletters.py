@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import redis
-
 from .codec import decode
 from .config import (
     ANNOUNCE_CHUNK,
@@ -24,6 +22,7 @@ from .config import (
     DEFAULT_RETENTION_S,
     UNANNOUNCED_GRACE_MS,
 )
+from .connection import Client
 from .errors import DeadLetterReplayed, JobNotFound, ScriptError, StreamqError
 from .keys import JobKeys, QueueKeys, dead_letter_key
 from .scripts import ScriptErrorCode, Scripts
@@ -124,7 +123,7 @@ def _parse(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
                       int(f.get(b"c", b"0")))
 
 
-def list_dead(client: redis.Redis, qk: QueueKeys, count: int = 100,
+def list_dead(client: Client, qk: QueueKeys, count: int = 100,
               job_id: str | None = None) -> list[DeadLetter]:
     """The newest dead letters (one per dead letter: a copy announced by an older
     version is hidden), newest first."""
@@ -141,7 +140,7 @@ def list_dead(client: redis.Redis, qk: QueueKeys, count: int = 100,
     return out
 
 
-def get_dead(client: redis.Redis, qk: QueueKeys, dead_id: str) -> DeadLetter:
+def get_dead(client: Client, qk: QueueKeys, dead_id: str) -> DeadLetter:
     """One dead letter by its id in the dead stream; raises JobNotFound-like StreamqError."""
     raw: Any = client.xrange(qk.dead, dead_id, dead_id)
     if not raw:
@@ -149,7 +148,7 @@ def get_dead(client: redis.Redis, qk: QueueKeys, dead_id: str) -> DeadLetter:
     return _parse(*raw[0])
 
 
-def replay(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
+def replay(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
            new_job: Callable[[bytes, bytes, str], str], token: str | None = None) -> str:
     """Put a dead letter back to work, once; return the job id it went to.
 
@@ -181,7 +180,7 @@ def replay(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: DeadLette
     return target
 
 
-def _replay_once(client: redis.Redis, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
+def _replay_once(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
                  new_job: Callable[[bytes, bytes, str], str]) -> str:
     """The replay itself, safe to run again for the same dead letter."""
     try:
@@ -206,12 +205,12 @@ def replay_job_id(dead: DeadLetter) -> str:
     return "replay-" + hashlib.sha256(dead.key.encode()).hexdigest()[:32]
 
 
-def _retention_ms(client: redis.Redis, job_id: str) -> int:
+def _retention_ms(client: Client, job_id: str) -> int:
     raw: Any = client.hget(JobKeys(job_id).meta, "retention")
     return int(raw) if raw else DEFAULT_RETENTION_S * 1000
 
 
-def replayed_into(client: redis.Redis, qk: QueueKeys, dead_id: str) -> str | None:
+def replayed_into(client: Client, qk: QueueKeys, dead_id: str) -> str | None:
     """The job a dead-stream entry was replayed into ("" when unknown), or None if it was
     not replayed (as far as the markers remember)."""
     raw: Any = client.get(qk.replayed_entry(dead_id))
@@ -220,7 +219,7 @@ def replayed_into(client: redis.Redis, qk: QueueKeys, dead_id: str) -> str | Non
     return str(raw.decode().partition("|")[2])
 
 
-def purge(client: redis.Redis, qk: QueueKeys) -> int:
+def purge(client: Client, qk: QueueKeys) -> int:
     """Delete every dead letter of the queue's dead stream; return how many."""
     n = int(client.xlen(qk.dead))
     client.delete(qk.dead)

@@ -9,6 +9,7 @@ import redis
 
 from . import config
 from .codec import decode_result
+from .connection import Client
 from .errors import JobNotFound, WaitTimeout
 from .jobs import wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name
@@ -19,7 +20,7 @@ class Following:
     """The reading side of :class:`streamq.client.Queue`."""
 
     name: str
-    redis: redis.Redis
+    redis: Client
     keys: QueueKeys
 
     @wrap_connection_errors

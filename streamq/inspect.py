@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from . import config, deadletters
+from .connection import Client
 from .deadletters import DeadLetter
 from .errors import StreamqError
 from .keys import JobKeys, QueueKeys, owner_worker
@@ -45,20 +46,20 @@ def _s(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def queue_exists(r: redis.Redis, qk: QueueKeys) -> bool:
+def queue_exists(r: Client, qk: QueueKeys) -> bool:
     """True when any key of the queue exists (a queue is nothing but its keys)."""
     keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
             qk.workers, qk.events, qk.dead, qk.fair, qk.dedup)
     return int(r.exists(*keys)) > 0
 
 
-def require_queue(r: redis.Redis, qk: QueueKeys) -> None:
+def require_queue(r: Client, qk: QueueKeys) -> None:
     """Raise QueueNotFound unless the queue has some key."""
     if not queue_exists(r, qk):
         raise QueueNotFound(qk.name)
 
 
-def active_job_ids(r: redis.Redis, qk: QueueKeys) -> list[str]:
+def active_job_ids(r: Client, qk: QueueKeys) -> list[str]:
     """Unfinished jobs in registration order (the ``active`` registry)."""
     raw: Any = r.zrange(qk.active, 0, -1)
     return [_s(j) for j in raw]
@@ -86,7 +87,7 @@ class JobRow:
     consumers: dict[str, int] = field(default_factory=dict)  #: XPENDING per consumer
 
 
-def job_rows(r: redis.Redis, job_ids: Sequence[str], *, idle: bool = True) -> list[JobRow]:
+def job_rows(r: Client, job_ids: Sequence[str], *, idle: bool = True) -> list[JobRow]:
     """Read each job's meta, stream length, retries and pending list (pipelined)."""
     out: list[JobRow] = []
     for start in range(0, len(job_ids), _CHUNK):
@@ -123,7 +124,7 @@ def _pending_count(summary: Any) -> int:
     return int(summary["pending"]) if isinstance(summary, dict) else 0
 
 
-def _max_idle(r: redis.Redis, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
+def _max_idle(r: Client, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
     busy = [(job, n) for job, n in jobs if n > 0]
     if not busy:
         return {}
@@ -176,14 +177,14 @@ class Overview:
         return asdict(self)
 
 
-def server_ms(r: redis.Redis) -> int:
+def server_ms(r: Client) -> int:
     """Redis's clock (TIME), ms since the epoch: heartbeat deadlines and event ids are
     Redis's clock, so they are compared with it, not with this process's."""
     sec, usec = r.time()
     return int(sec) * 1000 + int(usec) // 1000
 
 
-def recent_completions(r: redis.Redis, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
+def recent_completions(r: Client, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
                        now: int | None = None) -> tuple[int, int]:
     """(completions, sub-requests done) recorded in the events stream in the window."""
     since = (now if now is not None else server_ms(r)) - window_ms
@@ -192,7 +193,7 @@ def recent_completions(r: redis.Redis, qk: QueueKeys, window_ms: int = RATE_WIND
     return len(entries), done
 
 
-def overview(r: redis.Redis, qk: QueueKeys) -> Overview:
+def overview(r: Client, qk: QueueKeys) -> Overview:
     """Queue overview; raises QueueNotFound for a queue with no key."""
     require_queue(r, qk)
     t = server_ms(r)
@@ -260,13 +261,13 @@ class PendingReport:
         return asdict(self)
 
 
-def live_workers(r: redis.Redis, qk: QueueKeys, now: int | None = None) -> set[str]:
+def live_workers(r: Client, qk: QueueKeys, now: int | None = None) -> set[str]:
     """Ids of workers whose heartbeat deadline has not passed."""
     raw: Any = r.zrangebyscore(qk.workers, now if now is not None else server_ms(r), "+inf")
     return {_s(w) for w in raw}
 
 
-def pending(r: redis.Redis, qk: QueueKeys, job_ids: Sequence[str], *,
+def pending(r: Client, qk: QueueKeys, job_ids: Sequence[str], *,
             consumer: str | None = None, min_idle_ms: int = 0, details: bool = False,
             cap: int = PENDING_CAP) -> PendingReport:
     """Pending entries of the given jobs, grouped by job and consumer (XPENDING)."""
@@ -290,7 +291,7 @@ def pending(r: redis.Redis, qk: QueueKeys, job_ids: Sequence[str], *,
     return PendingReport(qk.name, len(raw_entries), out_groups, entries)
 
 
-def _entries(r: redis.Redis, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
+def _entries(r: Client, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
     pipe = r.pipeline(transaction=False)
     for job, e in raw:
         pipe.xrange(JobKeys(job).tasks, e["message_id"], e["message_id"])
@@ -327,7 +328,7 @@ class WorkerRow:
     failed: int | None
 
 
-def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
+def workers(r: Client, qk: QueueKeys) -> list[WorkerRow]:
     """Every worker in the registry, live and dead, most recently beating first."""
     t = server_ms(r)
     # only commands the read-only ``inspector`` ACL role (deploy/users.acl) allows
@@ -357,7 +358,7 @@ def workers(r: redis.Redis, qk: QueueKeys) -> list[WorkerRow]:
     return out
 
 
-def beat_age_ms(r: redis.Redis, qk: QueueKeys, worker_id: str) -> int | None:
+def beat_age_ms(r: Client, qk: QueueKeys, worker_id: str) -> int | None:
     """Milliseconds since the worker's last heartbeat, by Redis's clock; None when it is
     not registered (never started, stopped, or presumed dead and removed)."""
     pipe = r.pipeline(transaction=False)
@@ -373,7 +374,7 @@ def beat_age_ms(r: redis.Redis, qk: QueueKeys, worker_id: str) -> int | None:
 # -- dead letters ----------------------------------------------------------------------
 
 
-def dead_letter(r: redis.Redis, qk: QueueKeys, dead_id: str) -> DeadLetter:
+def dead_letter(r: Client, qk: QueueKeys, dead_id: str) -> DeadLetter:
     """One dead letter by its id in the dead stream; raises DeadLetterNotFound."""
     try:
         return deadletters.get_dead(r, qk, dead_id)

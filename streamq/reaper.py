@@ -19,7 +19,7 @@ import redis
 
 from . import config
 from .client import Queue
-from .connection import is_access_error, is_transient
+from .connection import Client, is_access_error, is_transient
 from .deadletters import announce
 from .errors import StreamqError
 from .keys import JobKeys, parse_intent
@@ -72,7 +72,7 @@ class Reaper:
         queue: str,
         url: str | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: Client | None = None,
         min_idle_s: float = config.DEFAULT_MIN_IDLE_S,
         max_deliveries: int = 0,
         retention_s: float = config.DEFAULT_RETENTION_S,

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from .connection import InFlight, pipelined
+from .connection import Client, InFlight, pipelined
 from .luaload import bundled
 from .replies import Call
 
@@ -20,7 +20,7 @@ from .replies import Call
 class ScriptsBase:
     """A Redis client and streamq's scripts registered on it."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
         self._scripts: dict[str, Script] = {}
         self._numkeys: dict[str, int] = {}

@@ -37,11 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from . import config
 from .client import Queue, now_ms
-from .connection import connect, is_access_error, is_transient, wait_for_redis
+from .connection import (
+    Client,
+    connect,
+    is_access_error,
+    is_transient,
+    undecided,
+    wait_for_redis,
+)
 from .entries import EntryRunner, current_task
 from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .leases import LeaseKeeper
@@ -71,7 +76,7 @@ class Worker:
         handler: Handler,
         url: str | None = None,
         *,
-        client: redis.Redis | None = None,
+        client: Client | None = None,
         concurrency: int = config.DEFAULT_WORKER_CONCURRENCY,
         batch: int = config.DEFAULT_BATCH,
         prefetch: int = config.DEFAULT_PREFETCH,
@@ -96,14 +101,13 @@ class Worker:
         if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
             raise ConfigError("idle_wait_s must be positive and below the socket timeout")
         self._own_client = client is None
+        self._url = url
+        self._retention_s = retention_s
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
             client = connect(url, max_connections=concurrency * 2 + 4)
-        self.q = Queue(queue, client=client, retention_s=retention_s)
-        self.redis = client
-        self.scripts = self.q.scripts
-        self.keys = self.q.keys
+        self._bind(queue, client)
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.concurrency = concurrency
@@ -145,6 +149,12 @@ class Worker:
         self.leases = LeaseKeeper(self)
         self.entries = EntryRunner(self)
 
+    def _bind(self, queue: str, client: Client) -> None:
+        self.q = Queue(queue, client=client, retention_s=self._retention_s)
+        self.redis = client
+        self.scripts = self.q.scripts
+        self.keys = self.q.keys
+
     # -- lifecycle ---------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -163,6 +173,11 @@ class Worker:
                 log.info("worker %s stopped before Redis was reachable", self.id)
                 return
             raise
+        if self._own_client and self._url is not None and undecided(self.redis):
+            # Redis was unreachable when the worker was made: now ask it whether it
+            # is a cluster, and connect as it says
+            self.redis.close()
+            self._bind(self.q.name, connect(self._url, max_connections=self.concurrency * 2 + 4))
         port, addr = self._metrics_at
         if port is not None:
             self.metrics.serve(port, addr)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Column
 from typer.core import TyperGroup
 
-from ..connection import connect, ping
+from ..connection import Client, connect, ping
 from ..errors import (
     ConfigError,
     ConnectionFailed,
@@ -151,7 +151,7 @@ MetricsAddr = Annotated[str, typer.Option(envvar="STREAMQ_METRICS_ADDR",
 # -- connecting and printing -----------------------------------------------------------
 
 
-def make_client(url: str, *, quick: bool = False) -> redis.Redis:
+def make_client(url: str, *, quick: bool = False) -> Client:
     """A client with few retries, so a dead Redis fails fast (``quick``: none, 2 s timeouts)."""
     if quick:
         return connect(url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=2.0,
@@ -159,7 +159,7 @@ def make_client(url: str, *, quick: bool = False) -> redis.Redis:
     return connect(url, retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2))
 
 
-def client(url: str) -> redis.Redis:
+def client(url: str) -> Client:
     """A client that answered PING."""
     c = make_client(url)
     ping(c)

@@ -7,7 +7,6 @@ import time
 from datetime import datetime
 from typing import Annotated, Any
 
-import redis
 import typer
 from rich.console import Group, RenderableType
 from rich.live import Live
@@ -17,7 +16,7 @@ from rich.text import Text
 
 from .. import inspect
 from ..client import Queue
-from ..connection import CONNECTION_ERRORS
+from ..connection import CONNECTION_ERRORS, Client
 from ..keys import QueueKeys
 from ..models import Completion, JobState
 from .common import (
@@ -122,7 +121,7 @@ def subscribe(
 class Dashboard:
     """Renders one frame per call; keeps the previous one to compute rates."""
 
-    def __init__(self, r: redis.Redis, qk: QueueKeys) -> None:
+    def __init__(self, r: Client, qk: QueueKeys) -> None:
         self.r = r
         self.qk = qk
         self._prev: tuple[float, int] | None = None

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from .. import inspect
 from ..client import Queue
+from ..connection import Client
 from ..errors import ConnectionFailed, JobNotFound
 from ..keys import QueueKeys, check_name
 from ..models import JobStatus
@@ -222,7 +223,7 @@ def health(
     raise typer.Exit(code)
 
 
-def _worker_health(r: redis.Redis, id_file: str | None, max_age: float | None,
+def _worker_health(r: Client, id_file: str | None, max_age: float | None,
                    doc: dict[str, Any]) -> str | None:
     """Check the worker named in ``id_file``: None when it beat within ``max_age``
     seconds (default three of its heartbeat periods), else what is wrong."""

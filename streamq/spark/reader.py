@@ -40,10 +40,9 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
-import redis
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from ..connection import connect, pipelined
+from ..connection import Client, connect, pipelined
 from ..errors import JobConflict, JobNotFound
 from ..keys import JobKeys
 from ..scripts import Scripts
@@ -87,7 +86,7 @@ def _error_text(raw: bytes) -> str:
     return str(record.get("error")) if isinstance(record, dict) else str(record)
 
 
-def _hmgets(client: redis.Redis, keys: Sequence[str], indexes: range) -> list[list[Any]]:
+def _hmgets(client: Client, keys: Sequence[str], indexes: range) -> list[list[Any]]:
     """HMGET of ``indexes`` in each hash of ``keys``, one round trip."""
     replies = pipelined(client, [("HMGET", key, *indexes) for key in keys])
     for reply in replies:
@@ -105,7 +104,7 @@ def _result_column(results: pa.Array, raw: list[bytes | None]) -> pa.Array:
     return pa.array([None if r is None else result_json(r) for r in raw], pa.string())
 
 
-def read_range(client: redis.Redis, jk: JobKeys, lo: int, hi: int, *,
+def read_range(client: Client, jk: JobKeys, lo: int, hi: int, *,
                errors: bool = True) -> pa.RecordBatch:
     """The settled sub-requests with indexes in ``[lo, hi)`` as one Arrow record batch.
     ``errors=False`` skips the ``errors`` hash (the caller saw it does not exist)."""
@@ -145,7 +144,7 @@ def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]
         client.close()
 
 
-def _meta(client: redis.Redis, opts: SourceOptions) -> tuple[str, int]:
+def _meta(client: Client, opts: SourceOptions) -> tuple[str, int]:
     """(state, total) of the job; JobNotFound / JobConflict when it is not the queue's."""
     m: Any = client.hmget(JobKeys(opts.job).meta, "state", "total", "queue")
     if m[0] is None:
@@ -186,14 +185,14 @@ class StreamqStreamReader(DataSourceStreamReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._known = 0  # a settled prefix already seen (the prefix only grows)
-        self._client: redis.Redis | None = None
+        self._client: Client | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # a connection is not sent to the executors
         return state
 
-    def _redis(self) -> redis.Redis:
+    def _redis(self) -> Client:
         if self._client is None:
             self._client = connect(self.opts.redis_url)
         return self._client
@@ -218,7 +217,7 @@ class StreamqStreamReader(DataSourceStreamReader):
         return {"settled": end}
 
     @staticmethod
-    def _settled_prefix(client: redis.Redis, jk: JobKeys, lo: int, hi: int) -> int:
+    def _settled_prefix(client: Client, jk: JobKeys, lo: int, hi: int) -> int:
         """The first index in ``[lo, hi)`` with neither a result nor an error, else ``hi``.
         One round trip per READ_CHUNK indexes: an HMGET of ``errors`` (small records,
         nearly always absent) and an HEXISTS of ``results`` per index (results can be

@@ -1,0 +1,154 @@
+"""Batches of commands on a Redis Cluster: each command goes to the master of its
+key's slot, one pipelined round trip per master.
+
+:func:`streamq.connection.pipelined` sends here when its client is a
+``RedisCluster``. Replies come back in the order of the commands, errors in
+place, as on a standalone Redis. Redirections are followed, a bounded number of
+times: MOVED (the slot has another owner: the slot map is updated and the
+command sent there), ASK (a slot in migration: ``ASKING`` then the command, on
+the importing node); TRYAGAIN and CLUSTERDOWN (a multi-key command during a
+migration, a cluster without quorum) and a node that cannot be reached (a
+failover under way) are retried after a short pause with the slot map read
+again. A command that still cannot be placed when the attempts run out has its
+last error as its reply, and the caller decides (streamq's processes wait
+transient errors out).
+
+Every streamq write may be sent twice (each is idempotent by a key its caller
+chooses), so sending a command again after a broken connection is safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+
+#: Rounds of redirections and retries a batch gets before its errors are returned.
+MAX_ATTEMPTS = 8
+#: Pause before the first retry of a node that failed or a slot that is down, s (doubles).
+RETRY_PAUSE_S = 0.05
+#: Longest pause between two retries, s.
+RETRY_PAUSE_CAP_S = 1.0
+
+#: Commands whose one key is their first argument (the slot is read without asking
+#: redis-py's command table).
+_FIRST_KEY = frozenset({
+    b"XADD", b"XACK", b"XDEL", b"XLEN", b"XRANGE", b"XREVRANGE", b"XPENDING", b"XCLAIM",
+    b"XAUTOCLAIM", b"HGET", b"HMGET", b"HSET", b"HDEL", b"HGETALL", b"HLEN", b"HEXISTS",
+    b"HINCRBY", b"HSCAN", b"GET", b"SET", b"DEL", b"EXISTS", b"PEXPIRE", b"EXPIRE", b"PTTL",
+    b"TTL", b"TYPE", b"ZADD", b"ZREM", b"ZSCORE", b"ZCARD", b"ZCOUNT", b"ZRANGE",
+    b"ZRANGEBYSCORE", b"ZSCAN", b"LLEN", b"LPUSH", b"RPUSH", b"LRANGE", b"SADD", b"SREM",
+    b"SMEMBERS", b"SCARD", b"SISMEMBER",
+})
+_SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO"})
+
+
+def _word(arg: Any) -> bytes:
+    if isinstance(arg, bytes):
+        return arg.upper()
+    return str(arg).upper().encode()
+
+
+def slot_of(client: RedisCluster, command: Sequence[Any]) -> int:
+    """The hash slot ``command`` must run in (its keys' slot)."""
+    name = _word(command[0])
+    if name in _SCRIPT_CALLS:
+        if int(command[2]) == 0:
+            return 0
+        return int(client.keyslot(command[3]))  # type: ignore[no-untyped-call]
+    if name in _FIRST_KEY:
+        return int(client.keyslot(command[1]))  # type: ignore[no-untyped-call]
+    slot = client.determine_slot(*command)
+    return 0 if slot is None else int(slot)
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a redis-py ``RedisCluster`` client."""
+    return isinstance(client, RedisCluster)
+
+
+def _master(client: RedisCluster, slot: int) -> Any:
+    return client.nodes_manager.get_node_from_slot(slot)
+
+
+def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Run ``commands`` on the masters of their slots, one round trip per master
+    (masters in turn); replies in the order of ``commands``, errors in place."""
+    from .connection import CONNECTION_ERRORS, pipelined
+
+    n = len(commands)
+    replies: list[Any] = [None] * n
+    todo = list(range(n))
+    asking: dict[int, Any] = {}  # command index -> node to send ASKING + command to
+    pause = RETRY_PAUSE_S
+    for attempt in range(MAX_ATTEMPTS):
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        by_node: dict[str, list[int]] = defaultdict(list)
+        refresh = False
+        retry: list[int] = []
+        for i in todo:
+            try:
+                node = asking.get(i) or _master(client, slot_of(client, commands[i]))
+            except redis.RedisError as e:  # slot not covered: the map is stale or down
+                replies[i] = e
+                retry.append(i)
+                refresh = True
+                continue
+            groups.setdefault(node.name, (node, []))
+            by_node[node.name].append(i)
+        for name, idxs in by_node.items():
+            node = groups[name][0]
+            sent: list[Sequence[Any]] = []
+            for i in idxs:
+                if i in asking:
+                    sent.append(("ASKING",))
+                sent.append(commands[i])
+            try:
+                got = pipelined(client.get_redis_connection(node), sent)
+            except CONNECTION_ERRORS as e:  # the node is gone: a failover, perhaps
+                for i in idxs:
+                    replies[i] = redis.ConnectionError(f"{node.name}: {e}")
+                    retry.append(i)
+                refresh = True
+                continue
+            k = 0
+            for i in idxs:
+                if i in asking:
+                    k += 1  # ASKING's +OK
+                    del asking[i]
+                reply = got[k]
+                k += 1
+                replies[i] = reply
+                if isinstance(reply, MovedError):
+                    client.nodes_manager.move_slot(reply)
+                    retry.append(i)
+                elif isinstance(reply, AskError):
+                    target = client.nodes_manager.get_node(host=reply.host, port=reply.port)
+                    if target is None:
+                        refresh = True
+                    else:
+                        asking[i] = target
+                    retry.append(i)
+                elif isinstance(reply, (TryAgainError, ClusterDownError)) or (
+                        isinstance(reply, redis.ResponseError)
+                        and str(reply).startswith(("CLUSTERDOWN", "TRYAGAIN"))):
+                    retry.append(i)
+                    refresh = True
+        if not retry:
+            return replies
+        if attempt == MAX_ATTEMPTS - 1:
+            break
+        if refresh:
+            time.sleep(pause)
+            pause = min(RETRY_PAUSE_CAP_S, pause * 2)
+            try:
+                client.nodes_manager.initialize()
+            except (redis.RedisError, OSError):
+                pass  # the next round finds the map as it is, or fails again
+        todo = sorted(set(retry))
+    return replies

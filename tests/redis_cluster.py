@@ -1,0 +1,197 @@
+"""A real Redis Cluster for tests and benchmarks, built from the redis-server binary.
+
+    with LocalCluster(workdir, masters=3, replicas_per_master=0) as cluster:
+        cluster.url            # redis://127.0.0.1:<port of the first master>
+        cluster.kill_master(0) # SIGKILL, by the pid this process started
+
+Every node listens on a free loopback port with ``--cluster-enabled yes``; the
+cluster is formed with ``redis-cli --cluster create`` and torn down by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from redis.cluster import RedisCluster
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports whose cluster-bus ports (+10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535 or port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+@dataclass
+class Node:
+    port: int
+    proc: subprocess.Popen[bytes]
+    dir: Path
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+
+
+@dataclass
+class LocalCluster:
+    """A Redis Cluster of ``masters`` masters, each with ``replicas_per_master`` replicas."""
+
+    workdir: Path
+    masters: int = 3
+    replicas_per_master: int = 0
+    extra: tuple[str, ...] = ()
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.nodes[0].addr}/0"
+
+    def urls(self) -> list[str]:
+        return [f"redis://{n.addr}/0" for n in self.nodes]
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        cli = shutil.which("redis-cli")
+        if binary is None or cli is None:
+            raise RuntimeError("redis-server / redis-cli not found: run `make install`")
+        count = self.masters * (1 + self.replicas_per_master)
+        for port in _free_ports(count):
+            d = self.workdir / f"node-{port}"
+            d.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.Popen(
+                [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(d), "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                 "--protected-mode", "yes", *self.extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.nodes.append(Node(port, proc, d))
+        try:
+            for n in self.nodes:
+                self._wait_ping(n)
+            out = subprocess.run(
+                [cli, "--cluster", "create", *[n.addr for n in self.nodes],
+                 "--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"],
+                capture_output=True, timeout=60, check=False)
+            if out.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout!r} "
+                                   f"{out.stderr!r}")
+            self.wait_ok()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ping(self, n: Node) -> None:
+        c = n.client()
+        try:
+            for _ in range(200):
+                try:
+                    c.ping()
+                    return
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            raise RuntimeError(f"redis-server on {n.addr} did not start")
+        finally:
+            c.close()
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Wait until every live node says ``cluster_state:ok`` and sees every slot."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self._node_ok(n) for n in self.nodes if n.proc.poll() is None):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the cluster did not reach cluster_state:ok")
+
+    @staticmethod
+    def _node_ok(n: Node) -> bool:
+        c = n.client()
+        try:
+            info = c.execute_command("CLUSTER", "INFO")
+            text = info.decode() if isinstance(info, bytes) else str(info)
+            return "cluster_state:ok" in text and "cluster_slots_assigned:16384" in text
+        except redis.RedisError:
+            return False
+        finally:
+            c.close()
+
+    def client(self) -> RedisCluster:
+        return RedisCluster.from_url(self.url)
+
+    def master_nodes(self) -> list[Node]:
+        """The nodes that are masters now (asked of the live nodes)."""
+        by_port = {n.port: n for n in self.nodes}
+        for n in self.nodes:
+            if n.proc.poll() is not None:
+                continue
+            c = n.client()
+            try:
+                lines = c.execute_command("CLUSTER", "NODES")
+            except redis.RedisError:
+                continue
+            finally:
+                c.close()
+            text = lines.decode() if isinstance(lines, bytes) else str(lines)
+            ports = []
+            for line in text.splitlines():
+                parts = line.split()
+                if "master" in parts[2] and "fail" not in parts[2] and len(parts) > 8:
+                    ports.append(int(parts[1].split("@")[0].rsplit(":", 1)[1]))
+            return [by_port[p] for p in sorted(ports) if p in by_port]
+        return []
+
+    def flush(self) -> None:
+        for n in self.master_nodes():
+            c = n.client()
+            try:
+                c.flushall()
+                c.script_flush()
+            finally:
+                c.close()
+
+    def kill(self, node: Node) -> None:
+        if node.proc.poll() is None:
+            os.kill(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(10)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.proc.poll() is None:
+                n.proc.terminate()
+        for n in self.nodes:
+            try:
+                n.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                n.proc.wait(10)
