@@ -20,6 +20,11 @@ identical), so a chunk holds the same rows on every attempt; its id is
 partition's rows (as Arrow batches) in memory until the task has read them all.
 
 The digest is BLAKE2b of 12 bytes, as 24 hex digits.
+
+Rows are encoded as JSON objects (:func:`encode_row`). Chunks of flat rows
+whose columns are integers, booleans, floats or strings are encoded in Arrow,
+column by column (:func:`json_rows`), to the same bytes, without a Python dict
+per row; other types go through :func:`encode_row`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import decimal
 import hashlib
 import json
 from collections.abc import Iterator
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -74,6 +80,63 @@ def key_text(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int):
         return _encoder.encode(value)
     return str(value)
+
+
+def _text(value: str) -> Any:
+    return pa.scalar(value, pa.large_string())
+
+
+#: A character that JSON (ASCII only, as :func:`encode_row`) writes escaped.
+_ESCAPED = r'[^ !#-\[\]-~]'
+
+
+def _value_texts(col: Any) -> Any:
+    """A column's values as JSON texts (large_string, null as ``null``), as
+    :func:`encode_row` writes them; None for a type it leaves to :func:`encode_row`."""
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):  # Arrow's text is Python's
+        out = pc.cast(col, pa.large_string())
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        if pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
+            out = pa.array([None if v is None else encode_basestring_ascii(v)
+                            for v in col.to_pylist()], pa.large_string())
+        else:
+            out = pc.binary_join_element_wise(_text('"'), pc.cast(col, pa.large_string()),
+                                              _text('"'), _text(""))
+    elif pa.types.is_floating(t) and not pa.types.is_float16(t):
+        if col.null_count < len(col) and not pc.all(pc.is_finite(col)).as_py():
+            return None  # NaN or infinity: encode_row raises the error
+        out = pa.array([None if v is None else float.__repr__(v) for v in col.to_pylist()],
+                       pa.large_string())
+    else:
+        return None
+    return pc.fill_null(out, _text("null")) if col.null_count else out
+
+
+def json_rows(table: pa.Table) -> Any:
+    """Each row of ``table`` as a JSON object, the bytes :func:`encode_row` makes of
+    its dict (large_string array); None when a column's type is not an integer,
+    boolean, float or string, or two columns share a name."""
+    names = table.column_names
+    if not names or len(set(names)) != len(names):
+        return None
+    parts: list[Any] = []
+    for k, name in enumerate(names):
+        texts = _value_texts(table.column(name).combine_chunks())
+        if texts is None:
+            return None
+        parts += [_text(("{" if k == 0 else ",") + encode_basestring_ascii(name) + ":"), texts]
+    return pc.binary_join_element_wise(*parts, _text("}"), _text(""))
+
+
+def json_chunks(rows: Any, n: int) -> list[bytes]:
+    """JSON lists of ``n`` consecutive rows of ``rows`` (from :func:`json_rows`)."""
+    offsets = pa.array([*range(0, len(rows), n), len(rows)], pa.int64())
+    lists = pa.LargeListArray.from_arrays(offsets, rows)
+    joined = pc.binary_join_element_wise(_text("["), pc.binary_join(lists, _text(",")),
+                                         _text("]"), _text(""))
+    chunks: list[bytes] = pc.cast(joined, pa.large_binary()).to_pylist()
+    return chunks
 
 
 class RowIds:
@@ -142,7 +205,9 @@ class Chunker:
         if batch.num_rows:
             self._batches.append(batch)
 
-    def _sorted_rows(self) -> list[Any]:
+    def _sorted(self) -> tuple[pa.Table | None, list[Any]]:
+        """The partition's rows in key order: as a table, or as row dicts where Arrow
+        cannot sort them."""
         table = pa.Table.from_batches(self._batches)
         self._batches = []
         key = self.ids.key_column
@@ -154,24 +219,30 @@ class Chunker:
                 counts = pc.value_counts(col)
                 dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
                 raise self.ids.duplicate_key(key_text(dup))
-            keyed: list[Any] = table.take(pc.sort_indices(table, [(key, "ascending")])).to_pylist()
-            return keyed
+            return table.take(pc.sort_indices(table, [(key, "ascending")])), []
         try:
             order = pc.sort_indices(table, [(c, "ascending") for c in table.column_names])
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
             rows: list[Any] = table.to_pylist()
-            return [row for _, row in sorted(((encode_row(row), n), row)
-                                             for n, row in enumerate(rows))]
-        ordered: list[Any] = table.take(order).to_pylist()
-        return ordered
+            return None, [row for _, row in sorted(((encode_row(row), n), row)
+                                                   for n, row in enumerate(rows))]
+        return table.take(order), []
+
+    def _payloads(self) -> list[bytes]:
+        table, rows = self._sorted()
+        if table is not None:
+            texts = json_rows(table)
+            if texts is not None:
+                return json_chunks(texts, self.n)
+            rows = table.to_pylist()
+        return [encode_row(rows[start:start + self.n]) for start in range(0, len(rows), self.n)]
 
     def chunks(self) -> Iterator[tuple[str, str, bytes]]:
         """(id, digest, JSON list payload) of each chunk, in key order."""
         if not self._batches:
             return
-        rows = self._sorted_rows()
-        for k, start in enumerate(range(0, len(rows), self.n)):
-            payload = encode_row(rows[start:start + self.n])
-            sub_id = f"{self.ids.partition}:c{k}"
+        prefix = f"{self.ids.partition}:c"
+        for k, payload in enumerate(self._payloads()):
+            sub_id = f"{prefix}{k}"
             self.ids._check_size(sub_id, payload)
             yield sub_id, digest(payload), payload

@@ -24,7 +24,8 @@ priority           write  0..99, 0 most urgent (default 50)
 concurrency        write  tokens: sub-requests of the job in flight at once (default 1)
 maxDeliveries      write  attempts per sub-request before it is dead-lettered (default 5)
 client             write  client name for fairness (default "default")
-pipelineDepth      write  add calls (of up to 500 sub-requests) per round trip (default 8)
+pipelineDepth      write  add calls (of up to 500 sub-requests or 128 KiB) per round trip
+                          (default 8; a round of 512 KiB goes at once)
 jobPerBatch        sink   true (default): a job per micro-batch; false: every micro-batch
                           adds to the one open job named by ``job`` (required then),
                           which the query never finalizes

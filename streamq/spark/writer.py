@@ -10,8 +10,9 @@ and it owns its job:
 * ``write()`` (one Spark task per partition, on the executors): turns rows,
   or chunks of ``rowsPerRequest`` rows, into JSON sub-requests whose ids do
   not depend on the order the rows arrive in (:mod:`streamq.spark.rowids`)
-  and adds them with the fenced ``add_keyed`` script, ``pipelineDepth`` calls
-  of 500 per round trip. Only the write token that opened the job passes;
+  and adds them with the fenced ``add_keyed`` script: calls of up to 500
+  sub-requests (or CALL_BYTES of payload), ``pipelineDepth`` calls (or
+  ROUND_BYTES) per round trip. Only the write token that opened the job passes;
   an id added before with the same digest by the same partition is skipped
   (a retried or speculative task adds nothing twice); an id added with
   another digest, or by another partition, fails the task (RowConflict):
@@ -33,10 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from redis.cluster import RedisCluster
 
 from .. import config
 from ..client import Queue
-from ..connection import connect
+from ..connection import connect, undecided
 from ..errors import TotalMismatch, WriteConflict
 from ..keys import JobKeys, QueueKeys
 from ..replies import new_token
@@ -49,6 +51,11 @@ if TYPE_CHECKING:
 
 #: How long the id maps of a job outlive its last add, beyond the job's retention, in ms.
 KEEP_AFTER_ADD_MS = 7 * 24 * 3600 * 1000
+#: Payload bytes after which an add_keyed call is cut (before ``ADD_CHUNK`` entries).
+CALL_BYTES = 128 * 1024
+#: Payload bytes after which a round of calls is sent (before ``pipelineDepth`` calls),
+#: so that Redis adds large sub-requests while the task packs the next round.
+ROUND_BYTES = 512 * 1024
 
 
 @dataclass
@@ -68,11 +75,13 @@ class _Adder:
 
     def __init__(self, target: WriteTarget, partition: int, attempt: int) -> None:
         self.target, self.partition, self.attempt = target, partition, attempt
-        self.client = connect(target.opts.redis_url)
+        self.client = connect(target.opts.redis_url, cluster=target.cluster)
         self.scripts = Scripts(self.client)
         self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue)
         self.entries: list[tuple[str, str, bytes, bytes]] = []
+        self.entry_bytes = 0  # payload bytes of self.entries
         self.calls: list[Call] = []
+        self.call_bytes = 0  # payload bytes of self.calls
         self.pending: Callable[[], list[Any]] | None = None  # replies of the round in flight
         self.added = self.skipped = 0
 
@@ -83,16 +92,19 @@ class _Adder:
         if self.target.id_prefix:
             entry = (self.target.id_prefix + entry[0], *entry[1:])
         self.entries.append(entry)
-        if len(self.entries) >= config.ADD_CHUNK:
+        self.entry_bytes += len(entry[3])
+        if len(self.entries) >= config.ADD_CHUNK or self.entry_bytes >= CALL_BYTES:
             self._call()
-            if len(self.calls) >= self.target.opts.pipeline_depth:
+            if (len(self.calls) >= self.target.opts.pipeline_depth
+                    or self.call_bytes >= ROUND_BYTES):
                 self.flush()
 
     def _call(self) -> None:
         t = self.target
         self.calls.append(self.scripts.add_keyed_call(self.jk, t.keep_ms, t.token, self.partition,
                                                       self.attempt, self.entries))
-        self.entries = []
+        self.call_bytes += self.entry_bytes
+        self.entries, self.entry_bytes = [], 0
 
     def flush(self, last: bool = False) -> None:
         """Send the buffered calls, then read the replies of the calls sent before:
@@ -106,7 +118,7 @@ class _Adder:
         if self.calls:
             t = self.target
             calls = [*self.calls, self.scripts.unpark_call(self.qk, t.job, t.concurrency)]
-            self.calls = []
+            self.calls, self.call_bytes = [], 0
             self.pending = self.scripts.send_many(calls)
         if pending is not None:
             self._count(pending())
@@ -134,6 +146,7 @@ class WriteTarget:
     concurrency: int
     keep_ms: int
     id_prefix: str = ""  #: before every sub-request id (a micro-batch's, in one long job)
+    cluster: bool | None = None  #: Redis Cluster or not, as the driver found; None: ask
 
 
 def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
@@ -178,7 +191,8 @@ def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
                 "into another job id)")
         retention: Any = q.redis.hget(JobKeys(job).meta, "retention")
         keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
-    return WriteTarget(opts, job, token, sj.concurrency, keep_ms)
+        cluster = None if undecided(q.redis) else isinstance(q.redis, RedisCluster)
+    return WriteTarget(opts, job, token, sj.concurrency, keep_ms, cluster=cluster)
 
 
 def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | None]) -> None:
