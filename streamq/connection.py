@@ -12,6 +12,7 @@ import redis
 from hiredis import pack_command
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 try:  # what redis-py's hiredis reader returns while a reply is incomplete
@@ -155,15 +156,55 @@ def connect(url: str, *, cluster: bool | str | None = None, **overrides: Any) ->
                 client.streamq_undecided = True  # type: ignore[attr-defined]
                 return client
         if mode:
-            return _cluster_client(url, options)
+            try:
+                return _cluster_client(url, options)
+            except (redis.RedisError, RedisClusterException, OSError) as e:  # slots not served
+                client = redis.Redis.from_url(url, **options)
+                client.streamq_undecided = (  # type: ignore[attr-defined]
+                    f"CLUSTERDOWN: the Redis Cluster at {_safe(url)} cannot serve yet: {e}")
+                return client
         return redis.Redis.from_url(url, **options)
     except ValueError as e:
         raise ConfigError(f"invalid Redis URL {_safe(url)}: {e}") from None
 
 
 def undecided(client: Client) -> bool:
-    """True for a client made while Redis could not be asked whether it is a cluster."""
+    """True for a client made while Redis could not be asked whether it is a cluster,
+    or while the cluster it names could not serve every slot: connect again later."""
     return bool(getattr(client, "streamq_undecided", False))
+
+
+def connect_when_ready(url: str, log: Any, *, max_wait_s: float | None = None,
+                       stop: Any = None, **overrides: Any) -> Client:
+    """:func:`connect`, waiting first for Redis to answer and, for a cluster, to serve
+    every slot (a cluster forming, or without quorum); every wait is logged, bounded
+    by ``max_wait_s`` and ended by ``stop``, as in :func:`wait_for_redis`."""
+    started = time.monotonic()
+    delay = 0.1
+    while True:
+        client = connect(url, **overrides)
+        if not undecided(client):
+            return client
+        left = None if max_wait_s is None else max(0.0, max_wait_s - (time.monotonic() - started))
+        wait_for_redis(client, log, max_wait_s=left, stop=stop)
+        reason = getattr(client, "streamq_undecided", True)
+        client.close()
+        again = connect(url, **overrides)
+        if not undecided(again):
+            return again
+        again.close()
+        waited = time.monotonic() - started
+        if max_wait_s is not None and waited >= max_wait_s:
+            raise ConnectionFailed(f"Redis not ready after {waited:.0f} s: {reason}")
+        if isinstance(reason, str):
+            log.warning("waiting for Redis (%.1f s so far): %s", waited, reason)
+        pause = delay * random.uniform(0.5, 1.0)
+        if stop is not None and hasattr(stop, "wait"):
+            if stop.wait(pause):
+                raise ConnectionFailed(f"stopped while waiting for Redis: {reason}")
+        else:
+            time.sleep(pause)
+        delay = min(5.0, delay * 2)
 
 
 def _server_is_cluster(probe: redis.Redis) -> bool | None:
@@ -199,8 +240,6 @@ def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
         return RedisCluster.from_url(url, **opts)
     except ACCESS_ERRORS as e:
         raise ConnectionFailed(f"Redis refused access: {e}") from None
-    except redis.RedisError as e:
-        raise ConnectionFailed(f"cannot use the Redis Cluster at {_safe(url)}: {e}") from None
 
 
 def _safe(url: str) -> str:
@@ -211,6 +250,19 @@ def _safe(url: str) -> str:
     scheme, _, cred = head.partition("://")
     user = cred.split(":", 1)[0]
     return repr(f"{scheme}://{user + ':***' if ':' in cred else cred}@{tail}")
+
+
+def server_ms(client: Client, key: str | None = None) -> int:
+    """Redis's clock (TIME), ms since the epoch. On a cluster every master has its own
+    clock: pass the ``key`` whose times are compared with it, and the master that holds
+    that key is asked (the clock its scripts use)."""
+    if isinstance(client, RedisCluster) and key is not None:
+        node = client.nodes_manager.get_node_from_slot(
+            client.keyslot(key))  # type: ignore[no-untyped-call]
+        sec, usec = client.get_redis_connection(node).time()
+    else:
+        sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 def ping(client: Client) -> None:

@@ -16,6 +16,7 @@ import redis
 
 from . import config, deadletters
 from .connection import Client
+from .connection import server_ms as connection_server_ms
 from .deadletters import DeadLetter
 from .errors import StreamqError
 from .keys import JobKeys, QueueKeys, owner_worker
@@ -177,17 +178,16 @@ class Overview:
         return asdict(self)
 
 
-def server_ms(r: Client) -> int:
-    """Redis's clock (TIME), ms since the epoch: heartbeat deadlines and event ids are
-    Redis's clock, so they are compared with it, not with this process's."""
-    sec, usec = r.time()
-    return int(sec) * 1000 + int(usec) // 1000
+def server_ms(r: Client, qk: QueueKeys) -> int:
+    """Redis's clock (TIME) in the queue's slot, ms since the epoch: heartbeat deadlines
+    and event ids are that clock, so they are compared with it, not with this process's."""
+    return connection_server_ms(r, qk.workers)
 
 
 def recent_completions(r: Client, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
                        now: int | None = None) -> tuple[int, int]:
     """(completions, sub-requests done) recorded in the events stream in the window."""
-    since = (now if now is not None else server_ms(r)) - window_ms
+    since = (now if now is not None else server_ms(r, qk)) - window_ms
     entries: Any = r.xrange(qk.events, min=str(max(0, since)), max="+")
     done = sum(int(f.get(b"done", 0)) for _, f in entries)
     return len(entries), done
@@ -196,7 +196,7 @@ def recent_completions(r: Client, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS
 def overview(r: Client, qk: QueueKeys) -> Overview:
     """Queue overview; raises QueueNotFound for a queue with no key."""
     require_queue(r, qk)
-    t = server_ms(r)
+    t = server_ms(r, qk)
     pipe = r.pipeline(transaction=False)
     for key in (qk.active, qk.ready, qk.leased, qk.parked):
         pipe.zcard(key)
@@ -263,7 +263,7 @@ class PendingReport:
 
 def live_workers(r: Client, qk: QueueKeys, now: int | None = None) -> set[str]:
     """Ids of workers whose heartbeat deadline has not passed."""
-    raw: Any = r.zrangebyscore(qk.workers, now if now is not None else server_ms(r), "+inf")
+    raw: Any = r.zrangebyscore(qk.workers, now if now is not None else server_ms(r, qk), "+inf")
     return {_s(w) for w in raw}
 
 
@@ -330,7 +330,7 @@ class WorkerRow:
 
 def workers(r: Client, qk: QueueKeys) -> list[WorkerRow]:
     """Every worker in the registry, live and dead, most recently beating first."""
-    t = server_ms(r)
+    t = server_ms(r, qk)
     # only commands the read-only ``inspector`` ACL role (deploy/users.acl) allows
     registry: Any = list(reversed(r.zrange(qk.workers, 0, -1, withscores=True)))
     owners: Any = r.hgetall(qk.owners)
@@ -362,13 +362,12 @@ def beat_age_ms(r: Client, qk: QueueKeys, worker_id: str) -> int | None:
     """Milliseconds since the worker's last heartbeat, by Redis's clock; None when it is
     not registered (never started, stopped, or presumed dead and removed)."""
     pipe = r.pipeline(transaction=False)
-    pipe.time()
     pipe.zscore(qk.workers, worker_id)
     pipe.hget(qk.worker(worker_id), "beat")
-    (sec, usec), deadline, beat = pipe.execute()
+    deadline, beat = pipe.execute()
     if deadline is None or beat is None:
         return None
-    return max(0, int(sec) * 1000 + int(usec) // 1000 - int(beat))
+    return max(0, server_ms(r, qk) - int(beat))
 
 
 # -- dead letters ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ import redis
 
 from . import config
 from .client import Queue
-from .connection import Client, is_access_error, is_transient
+from .connection import Client, is_access_error, is_transient, server_ms
 from .deadletters import announce
 from .errors import StreamqError
 from .keys import JobKeys, parse_intent
@@ -145,8 +145,7 @@ class Reaper:
         at most ``_INTENT_LIMIT`` per pass. A live job is registered, a terminal one
         finished (both idempotent, both remove the intent); an intent whose job has no
         meta (its create never ran) is dropped, releasing the dedup key it reserved."""
-        sec, usec = self.redis.time()
-        cut = sec * 1000 + usec // 1000 - self.intent_grace_ms
+        cut = server_ms(self.redis, self.keys.creating) - self.intent_grace_ms
         rows: Any = self.redis.zrangebyscore(self.keys.creating, "-inf", cut, start=0,
                                              num=_INTENT_LIMIT, withscores=True)
         if not rows:
@@ -177,8 +176,8 @@ class Reaper:
     def recover_jobs(self, report: PassReport) -> None:
         """Every registered job: finish, forget, promote retries, reclaim stalled entries."""
         # alive by Redis's clock (heartbeat deadlines are Redis's clock), not this process's
-        sec, usec = self.redis.time()
-        live: Any = self.redis.zrangebyscore(self.keys.workers, sec * 1000 + usec // 1000, "+inf")
+        live: Any = self.redis.zrangebyscore(self.keys.workers,
+                                             server_ms(self.redis, self.keys.workers), "+inf")
         alive = {w.decode() for w in live}
         batch: list[str] = []
         members: Any = self.redis.zscan_iter(self.keys.active, count=500)

@@ -42,6 +42,7 @@ from .client import Queue, now_ms
 from .connection import (
     Client,
     connect,
+    connect_when_ready,
     is_access_error,
     is_transient,
     undecided,
@@ -167,17 +168,19 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
         try:
+            if self._own_client and self._url is not None and undecided(self.redis):
+                # Redis could not be asked whether it is a cluster when the worker was
+                # made, or the cluster could not serve: wait, then connect as it says
+                self.redis.close()
+                self._bind(self.q.name, connect_when_ready(
+                    self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
+                    max_connections=self.concurrency * 2 + 4))
             wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
         except ConnectionFailed:
             if self.stopping.is_set() and self.fatal is None:
                 log.info("worker %s stopped before Redis was reachable", self.id)
                 return
             raise
-        if self._own_client and self._url is not None and undecided(self.redis):
-            # Redis was unreachable when the worker was made: now ask it whether it
-            # is a cluster, and connect as it says
-            self.redis.close()
-            self._bind(self.q.name, connect(self._url, max_connections=self.concurrency * 2 + 4))
         port, addr = self._metrics_at
         if port is not None:
             self.metrics.serve(port, addr)

@@ -64,11 +64,33 @@ def start_redis(workdir: Path, *extra: str, port: int | None = None,
     return proc, url
 
 
+#: The topologies every test that uses ``redis_url`` runs on (``STREAMQ_TEST_TOPOLOGIES``,
+#: comma-separated, picks some): a standalone redis-server, and a Redis Cluster of three
+#: masters built from the same binary.
+TOPOLOGIES = [t for t in os.environ.get("STREAMQ_TEST_TOPOLOGIES",
+                                        "standalone,cluster").split(",") if t]
+
+
+@pytest.fixture(scope="session", params=TOPOLOGIES)
+def topology(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+_servers: dict[str, Any] = {}
+
+
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def redis_url(topology: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = os.environ.get("STREAMQ_TEST_REDIS_URL")
-    if env:
+    if env and topology == "standalone":
         yield env
+        return
+    if topology == "cluster":
+        from redis_cluster import LocalCluster
+
+        with LocalCluster(tmp_path_factory.mktemp("cluster")) as cluster:
+            _servers["cluster"] = cluster
+            yield cluster.url
         return
     with tempfile.TemporaryDirectory(prefix="streamq-redis-") as d:
         proc, url = start_redis(Path(d))
@@ -77,6 +99,15 @@ def redis_url() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def _topology_marks(request: pytest.FixtureRequest) -> None:
+    """``@pytest.mark.standalone``: a test about one server's own behaviour (a proxy in
+    front of its port, its process restarted) that has no cluster form."""
+    if "topology" in request.fixturenames and request.node.get_closest_marker("standalone"):
+        if request.getfixturevalue("topology") != "standalone":
+            pytest.skip("a standalone-server test (marked standalone)")
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +121,14 @@ def _restore_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
+def r(redis_url: str, topology: str) -> Iterator[Any]:
+    """A redis-py client of the test server (a RedisCluster on the cluster), flushed."""
+    if topology == "cluster":
+        _servers["cluster"].flush()
+        cluster_client = _servers["cluster"].client()
+        yield cluster_client
+        cluster_client.close()
+        return
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     yield client
@@ -98,10 +136,12 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def proxy(r: redis.Redis) -> Iterator[Any]:
+def proxy(r: redis.Redis, topology: str) -> Iterator[Any]:
     """A reply-losing proxy in front of the test server (tests/proxy.py). Every script
     is loaded first: a lost NOSCRIPT reply would be the reply of a command that did
-    not run."""
+    not run. Standalone only: a cluster's nodes send clients past a proxy (MOVED)."""
+    if topology != "standalone":
+        pytest.skip("the reply-losing proxy fronts one server; a cluster redirects past it")
     from proxy import ReplyDropProxy  # imported here: tests.chaos imports this module too
 
     for lua in load_all().values():

@@ -11,17 +11,16 @@ import signal
 import time
 from typing import Any
 
-import redis
-
 from streamq import current_task
+from streamq.connection import Client, connect
 
-_client: redis.Redis | None = None
+_client: Client | None = None
 
 
-def _redis() -> redis.Redis:
+def _redis() -> Client:
     global _client
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["STREAMQ_REDIS_URL"])
+    if _client is None:  # a RedisCluster when the test server is a cluster
+        _client = connect(os.environ["STREAMQ_REDIS_URL"])
     return _client
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import redis
 from conftest import start_redis
 
@@ -28,6 +29,7 @@ def test_replies_in_order_with_errors_in_place(redis_url: str) -> None:
     c.close()
 
 
+@pytest.mark.standalone
 def test_a_killed_connection_is_reconnected_and_the_batch_sent_again(redis_url: str) -> None:
     c = connect(redis_url)
     admin = redis.Redis.from_url(redis_url)
@@ -60,6 +62,7 @@ def test_unreachable_redis_raises_a_connection_error(tmp_path: Path) -> None:
     c.close()
 
 
+@pytest.mark.standalone
 def test_single_connection_client(redis_url: str) -> None:
     c = redis.Redis.from_url(redis_url, single_connection_client=True)
     replies = pipelined(c, [("SET", "pl:one", "1"), ("HGET", "pl:one", "f"), ("GET", "pl:one")])

@@ -90,6 +90,7 @@ def test_a_terminal_job_owing_announcements_is_repaired(
     assert r.zcard(q.keys.owed) == 0
 
 
+@pytest.mark.standalone
 def test_a_resent_announce_adds_one_copy(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -181,6 +182,7 @@ def test_a_dead_letter_is_replayed_once(
         f"streamq: dead letter {dead.id} was replayed already into job {target}"]
 
 
+@pytest.mark.standalone
 def test_a_replay_whose_reply_is_lost_runs_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:

@@ -31,7 +31,10 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> float:
 
 
 def starts(r: redis.Redis, job_id: str, n: int) -> list[int]:
-    vals = r.mget([f"starts:{job_id}:{i}" for i in range(n)])
+    pipe = r.pipeline(transaction=False)  # keys of many slots: one GET each
+    for i in range(n):
+        pipe.get(f"starts:{job_id}:{i}")
+    vals = pipe.execute()
     return [int(v or 0) for v in vals]
 
 

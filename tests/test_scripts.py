@@ -145,6 +145,7 @@ def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
     assert isinstance(after[2], redis.ResponseError) and "WRONGTYPE" in str(after[2])
 
 
+@pytest.mark.standalone
 def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Redis) -> None:
     s = Scripts(r)
     r.script_flush()

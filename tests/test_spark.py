@@ -329,7 +329,9 @@ def test_retried_task_adds_no_duplicate_sub_requests(
 
         ctx = TaskContext.get()
         if ctx is not None and ctx.attemptNumber() == 0 and i == 30_000:
-            client = redis.Redis.from_url(url)
+            from streamq.connection import connect
+
+            client = connect(url)
             deadline = time.monotonic() + 30
             while client.hlen(added_key) < 4000 and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -66,7 +66,9 @@ def shuffled_and_failing(spark: SparkSession, url: str, job: str, fail_at: int) 
         key = (ctx.partitionId(), ctx.taskAttemptId())
         counters[key] = counters.get(key, 0) + 1
         if counters[key] == fail_at:
-            client = redis.Redis.from_url(url)
+            from streamq.connection import connect
+
+            client = connect(url)
             mine = f"|{ctx.partitionId()}|0"
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -136,7 +138,9 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
             ctx = TaskContext.get()
             attempt = ctx.attemptNumber() if ctx else 0
             if attempt == 0 and i == 4_500:
-                client = redis.Redis.from_url(url)
+                from streamq.connection import connect
+
+                client = connect(url)
                 deadline = time.monotonic() + 30
                 while client.hlen(added) < 1000 and time.monotonic() < deadline:
                     time.sleep(0.05)

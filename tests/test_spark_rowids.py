@@ -47,6 +47,24 @@ def test_other_types_are_left_to_encode_row(table: pa.Table) -> None:
     assert json_rows(table) is None
 
 
+def test_rows_sent_alone_get_the_same_entries_from_arrow() -> None:
+    batch = TRICKY.to_batches()[0]
+    for key in (None, 'we"ird é', "i64"):
+        if key is not None and TRICKY.column(key).null_count:
+            with pytest.raises(PayloadError, match="null"):
+                RowIds(2, key, 1 << 20).batch_entries(batch)
+            continue
+        assert (RowIds(2, key, 1 << 20).batch_entries(batch)
+                == RowIds(2, key, 1 << 20).entries(batch.to_pylist()))
+    keyed = pa.RecordBatch.from_pylist([{"k": i, "v": "x"} for i in range(5)] * 2)
+    ids = RowIds(0, None, 1 << 20)
+    got = ids.batch_entries(keyed)
+    assert [e[0].rsplit(":", 1)[1] for e in got] == ["0"] * 5 + ["1"] * 5  # occurrences
+    assert got == RowIds(0, None, 1 << 20).entries(keyed.to_pylist())
+    with pytest.raises(Exception, match="not unique"):
+        RowIds(0, "k", 1 << 20).batch_entries(keyed)
+
+
 def chunks_of(rows: list[dict[str, Any]], n: int,
               key: str | None = None) -> list[tuple[str, str, bytes]]:
     chunker = Chunker(RowIds(3, key, 1 << 20), n)

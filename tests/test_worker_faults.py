@@ -150,6 +150,7 @@ def test_a_token_moving_between_slots_of_one_worker_keeps_its_lease(
 # -- settle may be sent twice -----------------------------------------------------------
 
 
+@pytest.mark.standalone
 def test_a_settle_resent_after_a_lost_reply_claims_nothing_more(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from typing import Annotated
 
 import typer
@@ -42,8 +43,15 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
+    cluster: Annotated[bool | None, typer.Option(
+        "--cluster/--no-cluster", show_default=False,
+        help="treat the Redis URL as a node of a Redis Cluster, or as a standalone "
+             "Redis (default: STREAMQ_CLUSTER, else ask the server)")] = None,
 ) -> None:
     """A job queue on Redis Streams."""
+    if cluster is not None:
+        # every client this command makes, and the processes it starts, connect so
+        os.environ["STREAMQ_CLUSTER"] = "true" if cluster else "false"
 
 
 def _spark_app() -> typer.Typer:

@@ -63,6 +63,10 @@ def classify(e: BaseException) -> tuple[ExitCode, str] | None:
         return ExitCode.REDIS_UNAVAILABLE, f"Redis refused the credentials: {e}"
     if isinstance(e, (redis.ConnectionError, redis.TimeoutError, ConnectionError)):
         return ExitCode.REDIS_UNAVAILABLE, f"cannot reach Redis: {e}"
+    if isinstance(e, (redis.exceptions.ClusterDownError, redis.exceptions.ClusterError,
+                      redis.exceptions.RedisClusterException)) or (
+            isinstance(e, redis.ResponseError) and str(e).startswith("CLUSTERDOWN")):
+        return ExitCode.REDIS_UNAVAILABLE, f"the Redis Cluster cannot serve: {e}"
     if isinstance(e, (ConfigError, HandlerError, PayloadError)):
         return ExitCode.USAGE, str(e)
     if isinstance(e, (JobNotFound, QueueNotFound, DeadLetterNotFound)):
@@ -152,11 +156,19 @@ MetricsAddr = Annotated[str, typer.Option(envvar="STREAMQ_METRICS_ADDR",
 
 
 def make_client(url: str, *, quick: bool = False) -> Client:
-    """A client with few retries, so a dead Redis fails fast (``quick``: none, 2 s timeouts)."""
+    """A client with few retries, so a dead Redis fails fast (``quick``: none, 2 s timeouts).
+
+    Raises ConnectionFailed for a Redis Cluster that cannot serve every slot."""
     if quick:
-        return connect(url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=2.0,
-                       socket_timeout=2.0)
-    return connect(url, retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2))
+        c = connect(url, retry=Retry(NoBackoff(), 0), socket_connect_timeout=2.0,
+                    socket_timeout=2.0)
+    else:
+        c = connect(url, retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2))
+    reason = getattr(c, "streamq_undecided", None)
+    if isinstance(reason, str):  # a cluster node, but the cluster cannot serve
+        c.close()
+        raise ConnectionFailed(reason)
+    return c
 
 
 def client(url: str) -> Client:

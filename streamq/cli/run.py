@@ -159,16 +159,14 @@ def reaper(
     Redis refuses access or stays unreachable past --redis-wait.
     Every option can also be set by its environment variable (shown in --help).
     """
-    from ..connection import connect, undecided, wait_for_redis
+    from ..connection import connect_when_ready
     from ..reaper import Reaper
     from ..scheduler import run_reaper
 
     setup_logging(log_level, log_format)
-    client = connect(redis_url)
-    if undecided(client):  # unreachable for now: wait, then connect as the server says
-        wait_for_redis(client, logging.getLogger("streamq.reaper"), max_wait_s=redis_wait)
-        client.close()
-        client = connect(redis_url)
+    # Redis unreachable, or a cluster not serving yet: wait, then connect as it says
+    client = connect_when_ready(redis_url, logging.getLogger("streamq.reaper"),
+                                max_wait_s=redis_wait)
     r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
                retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
                intent_grace_s=intent_grace,

@@ -21,10 +21,10 @@ partition's rows (as Arrow batches) in memory until the task has read them all.
 
 The digest is BLAKE2b of 12 bytes, as 24 hex digits.
 
-Rows are encoded as JSON objects (:func:`encode_row`). Chunks of flat rows
-whose columns are integers, booleans, floats or strings are encoded in Arrow,
-column by column (:func:`json_rows`), to the same bytes, without a Python dict
-per row; other types go through :func:`encode_row`.
+Rows are encoded as JSON objects (:func:`encode_row`). Flat rows whose
+columns are integers, booleans, floats or strings (sent alone or in chunks)
+are encoded in Arrow, column by column (:func:`json_rows`), to the same bytes,
+without a Python dict per row; other types go through :func:`encode_row`.
 """
 
 from __future__ import annotations
@@ -163,31 +163,55 @@ class RowIds:
     def entries(self, rows: list[dict[str, Any]]) -> list[tuple[str, str, bytes, bytes]]:
         """The add_keyed entries (id, digest, type, JSON) of rows sent one per
         sub-request; the digest is "" when the id carries it (content ids)."""
-        encode, b2, limit = _encoder.encode, _blake2b, self.max_bytes
-        key_column, seen, count = self.key_column, self._seen, self._count
-        prefix = f"{self.partition}:"
-        out = []
+        encode = _encoder.encode
         try:
-            for row in rows:
-                data = encode(row).encode()
-                d = b2(data, digest_size=12).hexdigest()
-                if key_column is None:
-                    n = count.get(d, 0)
-                    count[d] = n + 1
-                    sub_id, d = f"{prefix}{d}:{n}", ""
-                else:
-                    value = row.get(key_column)
-                    if value is None:
-                        raise self.null_key()
-                    sub_id = key_text(value)
-                    if sub_id in seen:
-                        raise self.duplicate_key(sub_id)
-                    seen.add(sub_id)
-                if len(data) > limit:
-                    self._check_size(sub_id, data)
-                out.append((sub_id, d, b"j", data))
+            datas = [encode(row).encode() for row in rows]
         except (TypeError, ValueError) as e:
             raise PayloadError(f"a row is not JSON serialisable: {e}") from None
+        key = self.key_column
+        return self._entries(datas, None if key is None else [row.get(key) for row in rows])
+
+    def batch_entries(self, batch: pa.RecordBatch) -> list[tuple[str, str, bytes, bytes]]:
+        """:meth:`entries` of a record batch's rows, encoded in Arrow where
+        :func:`json_rows` can (the same bytes)."""
+        key, texts = self.key_column, None
+        if key is None or batch.schema.get_field_index(key) >= 0:
+            texts = json_rows(pa.Table.from_batches([batch]))
+        if texts is None:
+            return self.entries(batch.to_pylist())
+        datas: list[bytes] = pc.cast(texts, pa.large_binary()).to_pylist()
+        return self._entries(datas, None if key is None else batch.column(key).to_pylist())
+
+    def _entries(self, datas: list[bytes],
+                 keys: list[Any] | None) -> list[tuple[str, str, bytes, bytes]]:
+        """Entries of encoded rows: under their keys, or content ids when ``keys`` is None."""
+        b2, limit = _blake2b, self.max_bytes
+        out = []
+        if keys is None:
+            count, prefix = self._count, f"{self.partition}:"
+            for data in datas:
+                d = b2(data, digest_size=12).hexdigest()
+                n = count.get(d, 0)
+                count[d] = n + 1
+                sub_id = f"{prefix}{d}:{n}"
+                if len(data) > limit:
+                    self._check_size(sub_id, data)
+                out.append((sub_id, "", b"j", data))
+            return out
+        seen = self._seen
+        try:
+            for data, value in zip(datas, keys):
+                if value is None:
+                    raise self.null_key()
+                sub_id = key_text(value)
+                if sub_id in seen:
+                    raise self.duplicate_key(sub_id)
+                seen.add(sub_id)
+                if len(data) > limit:
+                    self._check_size(sub_id, data)
+                out.append((sub_id, b2(data, digest_size=12).hexdigest(), b"j", data))
+        except (TypeError, ValueError) as e:
+            raise PayloadError(f"a key is not JSON serialisable: {e}") from None
         return out
 
 

@@ -159,7 +159,7 @@ def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
     try:
         if opts.rows_per_request == 1:
             for batch in batches:
-                for entry in ids.entries(batch.to_pylist()):
+                for entry in ids.batch_entries(batch):
                     adder.add_entry(entry)
                 rows += batch.num_rows
             sub_requests = rows

@@ -1,0 +1,251 @@
+"""streamq on a real Redis Cluster built from the redis-server binary: connecting,
+routing batches by slot (MOVED and ASK followed), bad topologies, and a failover
+under load.
+
+The rest of the suite runs on both topologies (the ``topology`` fixture); these
+tests are about the cluster itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis_cluster import LocalCluster
+
+from streamq import JobState, Queue, Worker
+from streamq.cli import ExitCode
+from streamq.cluster import slot_of
+from streamq.connection import connect, pipelined, undecided
+from streamq.errors import ConfigError
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path / "c") as c:
+        yield c
+
+
+# -- connecting ---------------------------------------------------------------------
+
+
+def test_a_url_to_any_node_gets_a_cluster_client(cluster: LocalCluster) -> None:
+    for url in cluster.urls():
+        c = connect(url)
+        assert isinstance(c, RedisCluster)
+        assert c.set("sq:{a}:x", 1) and c.get("sq:{a}:x") == b"1"
+        c.close()
+
+
+def test_a_standalone_url_gets_a_standalone_client(redis_url: str, topology: str) -> None:
+    if topology != "standalone":
+        pytest.skip("about a standalone server")
+    c = connect(redis_url)
+    assert type(c) is redis.Redis
+    c.close()
+
+
+def test_the_mode_can_be_forced(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMQ_CLUSTER", "false")
+    c = connect(cluster.url)
+    assert type(c) is redis.Redis
+    c.close()
+    monkeypatch.setenv("STREAMQ_CLUSTER", "true")
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    c.close()
+    monkeypatch.setenv("STREAMQ_CLUSTER", "maybe")
+    with pytest.raises(ConfigError, match="STREAMQ_CLUSTER"):
+        connect(cluster.url)
+
+
+def test_a_batch_over_every_master_keeps_its_order(cluster: LocalCluster) -> None:
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    keys = [f"sq:{{k{i}}}:n" for i in range(300)]
+    masters = {c.nodes_manager.get_node_from_slot(slot_of(c, ("GET", k))).name for k in keys}
+    assert len(masters) == 3
+    replies = pipelined(c, [("INCRBY", k, i) for i, k in enumerate(keys)])
+    assert replies == list(range(300))
+    got = pipelined(c, [("GET", k) for k in keys] + [("HGET", keys[0], "f")])
+    assert got[:300] == [str(i).encode() for i in range(300)]
+    assert isinstance(got[300], redis.ResponseError) and "WRONGTYPE" in str(got[300])
+    c.close()
+
+
+def _move_slot(cluster: LocalCluster, slot: int, *, finish: bool) -> int:
+    """Start moving ``slot`` (and its keys) to another master; with ``finish`` the move
+    is completed, else the slot is left migrating (clients get ASK for moved keys)."""
+    probe = cluster.client()
+    src = probe.nodes_manager.get_node_from_slot(slot)
+    dst = next(n for n in probe.get_primaries() if n.name != src.name)
+    a = redis.Redis(host=src.host, port=src.port)
+    b = redis.Redis(host=dst.host, port=dst.port)
+    a_id, b_id = a.execute_command("CLUSTER", "MYID"), b.execute_command("CLUSTER", "MYID")
+    b.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", a_id)
+    a.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", b_id)
+    keys = a.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    if keys:
+        a.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5000, "KEYS", *keys)
+    if finish:
+        for n in (a, b):
+            n.execute_command("CLUSTER", "SETSLOT", slot, "NODE", b_id)
+    probe.close()
+    a.close()
+    b.close()
+    return int(dst.port)
+
+
+def test_a_moved_slot_is_followed(cluster: LocalCluster) -> None:
+    # Given a client that knows where a job's slot lives
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    key = "sq:{moving}:meta"
+    pipelined(c, [("HSET", key, "n", 1)])
+    slot = slot_of(c, ("HGET", key))
+    # When the slot moves to another master behind its back
+    port = _move_slot(cluster, slot, finish=True)
+    # Then a batch still reaches the key (MOVED followed, the slot map updated)
+    assert pipelined(c, [("HINCRBY", key, "n", 1), ("HGET", key, "n")]) == [2, b"2"]
+    assert c.nodes_manager.get_node_from_slot(slot).port == port
+    c.close()
+
+
+def test_a_slot_in_migration_is_followed_with_asking(cluster: LocalCluster) -> None:
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    key = "sq:{asked}:meta"
+    pipelined(c, [("HSET", key, "n", 1)])
+    # When the slot is half-way to another master, its key moved already
+    _move_slot(cluster, slot_of(c, ("HGET", key)), finish=False)
+    # Then the batch is sent to the importing node with ASKING, and runs once
+    assert pipelined(c, [("HINCRBY", key, "n", 5)]) == [6]
+    c.close()
+
+
+# -- a queue on the cluster ---------------------------------------------------------
+
+
+def test_jobs_spread_over_every_master(cluster: LocalCluster, workers: Any) -> None:
+    q = Queue("spread", cluster.url)
+    handles = q.submit_many([[{"n": i}] for i in range(60)])
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    homes = {c.nodes_manager.get_node_from_slot(c.keyslot(f"sq:{{{h.id}}}:meta")).name
+             for h in handles}
+    assert len(homes) == 3  # job slots land on every master
+    c.close()
+
+    w = Worker("spread", lambda p: p["n"], cluster.url, concurrency=2, idle_wait_s=0.2,
+               heartbeat_s=0.5)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        for h in handles:
+            assert h.wait(timeout=30).state is JobState.SUCCEEDED
+        assert sorted(h.results()[0] for h in handles) == list(range(60))
+    finally:
+        w.stop()
+        t.join(30)
+        q.close()
+
+
+# -- bad topologies ------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    res = subprocess.run([sys.executable, "-m", "streamq", *args], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return res.returncode, res.stdout + res.stderr
+
+
+def test_a_node_that_is_no_cluster_member_gets_one_clear_line(tmp_path: Path) -> None:
+    from conftest import free_port, start_redis
+
+    server, url = start_redis(tmp_path, "--cluster-enabled", "yes", "--cluster-config-file",
+                              str(tmp_path / "nodes.conf"), "--cluster-port", str(free_port()))
+    try:
+        code, out = run_cli("status", "q", "--redis-url", url)
+        assert code == ExitCode.REDIS_UNAVAILABLE, out
+        assert len(out.strip().splitlines()) == 1 and "Traceback" not in out
+        assert "CLUSTERDOWN" in out or "cluster" in out.lower()
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_a_failed_slot_range_is_one_line_and_workers_wait_it_out(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    # Given a worker serving a queue on a cluster without replicas
+    q = Queue("down", cluster.url)
+    log = (tmp_path / "worker.log").open("wb")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), STREAMQ_REDIS_URL=cluster.url)
+    worker = subprocess.Popen([sys.executable, "-m", "streamq", "worker", "down", "--handler",
+                               "tests.handlers:echo", "--heartbeat", "0.3"],
+                              env=env, cwd=ROOT, stdout=log, stderr=log)
+    try:
+        assert q.submit(["before"]).wait(timeout=30).state is JobState.SUCCEEDED
+        # When a master dies and its slots stay unserved (no replica to promote)
+        victim = next(n for n in cluster.master_nodes() if n.port != int(
+            cluster.url.rsplit(":", 1)[1].split("/")[0]))
+        cluster.kill(victim)
+        live = next(n for n in cluster.nodes if n.proc.poll() is None)
+        probe = live.client()
+        wait_until(lambda: b"cluster_state:fail" in probe.execute_command("CLUSTER", "INFO"),
+                   30, "the cluster to fail")
+        probe.close()
+        # Then a command says so in one line (no traceback), and the worker is alive
+        code, out = run_cli("status", "down", "--redis-url", f"redis://{live.addr}/0")
+        assert code in (ExitCode.REDIS_UNAVAILABLE, ExitCode.FAILURE), out
+        assert len(out.strip().splitlines()) == 1 and "Traceback" not in out, out
+        time.sleep(2)
+        assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
+        log.close()
+        q.close()
+
+
+def test_a_url_to_a_replica_serves_the_whole_cluster(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "r", replicas_per_master=1) as c:
+        masters = {n.port for n in c.master_nodes()}
+        replica = next(n for n in c.nodes if n.port not in masters)
+        url = f"redis://{replica.addr}/0"
+        q = Queue("via-replica", url)
+        assert isinstance(q.redis, RedisCluster)
+        job = q.submit([1, 2])
+        code, out = run_cli("status", "via-replica", job.id, "--redis-url", url, "--json")
+        assert code == ExitCode.OK, out
+        assert '"total": 2' in out
+        assert not undecided(q.redis)
+        q.close()
