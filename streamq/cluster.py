@@ -9,7 +9,7 @@ command sent there), ASK (a slot in migration: ``ASKING`` then the command, on
 the importing node); TRYAGAIN and CLUSTERDOWN (a multi-key command during a
 migration, a cluster without quorum) and a node that cannot be reached (a
 failover under way) are retried after a short pause with the slot map read
-again. A command that still cannot be placed when the attempts run out has its
+again, for up to ``RETRY_BUDGET_S``. A command that still cannot be placed then has its
 last error as its reply, and the caller decides (streamq's processes wait
 transient errors out).
 
@@ -29,7 +29,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 #: Rounds of redirections and retries a batch gets before its errors are returned.
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 64
+#: Longest a batch keeps retrying a node that fails or a slot that is down, s: long
+#: enough for a replica to take over a dead master (node timeout plus election).
+RETRY_BUDGET_S = 15.0
 #: Pause before the first retry of a node that failed or a slot that is down, s (doubles).
 RETRY_PAUSE_S = 0.05
 #: Longest pause between two retries, s.
@@ -76,9 +79,12 @@ def _master(client: RedisCluster, slot: int) -> Any:
     return client.nodes_manager.get_node_from_slot(slot)
 
 
-def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]]) -> list[Any]:
+def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
+                      wait: int = 0) -> list[Any]:
     """Run ``commands`` on the masters of their slots, one round trip per master
-    (masters in turn); replies in the order of ``commands``, errors in place."""
+    (masters in turn); replies in the order of ``commands``, errors in place. With
+    ``wait``, each master's batch ends with ``WAIT wait`` (its reply dropped)."""
+    from .config import DEFAULT_WAIT_REPLICAS_MS
     from .connection import CONNECTION_ERRORS, pipelined
 
     n = len(commands)
@@ -86,6 +92,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]]) -
     todo = list(range(n))
     asking: dict[int, Any] = {}  # command index -> node to send ASKING + command to
     pause = RETRY_PAUSE_S
+    give_up = time.monotonic() + RETRY_BUDGET_S
     for attempt in range(MAX_ATTEMPTS):
         groups: dict[str, tuple[Any, list[int]]] = {}
         by_node: dict[str, list[int]] = defaultdict(list)
@@ -108,6 +115,8 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]]) -
                 if i in asking:
                     sent.append(("ASKING",))
                 sent.append(commands[i])
+            if wait:
+                sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
             try:
                 got = pipelined(client.get_redis_connection(node), sent)
             except CONNECTION_ERRORS as e:  # the node is gone: a failover, perhaps
@@ -141,7 +150,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]]) -
                     refresh = True
         if not retry:
             return replies
-        if attempt == MAX_ATTEMPTS - 1:
+        if attempt == MAX_ATTEMPTS - 1 or time.monotonic() >= give_up:
             break
         if refresh:
             time.sleep(pause)

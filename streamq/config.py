@@ -47,6 +47,8 @@ WAKE_CAP = 64
 DEFAULT_SOCKET_TIMEOUT_S = 10.0
 #: Socket connect timeout, in seconds.
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+#: Longest a batch that changes state waits for its replicas (``--wait-replicas``), ms.
+DEFAULT_WAIT_REPLICAS_MS = 1000
 
 #: Consumer group every job stream carries.
 GROUP = "workers"

@@ -20,7 +20,11 @@ try:  # what redis-py's hiredis reader returns while a reply is incomplete
 except ImportError:  # pragma: no cover - redis-py versions whose reader returns False
     _INCOMPLETE = False
 
-from .config import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SOCKET_TIMEOUT_S
+from .config import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_SOCKET_TIMEOUT_S,
+    DEFAULT_WAIT_REPLICAS_MS,
+)
 from .errors import ConfigError, ConnectionFailed
 
 #: Errors that mean "Redis is unreachable right now" (as opposed to a bad command).
@@ -123,7 +127,8 @@ def cluster_mode(value: bool | str | None = None) -> bool | None:
     raise ConfigError(f"STREAMQ_CLUSTER must be auto, true or false, got {raw!r}")
 
 
-def connect(url: str, *, cluster: bool | str | None = None, **overrides: Any) -> Client:
+def connect(url: str, *, cluster: bool | str | None = None, wait_replicas: int | None = None,
+            **overrides: Any) -> Client:
     """Return a client for ``url``; TLS, ACL user and password come from the URL.
 
     ``url`` may name any node of a Redis Cluster: the server is asked (HELLO) whether
@@ -132,10 +137,28 @@ def connect(url: str, *, cluster: bool | str | None = None, **overrides: Any) ->
     When the server cannot be reached to ask, the client is a standalone one marked
     undecided (:func:`undecided`): wait for Redis, then connect again.
 
+    ``wait_replicas`` (or ``STREAMQ_WAIT_REPLICAS``): every batch that changes state
+    ends with ``WAIT wait_replicas`` on each master it wrote to, so an acknowledged
+    change has reached that many replicas before the call returns (bounded by
+    ``DEFAULT_WAIT_REPLICAS_MS``; see docs/operations.md on failover).
+
     Commands time out after ``DEFAULT_SOCKET_TIMEOUT_S``; blocking calls are
     issued with a shorter block time, so the socket never cuts them short.
     Connection errors are retried with exponential backoff and jitter.
     """
+    client = _connect(url, cluster, **overrides)
+    if wait_replicas is None:
+        raw = os.environ.get("STREAMQ_WAIT_REPLICAS", "").strip() or "0"
+        if not raw.isdigit():
+            raise ConfigError(f"STREAMQ_WAIT_REPLICAS must be a number >= 0, got {raw!r}")
+        wait_replicas = int(raw)
+    if wait_replicas < 0:
+        raise ConfigError(f"wait_replicas must be >= 0, got {wait_replicas}")
+    client.streamq_wait_replicas = wait_replicas  # type: ignore[union-attr]
+    return client
+
+
+def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
         "socket_connect_timeout": DEFAULT_CONNECT_TIMEOUT_S,
@@ -233,7 +256,8 @@ def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
     """A RedisCluster from ``url`` (any node), with streamq's timeouts and retries."""
     opts = {k: v for k, v in options.items() if k not in ("retry", "max_connections",
                                                             "health_check_interval")}
-    opts["retry"] = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=6)
+    # enough retries (about 8 s in all) for a replica to take over a dead master
+    opts["retry"] = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=12)
     if "max_connections" in options:
         opts["max_connections"] = options["max_connections"]
     try:
@@ -275,6 +299,20 @@ def ping(client: Client) -> None:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None
 
 
+#: First words of the commands that change streamq's state (every change is a script).
+_SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL"})
+
+
+def _word(arg: Any) -> bytes:
+    return arg.upper() if isinstance(arg, bytes) else str(arg).upper().encode()
+
+
+def wait_replicas(client: Any) -> int:
+    """How many replicas a batch that changes state waits for (WAIT), 0 for none: set by
+    ``connect(..., wait_replicas=N)`` or ``STREAMQ_WAIT_REPLICAS``."""
+    return int(getattr(client, "streamq_wait_replicas", 0) or 0)
+
+
 def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """Send ``commands`` in one round trip; return their raw replies in order.
 
@@ -290,10 +328,21 @@ def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """
     if not commands:
         return []
+    wait = wait_replicas(client)
+    if wait and not any(_word(c[0]) in _SCRIPT_CALLS for c in commands):
+        wait = 0  # reads only: nothing to make durable
     if isinstance(client, RedisCluster):
         from .cluster import cluster_pipelined
 
-        return cluster_pipelined(client, commands)
+        return cluster_pipelined(client, commands, wait=wait)
+    if wait:
+        return _standalone_pipelined(
+            client, [*commands, ("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS)])[:-1]
+    return _standalone_pipelined(client, commands)
+
+
+def _standalone_pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """:func:`pipelined` on one server."""
     if getattr(client, "connection", None) is not None:  # a single-connection client
         pipe = client.pipeline(transaction=False)
         for args in commands:
@@ -330,7 +379,7 @@ class InFlight:
         self.replies: list[Any] | None = None
         self.conn: Any = None
         self.pool: Any = None
-        if (not commands or isinstance(client, RedisCluster)
+        if (not commands or isinstance(client, RedisCluster) or wait_replicas(client)
                 or getattr(client, "connection", None) is not None):
             self.replies = pipelined(client, commands)
             return

@@ -90,13 +90,7 @@ class LocalCluster:
         for port in _free_ports(count):
             d = self.workdir / f"node-{port}"
             d.mkdir(parents=True, exist_ok=True)
-            proc = subprocess.Popen(
-                [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(d), "--cluster-enabled", "yes",
-                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-                 "--protected-mode", "yes", *self.extra],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.nodes.append(Node(port, proc, d))
+            self.nodes.append(Node(port, self._spawn(port, d), d))
         try:
             for n in self.nodes:
                 self._wait_ping(n)
@@ -111,6 +105,22 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def _spawn(self, port: int, d: Path) -> subprocess.Popen[bytes]:
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        return subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(d), "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+             "--protected-mode", "yes", *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def restart(self, node: Node) -> None:
+        """Start a killed node again on its port and directory: it rejoins the cluster
+        (as a replica, when another node took its slots meanwhile)."""
+        node.proc = self._spawn(node.port, node.dir)
+        self._wait_ping(node)
 
     def _wait_ping(self, n: Node) -> None:
         c = n.client()

@@ -47,8 +47,14 @@ def _root(
         "--cluster/--no-cluster", show_default=False,
         help="treat the Redis URL as a node of a Redis Cluster, or as a standalone "
              "Redis (default: STREAMQ_CLUSTER, else ask the server)")] = None,
+    wait_replicas: Annotated[int | None, typer.Option(
+        "--wait-replicas", min=0, show_default=False,
+        help="after each write that must survive a failover, WAIT for this many "
+             "replicas (default: STREAMQ_WAIT_REPLICAS, else 0)")] = None,
 ) -> None:
     """A job queue on Redis Streams."""
+    if wait_replicas is not None:
+        os.environ["STREAMQ_WAIT_REPLICAS"] = str(wait_replicas)
     if cluster is not None:
         # every client this command makes, and the processes it starts, connect so
         os.environ["STREAMQ_CLUSTER"] = "true" if cluster else "false"
