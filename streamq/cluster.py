@@ -85,7 +85,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
     (masters in turn); replies in the order of ``commands``, errors in place. With
     ``wait``, each master's batch ends with ``WAIT wait`` (its reply dropped)."""
     from .config import DEFAULT_WAIT_REPLICAS_MS
-    from .connection import CONNECTION_ERRORS, pipelined
+    from .connection import CONNECTION_ERRORS, InFlight
 
     n = len(commands)
     replies: list[Any] = [None] * n
@@ -108,6 +108,10 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 continue
             groups.setdefault(node.name, (node, []))
             by_node[node.name].append(i)
+        # every master's batch is sent before any reply is read: the masters run
+        # their batches at the same time, and a batch costs one round trip, not one
+        # per master
+        flights: dict[str, InFlight | BaseException] = {}
         for name, idxs in by_node.items():
             node = groups[name][0]
             sent: list[Sequence[Any]] = []
@@ -118,7 +122,16 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
             if wait:
                 sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
             try:
-                got = pipelined(client.get_redis_connection(node), sent)
+                flights[name] = InFlight(client.get_redis_connection(node), sent)
+            except CONNECTION_ERRORS as e:
+                flights[name] = e
+        for name, idxs in by_node.items():
+            node = groups[name][0]
+            try:
+                flight = flights[name]
+                if isinstance(flight, BaseException):
+                    raise flight
+                got = flight.wait()
             except CONNECTION_ERRORS as e:  # the node is gone: a failover, perhaps
                 for i in idxs:
                     replies[i] = redis.ConnectionError(f"{node.name}: {e}")

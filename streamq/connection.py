@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 
 import redis
 from hiredis import pack_command
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
@@ -169,15 +169,14 @@ def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
     mode = cluster_mode(cluster)
     try:
         if mode is None:
-            probe = redis.Redis.from_url(url, **{**options, "retry": Retry(NoBackoff(), 0)})
-            try:
-                mode = _server_is_cluster(probe)
-            finally:
-                probe.close()
+            client = redis.Redis.from_url(url, **options)
+            mode = _server_is_cluster(client)
             if mode is None:  # unreachable for now
-                client = redis.Redis.from_url(url, **options)
                 client.streamq_undecided = True  # type: ignore[attr-defined]
                 return client
+            if not mode:
+                return client  # the connection that asked stays in its pool
+            client.close()
         if mode:
             try:
                 return _cluster_client(url, options)
@@ -230,15 +229,17 @@ def connect_when_ready(url: str, log: Any, *, max_wait_s: float | None = None,
         delay = min(5.0, delay * 2)
 
 
-def _server_is_cluster(probe: redis.Redis) -> bool | None:
-    """Ask a server whether it runs in cluster mode (None: it cannot be reached now)."""
+def _server_is_cluster(client: redis.Redis) -> bool | None:
+    """Ask a server whether it runs in cluster mode (None: it cannot be reached now), on
+    a connection of ``client``'s pool, which stays there for the client's use."""
     try:
-        hello = probe.execute_command("HELLO")  # type: ignore[no-untyped-call]
+        hello = _ask(client, "HELLO")
+        if isinstance(hello, list):  # RESP2: a flat list of pairs
+            hello = dict(zip(hello[::2], hello[1::2]))
         mode = hello.get(b"mode", hello.get("mode")) if isinstance(hello, dict) else None
         if mode is not None:
             return bytes(mode) == b"cluster" if isinstance(mode, bytes) else mode == "cluster"
-        info = probe.info("cluster")
-        return bool(info.get("cluster_enabled"))
+        return b"cluster_enabled:1" in _ask(client, "INFO", "cluster")
     except ACCESS_ERRORS as e:
         raise ConnectionFailed(f"Redis refused access: {e}") from None
     except CONNECTION_ERRORS:
@@ -246,10 +247,26 @@ def _server_is_cluster(probe: redis.Redis) -> bool | None:
     except redis.ResponseError as e:
         if is_transient(e):
             return None
-        try:
-            return bool(probe.info("cluster").get("cluster_enabled"))
+        try:  # HELLO refused (an old server, an ACL without it)
+            return b"cluster_enabled:1" in _ask(client, "INFO", "cluster")
         except redis.RedisError:
             return False
+
+
+def _ask(client: redis.Redis, *args: Any) -> Any:
+    """One command on a pooled connection of ``client``, without its retries: the raw
+    reply (INFO's as bytes)."""
+    pool = client.connection_pool
+    conn: Any = pool.get_connection()
+    try:
+        conn.send_command(*args)
+        reply = conn.read_response()
+        return reply.encode() if isinstance(reply, str) else reply
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
 
 
 def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -94,6 +95,12 @@ class LocalCluster:
         try:
             for n in self.nodes:
                 self._wait_ping(n)
+            if len(self.nodes) == 1:  # redis-cli creates clusters of 3 masters or more
+                c = self.nodes[0].client()
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+                c.close()
+                self.wait_ok()
+                return
             out = subprocess.run(
                 [cli, "--cluster", "create", *[n.addr for n in self.nodes],
                  "--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"],
@@ -102,6 +109,8 @@ class LocalCluster:
                 raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout!r} "
                                    f"{out.stderr!r}")
             self.wait_ok()
+            if self.replicas_per_master:
+                self.wait_replicas_synced()
         except BaseException:
             self.stop()
             raise
@@ -134,6 +143,29 @@ class LocalCluster:
             raise RuntimeError(f"redis-server on {n.addr} did not start")
         finally:
             c.close()
+
+    def wait_replicas_synced(self, timeout: float = 60.0) -> None:
+        """Wait until every master's replicas are online and have its whole stream."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            synced = True
+            for n in self.master_nodes():
+                c = n.client()
+                try:
+                    info: Any = c.info("replication")
+                finally:
+                    c.close()
+                offset = int(info.get("master_repl_offset", 0))
+                replicas = [v for k, v in info.items() if k.startswith("slave")
+                            and isinstance(v, dict)]
+                if len(replicas) < self.replicas_per_master or any(
+                        r.get("state") != "online" or int(r.get("offset", -1)) < offset
+                        for r in replicas):
+                    synced = False
+            if synced:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the replicas did not catch up")
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Wait until every live node says ``cluster_state:ok`` and sees every slot."""
