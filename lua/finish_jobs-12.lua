@@ -36,7 +36,10 @@
              older than Redis's clock minus this are trimmed)
     ARGV[3]  queue channel
     ARGV[4]  job channel prefix (a job's channel is the prefix followed by its id)
-    ARGV[5..] groups of 11 per job:
+    ARGV[5]  publish command: PUBLISH, or SPUBLISH on a Redis Cluster (sharded
+             pub/sub: the channels carry the queue's hash tag, so the notice stays
+             on the queue's master and its replicas)
+    ARGV[6..] groups of 11 per job:
              job id, terminal state (succeeded | partial | failed | aborted),
              total sub-requests, done (acknowledged with a result), failed
              (dead-lettered), retention ms, concurrency (number of tokens the
@@ -56,14 +59,14 @@ local activeKey, finishedKey, eventsKey = KEYS[1], KEYS[2], KEYS[3]
 local tokensKey, readyKey, leasedKey, parkedKey, ownersKey, kickKey, dedupxKey, owedKey =
   KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local creatingKey = KEYS[12]
-local queueChannel, jobChannel = ARGV[3], ARGV[4]
+local queueChannel, jobChannel, publish = ARGV[3], ARGV[4], ARGV[5]
 
 --- @include "includes/chunked"
 --- @include "includes/now_ms"
 
 local nowMs = now_ms()
 local out, toks, intents = {}, {}, {}
-for j = 5, #ARGV, 11 do
+for j = 6, #ARGV, 11 do
   local job, retentionMs = ARGV[j], tonumber(ARGV[j + 5])
   if ARGV[j + 7] == "" then
     intents[#intents + 1] = job
@@ -79,8 +82,8 @@ for j = 5, #ARGV, 11 do
       "done", ARGV[j + 3], "failed", ARGV[j + 4], "finished", nowMs)
     local message = string.gsub(ARGV[j + 8], '"finished_ms":%-?%d+}$',
                                 '"finished_ms":' .. nowMs .. '}')
-    rcall("PUBLISH", jobChannel .. job, message)
-    rcall("PUBLISH", queueChannel, message)
+    rcall(publish, jobChannel .. job, message)
+    rcall(publish, queueChannel, message)
     for i = 0, tonumber(ARGV[j + 6]) - 1 do
       toks[#toks + 1] = job .. "#" .. i
     end

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import config, deadletters
+from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
 from .deadletters import DeadLetter
@@ -302,7 +303,8 @@ class Queue(Following):
             [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
                                              reply.failed, 0))
              for jid, reply in jobs],
-            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms)
+            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms,
+            sharded=is_cluster(self.redis))
 
     def _finish(self, jid: str, reply: JobReply) -> bool:
         call = self.finish_call(jid, reply)

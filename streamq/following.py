@@ -14,6 +14,7 @@ from .errors import JobNotFound, WaitTimeout
 from .jobs import wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name
 from .models import Completion, JobState, JobStatus
+from .notices import Notices
 
 
 class Following:
@@ -77,9 +78,8 @@ class Following:
         WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        try:
-            pubsub.subscribe(self.keys.job_channel(job_id))
+        with Notices(self.redis) as notices:
+            notices.subscribe(self.keys.job_channel(job_id))
             while True:
                 st = self.status(job_id)
                 if st.terminal:
@@ -87,9 +87,7 @@ class Following:
                 left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
                 if left <= 0:
                     raise WaitTimeout(f"job {job_id!r} not complete after {timeout} s")
-                pubsub.get_message(timeout=left)
-        finally:
-            pubsub.close()
+                notices.get(left)
 
     @wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:

@@ -63,10 +63,12 @@ def _on_worker_threads() -> bool:
 def subscription(r: redis.Redis) -> Iterator[Callable[[str], Any]]:
     subs: list[Any] = []
 
+    from streamq.notices import Notices
+
     def subscribe(channel: str) -> Any:
-        sub = r.pubsub(ignore_subscribe_messages=True)
+        sub = Notices(r)  # SUBSCRIBE on a standalone Redis, SSUBSCRIBE on a cluster
         sub.subscribe(channel)
-        until(lambda: sub.get_message(timeout=0.1) is None and sub.subscribed, what="subscribe")
+        until(lambda: sub.get(0.1) is None and sub.pubsub.subscribed, what="subscribe")
         subs.append(sub)
         return sub
 
@@ -78,7 +80,7 @@ def subscription(r: redis.Redis) -> Iterator[Callable[[str], Any]]:
 def published(sub: Any) -> list[Any]:
     """Every message received so far (waits until none came for a second)."""
     out = []
-    while (m := sub.get_message(timeout=1.0)) is not None:
+    while (m := sub.get(1.0)) is not None:
         out.append(m)
     return out
 

@@ -343,3 +343,38 @@ def test_a_master_killed_under_load_fails_over_and_every_job_ends(tmp_path: Path
             for f in logs:
                 f.close()
             q.close()
+
+
+def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
+        cluster: LocalCluster, workers: Any) -> None:
+    # Given a subscriber to a queue's completions, and a plain SUBSCRIBE on another master
+    from streamq.keys import QueueKeys
+    from streamq.notices import Notices
+
+    q = Queue("notices", cluster.url)
+    qk = QueueKeys("notices")
+    notices = Notices(q.redis)
+    assert notices.sharded
+    notices.subscribe(qk.channel)
+    home = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(qk.channel))
+    other = next(n for n in cluster.master_nodes() if n.port != home.port)
+    other_client = other.client()
+    plain = other_client.pubsub(ignore_subscribe_messages=True)
+    plain.subscribe(qk.channel)
+    try:
+        # When a job completes
+        w = Worker("notices", lambda p: p, cluster.url, idle_wait_s=0.2, heartbeat_s=0.5)
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        job = q.submit(["x"])
+        got = wait_until(lambda: notices.get(0.2), 30, "the sharded notice")
+        # Then the subscriber got it with SSUBSCRIBE, and the other master never saw it
+        assert job.id.encode() in got["data"]
+        assert plain.get_message(timeout=0.5) is None
+        w.stop()
+        t.join(30)
+    finally:
+        notices.close()
+        plain.close()
+        other_client.close()
+        q.close()

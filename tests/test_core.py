@@ -231,8 +231,10 @@ def test_fairness_across_clients(redis_url: str, queue_name: str, workers: Start
 def test_completion_recorded_and_published_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
+    from streamq.notices import Notices
+
     qk = QueueKeys(queue_name)
-    sub = r.pubsub(ignore_subscribe_messages=True)
+    sub = Notices(r)  # SUBSCRIBE on a standalone Redis, SSUBSCRIBE on a cluster
     sub.subscribe(qk.channel)
     for _ in range(4):
         workers(queue_name, lambda p: p, concurrency=4, batch=3)
@@ -243,14 +245,15 @@ def test_completion_recorded_and_published_once(
     published: Counter[str] = Counter()
     deadline = time.monotonic() + 5
     while sum(published.values()) < 200 and time.monotonic() < deadline:
-        msg = sub.get_message(timeout=0.5)
+        msg = sub.get(0.5)
         if msg:
             import json
 
             published[json.loads(msg["data"])["job_id"]] += 1
     time.sleep(0.2)
-    while (msg := sub.get_message(timeout=0.1)) is not None:
+    while sub.get(0.1) is not None:
         published["extra"] += 1
+    sub.close()
     assert published == {j.id: 1 for j in jobs}
     assert completions_of(r, queue_name) == {j.id: 1 for j in jobs}
     # a second finish of a completed job (a crashed worker's retry) changes nothing

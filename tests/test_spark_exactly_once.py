@@ -140,10 +140,17 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
             if attempt == 0 and i == 4_500:
                 from streamq.connection import connect
 
+                # rows this attempt added (values ``index|digest|partition|attempt``):
+                # the other partition's rows must not count, or this attempt could fail
+                # before adding any, and its retry would have nothing to differ from
                 client = connect(url)
+                mine = f"|{ctx.partitionId() if ctx else 0}|0"
                 deadline = time.monotonic() + 30
-                while client.hlen(added) < 1000 and time.monotonic() < deadline:
+                while time.monotonic() < deadline and sum(
+                        1 for _, v in client.hscan_iter(added, count=2000)
+                        if v.decode().endswith(mine)) < 1000:
                     time.sleep(0.05)
+                client.close()
                 raise RuntimeError("injected failure")
             return i * 10 + attempt
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Group, RenderableType
@@ -19,6 +19,7 @@ from ..client import Queue
 from ..connection import CONNECTION_ERRORS, Client
 from ..keys import QueueKeys
 from ..models import Completion, JobState
+from ..notices import Notices
 from .common import (
     DEFAULT_URL,
     ExitCode,
@@ -80,10 +81,10 @@ def subscribe(
         outcome[c.job_id] = c.state
         typer.echo(_line(c, json_out))
 
-    pubsub = r.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    notices = Notices(r)
     try:
         # subscribe first, then read the durable state: nothing falls in between
-        pubsub.subscribe(q.keys.channel)
+        notices.subscribe(q.keys.channel)
         checked = time.monotonic()
         for j in wanted:
             c = _from_status(q, j)  # JobNotFound for an unknown job
@@ -96,7 +97,7 @@ def subscribe(
                     raise fail(f"timed out after {timeout} s waiting for "
                                f"{len(wanted) - len(outcome)} jobs", ExitCode.FAILURE)
                 return
-            msg: Any = pubsub.get_message(timeout=left)
+            msg = notices.get(left)
             if msg is not None and msg.get("type") == "message":
                 try:
                     c = Completion.from_dict(json.loads(msg["data"]))
@@ -110,7 +111,7 @@ def subscribe(
                     if j not in outcome and (c := _from_status(q, j)) is not None:  # noqa: B023
                         show(c)
     finally:
-        pubsub.close()
+        notices.close()
     if any(s is not JobState.SUCCEEDED for s in outcome.values()):
         raise typer.Exit(ExitCode.FAILURE)
 

@@ -16,6 +16,7 @@ from .. import config
 from ..client import Queue
 from ..errors import WaitTimeout
 from ..models import JobState, JobStatus
+from ..notices import Notices
 from .common import (
     DEFAULT_URL,
     ExitCode,
@@ -77,12 +78,12 @@ def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
 def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatus:
     """Wait until the job is terminal, feeding a progress bar (on stderr) from its status."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pubsub = q.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    notices = Notices(q.redis)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
                         TimeElapsedColumn(), console=Console(stderr=True), disable=not show)
     try:
-        pubsub.subscribe(q.keys.job_channel(job_id))
+        notices.subscribe(q.keys.job_channel(job_id))
         with progress:
             bar = progress.add_task(job_id[:12], total=None, extra="")
             while True:
@@ -94,9 +95,9 @@ def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatu
                 left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
                 if left <= 0:
                     raise WaitTimeout(f"job {job_id} not complete after {timeout} s")
-                pubsub.get_message(timeout=left)
+                notices.get(left)
     finally:
-        pubsub.close()
+        notices.close()
 
 
 @app.command(rich_help_panel="Jobs")
