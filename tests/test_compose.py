@@ -141,7 +141,7 @@ def compose(tmp_path: Path) -> Iterator[tuple[dict[str, Service], int]]:
         rs.procs.append(subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL))
         wait_healthy(rs, dict(os.environ), port)
         for svc in services.values():
-            if svc is rs:
+            if svc is rs or svc.spec.get("profiles"):  # profiles run only when named
                 continue
             env = service_env(svc.spec, port)
             replica_envs = []
@@ -216,8 +216,73 @@ def test_compose_services_run_jobs_and_stop_within_their_grace(
 def test_every_service_restarts_and_the_worker_checks_its_own_loop() -> None:
     services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     for name, svc in services.items():
+        if name == "cluster-init":  # a one-shot job: it forms the cluster and exits
+            assert svc.get("restart") == "no"
+            continue
         assert svc.get("restart") in ("always", "unless-stopped", "on-failure"), name
     # a hung worker must not report healthy: its check reads its own heartbeat
     worker = services["worker"]
     assert worker["healthcheck"]["test"][1:] == ["streamq", "health", "--worker"]
     assert "STREAMQ_WORKER_ID_FILE" in worker["environment"]
+
+
+def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> None:
+    """The `cluster` profile as local processes: six nodes with the compose settings and
+    ACL users, the init job's redis-cli command, the cluster worker and reaper, and a
+    producer whose jobs complete."""
+    from redis_cluster import _free_ports
+
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    names = [n for n, s in spec.items() if "cluster" in s.get("profiles", [])]
+    nodes = sorted(n for n in names if n.startswith("redis-node-"))
+    assert len(nodes) == 6 and {"cluster-init", "worker-cluster", "reaper-cluster"} <= set(names)
+    ports = dict(zip(nodes, _free_ports(6)))
+    hosts = {f"{n}:6379": f"127.0.0.1:{p}" for n, p in ports.items()}
+
+    def local(text: str) -> str:
+        for host, addr in hosts.items():
+            text = text.replace(host, addr)
+        return text
+
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        # Given the six nodes, each with the profile's config (its hostname is loopback)
+        for name in nodes:
+            d = tmp_path / name
+            d.mkdir()
+            conf = redis_conf(spec[name], d, ports[name])
+            argv = ["redis-server", str(conf), *spec[name]["command"][2:]]
+            argv[argv.index("--cluster-announce-hostname") + 1] = "127.0.0.1"
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+            wait_healthy(Service(name, spec[name], [procs[-1]]), dict(os.environ), ports[name])
+        # When the init job runs
+        init = [local(a) for a in spec["cluster-init"]["command"]]
+        out = subprocess.run(init, capture_output=True, timeout=120)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        # and the cluster worker and reaper start
+        for name in ("worker-cluster", "reaper-cluster"):
+            env = dict(os.environ, **{k: local(str(v)) for k, v in
+                                      spec[name]["environment"].items()})
+            env["STREAMQ_WORKER_ID_FILE"] = str(tmp_path / f"{name}.json")
+            argv = local_command([*entrypoint(), *spec[name]["command"]])
+            procs.append(subprocess.Popen(argv, env=env, cwd=tmp_path,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # Then a producer's jobs on the cluster complete
+        first = hosts["redis-node-1:6379"]
+        q = Queue(spec["worker-cluster"]["environment"]["STREAMQ_QUEUE"],
+                  f"redis://producer:{PRODUCER_PASSWORD}@{first}/0")
+        from redis.cluster import RedisCluster
+
+        assert isinstance(q.redis, RedisCluster)
+        payloads = [[{"n": j, "i": i} for i in range(5)] for j in range(10)]
+        jobs = [q.submit(p) for p in payloads]
+        for job, p in zip(jobs, payloads):
+            assert job.wait(timeout=90).state is JobState.SUCCEEDED
+            assert job.results() == {i: handle(x) for i, x in enumerate(p)}
+        q.close()
+        assert all(p.poll() is None for p in procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
