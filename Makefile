@@ -39,6 +39,7 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_durability.py
 	$(BIN)/python tests/bench/bench_spark.py
+	$(BIN)/python tests/bench/bench_cluster.py
 
 demo: install ## the main job: a Spark pipeline through streamq on a private Redis
 	$(BIN)/python -m streamq.spark.demo
