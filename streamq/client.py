@@ -197,10 +197,11 @@ class Queue(Following):
             ((JobKeys(ids[i]), encoded[i]) for i in small), queue=self.name, priority=priority,
             concurrency=concurrency, client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, mode="final")
-        # the intents go first in the same round trip (see _create)
-        intents = [self.scripts.intend_jobs_call(self.keys, list(ids.values()))] if ids else []
+        # the intents go first (see _create and _intent_then)
+        created = (self._intent_then(self.scripts.intend_jobs_call(self.keys, list(ids.values())),
+                                     calls) if ids else [])
         to_register: list[tuple[str, JobReply]] = []
-        for i, raw in zip(small, self.scripts.run_many(intents + calls)[len(intents):]):
+        for i, raw in zip(small, created):
             rep = self.scripts.parse_create(raw).job
             if rep.completed:
                 self._finish(ids[i], rep)
@@ -275,8 +276,22 @@ class Queue(Following):
         process die before the job is registered (or finished), the reaper finds the
         intent and finishes the submit. A dedup key's reservation wrote the intent
         already (reserve_dedup)."""
-        calls = [call] if dedup_key else [self.scripts.intend_jobs_call(self.keys, [jid]), call]
-        return self.scripts.parse_create(self.scripts.run_many(calls)[-1])
+        if dedup_key:
+            return self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
+        intent = self.scripts.intend_jobs_call(self.keys, [jid])
+        return self.scripts.parse_create(self._intent_then(intent, [call])[0])
+
+    def _intent_then(self, intent: Call, calls: Sequence[Call]) -> list[Any]:
+        """Run the queue-slot intent, then ``calls`` (job-slot creates); their replies.
+
+        On one server both go in one round trip, in order. On a cluster a batch's
+        parts on different masters run in no set order, so the intent (the durable
+        first step) is a round trip of its own, acknowledged before any create runs:
+        a create never lands without the intent that lets the reaper finish it."""
+        if is_cluster(self.redis):
+            self.scripts.run(intent.name, intent.keys, intent.args)
+            return self.scripts.run_many(calls)
+        return self.scripts.run_many([intent, *calls])[1:]
 
     def _check_queue(self, jid: str, queue: str) -> None:
         if queue != self.name:

@@ -19,6 +19,7 @@ chooses), so sending a command again after a broken connection is safe.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,7 +27,17 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    TryAgainError,
+)
+
+from .config import DEFAULT_WAIT_REPLICAS_MS
+
+log = logging.getLogger("streamq.cluster")
 
 #: Rounds of redirections and retries a batch gets before its errors are returned.
 MAX_ATTEMPTS = 64
@@ -49,6 +60,8 @@ _FIRST_KEY = frozenset({
     b"SMEMBERS", b"SCARD", b"SISMEMBER",
 })
 _SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO"})
+#: Script calls that may change state (a WAIT follows them with --wait-replicas).
+_WRITES = frozenset({b"EVALSHA", b"EVAL", b"FCALL"})
 
 
 def _word(arg: Any) -> bytes:
@@ -66,6 +79,11 @@ def slot_of(client: RedisCluster, command: Sequence[Any]) -> int:
         return int(client.keyslot(command[3]))  # type: ignore[no-untyped-call]
     if name in _FIRST_KEY:
         return int(client.keyslot(command[1]))  # type: ignore[no-untyped-call]
+    if name in (b"XREADGROUP", b"XREAD"):  # the first key follows STREAMS
+        words = [_word(a) for a in command]
+        if b"STREAMS" in words:
+            key = command[words.index(b"STREAMS") + 1]
+            return int(client.keyslot(key))  # type: ignore[no-untyped-call]
     slot = client.determine_slot(*command)
     return 0 if slot is None else int(slot)
 
@@ -79,12 +97,29 @@ def _master(client: RedisCluster, slot: int) -> Any:
     return client.nodes_manager.get_node_from_slot(slot)
 
 
+def _abandon(flights: dict[str, Any]) -> None:
+    """Disconnect the connections of batches whose replies will not be read."""
+    for flight in flights.values():
+        conn = getattr(flight, "conn", None)
+        if conn is not None:
+            flight.conn = None
+            conn.disconnect()
+            flight.pool.release(conn)
+
+
+def check_wait(reply: Any, wanted: int, node: str) -> None:
+    """Log a WAIT that timed out before ``wanted`` replicas had the batch's writes."""
+    if isinstance(reply, int) and reply < wanted:
+        log.warning("WAIT on %s: %d of %d replicas acknowledged within %d ms (the writes "
+                    "are acknowledged; a failover now could lose them)", node, reply, wanted,
+                    DEFAULT_WAIT_REPLICAS_MS)
+
+
 def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                       wait: int = 0) -> list[Any]:
     """Run ``commands`` on the masters of their slots, one round trip per master
     (masters in turn); replies in the order of ``commands``, errors in place. With
     ``wait``, each master's batch ends with ``WAIT wait`` (its reply dropped)."""
-    from .config import DEFAULT_WAIT_REPLICAS_MS
     from .connection import CONNECTION_ERRORS, InFlight
 
     n = len(commands)
@@ -101,7 +136,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
         for i in todo:
             try:
                 node = asking.get(i) or _master(client, slot_of(client, commands[i]))
-            except redis.RedisError as e:  # slot not covered: the map is stale or down
+            except (redis.RedisError, RedisClusterException) as e:  # slot not covered
                 replies[i] = e
                 retry.append(i)
                 refresh = True
@@ -119,16 +154,20 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 if i in asking:
                     sent.append(("ASKING",))
                 sent.append(commands[i])
-            if wait:
+            waits = bool(wait) and any(_word(commands[i][0]) in _WRITES for i in idxs)
+            if waits:  # only where this batch changed state
                 sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
             try:
                 flights[name] = InFlight(client.get_redis_connection(node), sent)
             except CONNECTION_ERRORS as e:
                 flights[name] = e
+            except BaseException:
+                _abandon(flights)
+                raise
         for name, idxs in by_node.items():
             node = groups[name][0]
             try:
-                flight = flights[name]
+                flight = flights.pop(name)
                 if isinstance(flight, BaseException):
                     raise flight
                 got = flight.wait()
@@ -138,6 +177,11 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                     retry.append(i)
                 refresh = True
                 continue
+            except BaseException:
+                _abandon(flights)  # the other masters' connections: never left unread
+                raise
+            if len(got) > len(idxs) + sum(1 for i in idxs if i in asking):
+                check_wait(got[-1], wait, name)
             k = 0
             for i in idxs:
                 if i in asking:
@@ -170,7 +214,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
             pause = min(RETRY_PAUSE_CAP_S, pause * 2)
             try:
                 client.nodes_manager.initialize()
-            except (redis.RedisError, OSError):
+            except (redis.RedisError, RedisClusterException, OSError):
                 pass  # the next round finds the map as it is, or fails again
         todo = sorted(set(retry))
     return replies

@@ -26,15 +26,17 @@ from .config import (
     DEFAULT_WAIT_REPLICAS_MS,
 )
 from .errors import ConfigError, ConnectionFailed
-
-#: Errors that mean "Redis is unreachable right now" (as opposed to a bad command).
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    ConnectionError,
-    OSError,
+from .redis_errors import (
+    ACCESS_ERRORS,
+    CONNECTION_ERRORS,
+    TRANSIENT_REPLIES,
+    is_access_error,
+    is_transient,
 )
 
+__all__ = ["ACCESS_ERRORS", "CONNECTION_ERRORS", "TRANSIENT_REPLIES", "Client", "InFlight",
+           "connect", "connect_when_ready", "is_access_error", "is_transient", "pipelined",
+           "ping", "server_ms", "undecided", "wait_for_redis", "wait_replicas"]
 
 class _Retry(Retry):
     """redis-py's Retry, except that refused credentials are final: retrying a
@@ -48,61 +50,6 @@ class _Retry(Retry):
             return is_retryable(error) if is_retryable else True
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
-
-
-#: Errors that retrying cannot fix: wrong credentials, a command the ACL user may not run.
-ACCESS_ERRORS: tuple[type[BaseException], ...] = (
-    redis.AuthenticationError,
-    redis.exceptions.NoPermissionError,
-    redis.exceptions.AuthenticationWrongNumberOfArgsError,
-)
-
-
-#: First word of an error reply that means "Redis cannot serve this right now, but
-#: will": out of memory, a long script, loading its data set, a read-only replica
-#: after a failover, a failed background save, a cluster slot in migration or a
-#: cluster without a quorum, a blocking command cut short because the server turned
-#: into a replica (UNBLOCKED). Waited out with backoff, never fatal.
-TRANSIENT_REPLIES: frozenset[str] = frozenset({
-    "OOM", "BUSY", "LOADING", "READONLY", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
-    "MASTERDOWN", "NOREPLICAS", "NOTBUSY", "UNBLOCKED",
-})
-
-
-def is_transient(error: BaseException) -> bool:
-    """True when ``error`` is one to wait out: Redis unreachable or busy for a while.
-
-    Access errors (refused credentials, NOPERM) are never transient.
-    """
-    if isinstance(error, ACCESS_ERRORS):
-        return False
-    if isinstance(error, CONNECTION_ERRORS):
-        return True
-    if isinstance(error, redis.ResponseError):
-        word = str(error).split(" ", 1)[0].upper()
-        if word in TRANSIENT_REPLIES:
-            return True
-        # redis-py strips the error word of the replies it maps to its own classes
-        return isinstance(error, (redis.exceptions.BusyLoadingError,
-                                  redis.exceptions.ReadOnlyError,
-                                  getattr(redis.exceptions, "OutOfMemoryError", ()),
-                                  getattr(redis.exceptions, "TryAgainError", ()),
-                                  getattr(redis.exceptions, "ClusterDownError", ()),
-                                  getattr(redis.exceptions, "MasterDownError", ())))
-    return False
-
-
-def is_access_error(error: BaseException) -> bool:
-    """True when ``error`` means Redis refused this client: wrong credentials or a
-    command its ACL user may not run. Retrying cannot fix it."""
-    if isinstance(error, ACCESS_ERRORS):
-        return True
-    return isinstance(error, redis.ResponseError) and str(error).startswith(
-        ("NOPERM", "WRONGPASS", "NOAUTH", _SCRIPT_NOPERM))
-
-
-#: How Redis 7.0 words NOPERM for a command a script runs.
-_SCRIPT_NOPERM = "The user executing the script can't run this command"
 
 
 #: What a streamq client is: a standalone ``redis.Redis`` or a ``RedisCluster``.
@@ -181,6 +128,8 @@ def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
             try:
                 return _cluster_client(url, options)
             except (redis.RedisError, RedisClusterException, OSError) as e:  # slots not served
+                if is_access_error(e):
+                    raise ConnectionFailed(f"Redis refused access: {e}") from None
                 client = redis.Redis.from_url(url, **options)
                 client.streamq_undecided = (  # type: ignore[attr-defined]
                     f"CLUSTERDOWN: the Redis Cluster at {_safe(url)} cannot serve yet: {e}")
@@ -273,7 +222,8 @@ def _cluster_client(url: str, options: dict[str, Any]) -> RedisCluster:
     """A RedisCluster from ``url`` (any node), with streamq's timeouts and retries."""
     opts = {k: v for k, v in options.items() if k not in ("retry", "max_connections",
                                                             "health_check_interval")}
-    # enough retries (about 8 s in all) for a replica to take over a dead master
+    # redis-py's own retries of a RedisCluster's direct commands (batches have their
+    # own, cluster.RETRY_BUDGET_S)
     opts["retry"] = Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=12)
     if "max_connections" in options:
         opts["max_connections"] = options["max_connections"]
@@ -298,9 +248,12 @@ def server_ms(client: Client, key: str | None = None) -> int:
     clock: pass the ``key`` whose times are compared with it, and the master that holds
     that key is asked (the clock its scripts use)."""
     if isinstance(client, RedisCluster) and key is not None:
-        node = client.nodes_manager.get_node_from_slot(
-            client.keyslot(key))  # type: ignore[no-untyped-call]
-        sec, usec = client.get_redis_connection(node).time()
+        # a script naming the key runs where the key's scripts run (MOVED followed):
+        # never a stale map's old master, whose host clock may differ
+        (reply,) = pipelined(client, [("EVAL", "return redis.call('TIME')", 1, key)])
+        if isinstance(reply, Exception):
+            raise reply
+        sec, usec = reply
     else:
         sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000
@@ -353,8 +306,12 @@ def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
 
         return cluster_pipelined(client, commands, wait=wait)
     if wait:
-        return _standalone_pipelined(
-            client, [*commands, ("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS)])[:-1]
+        from .cluster import check_wait
+
+        replies = _standalone_pipelined(
+            client, [*commands, ("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS)])
+        check_wait(replies[-1], wait, "Redis")
+        return replies[:-1]
     return _standalone_pipelined(client, commands)
 
 

@@ -9,7 +9,7 @@ import redis
 
 from . import config
 from .codec import decode_result
-from .connection import Client
+from .connection import Client, is_transient
 from .errors import JobNotFound, WaitTimeout
 from .jobs import wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name
@@ -26,6 +26,10 @@ class Following:
 
     @wrap_connection_errors
     def status(self, job_id: str) -> JobStatus:
+        """The job's status; JobNotFound for an unknown job."""
+        return self._status(job_id)
+
+    def _status(self, job_id: str) -> JobStatus:
         """A snapshot of the job; raises JobNotFound for an unknown or expired job."""
         jk = JobKeys(check_name("job id", job_id))
         pipe = self.redis.pipeline(transaction=False)
@@ -78,10 +82,22 @@ class Following:
         WaitTimeout after ``timeout`` seconds, JobNotFound for an unknown job.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self._wait(job_id, deadline, timeout)
+            except Exception as e:
+                # Redis lost for a moment (a failover, a restart): subscribe again and
+                # read the state again, until the deadline; anything else is raised
+                if not is_transient(e) or (deadline is not None
+                                           and time.monotonic() >= deadline):
+                    raise
+                time.sleep(0.25)
+
+    def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> JobStatus:
         with Notices(self.redis) as notices:
             notices.subscribe(self.keys.job_channel(job_id))
             while True:
-                st = self.status(job_id)
+                st = self._status(job_id)
                 if st.terminal:
                     return st
                 left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())

@@ -241,7 +241,7 @@ class Slot:
         waits: list[float] = []  # metrics, added in one go before anything is acknowledged
         durations: list[float] = []
         for tok, jk, read in zip(tokens, jks, reads):
-            if isinstance(read, redis.ResponseError) or not read:
+            if (isinstance(read, redis.ResponseError) and not is_transient(read)) or not read:
                 # no stream/group (job finished or gone) or nothing new: park, or drop when done
                 settled.append((tok, self.idle_mode(jk.job_id)))
                 continue

@@ -378,3 +378,96 @@ def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
         plain.close()
         other_client.close()
         q.close()
+
+
+# -- a cluster that cannot serve is waited out, refused access is not ---------------------
+
+
+def test_cluster_errors_are_transient_and_refused_access_is_not() -> None:
+    from redis.exceptions import AskError, ClusterError, MovedError, RedisClusterException
+
+    from streamq.connection import is_access_error, is_transient
+
+    assert is_transient(RedisClusterException("All slots are not covered"))
+    assert is_transient(ClusterError("TTL exhausted"))
+    assert is_transient(MovedError("3999 127.0.0.1:7001"))
+    assert is_transient(AskError("3999 127.0.0.1:7001"))
+    try:  # redis-py words a NOPERM on CLUSTER SLOTS as "cluster mode is not enabled"
+        try:
+            raise redis.exceptions.NoPermissionError("NOPERM this user has no permissions")
+        except redis.exceptions.NoPermissionError as e:
+            raise RedisClusterException("Cluster mode is not enabled on this node") from e
+    except RedisClusterException as refused:
+        assert is_access_error(refused) and not is_transient(refused)
+
+
+def test_a_whole_cluster_down_is_waited_for_not_raised(cluster: LocalCluster) -> None:
+    import logging
+
+    from streamq.connection import wait_for_redis
+    from streamq.errors import ConnectionFailed
+
+    c = connect(cluster.url)
+    for n in cluster.nodes:
+        cluster.kill(n)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionFailed):
+        wait_for_redis(c, logging.getLogger("test"), max_wait_s=1.5)
+    assert time.monotonic() - t0 >= 1.0  # waited, not raised at once
+    c.close()
+
+
+def test_a_submit_never_creates_a_job_without_its_intent(cluster: LocalCluster) -> None:
+    # Given the master of the queue's slot dead (no replica), and a job id whose slot is
+    # on a live master
+    q = Queue("intent-first", cluster.url)
+    assert isinstance(q.redis, RedisCluster)
+    home = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(q.keys.creating))
+    job_id = next(f"j{i}" for i in range(1000) if q.redis.nodes_manager.get_node_from_slot(
+        q.redis.keyslot(f"sq:{{j{i}}}:meta")).port != home.port)
+    meta_node = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(f"sq:{{{job_id}}}:meta"))
+    cluster.kill(next(n for n in cluster.nodes if n.port == home.port))
+    # When a producer opens the job: its intent cannot be written
+    from streamq import cluster as routing
+    from streamq.errors import ConnectionFailed
+
+    budget, routing.RETRY_BUDGET_S = routing.RETRY_BUDGET_S, 1.0
+    try:
+        with pytest.raises((ConnectionFailed, redis.RedisError)):
+            q.open(job_id=job_id)
+    finally:
+        routing.RETRY_BUDGET_S = budget
+    # Then the create never ran either: no job the reaper could not find
+    direct = redis.Redis(host=meta_node.host, port=meta_node.port)
+    assert direct.exists(f"sq:{{{job_id}}}:meta") == 0
+    direct.close()
+    q.close()
+
+
+def test_a_user_refused_the_cluster_map_stops_with_one_line(tmp_path: Path) -> None:
+    from streamq.errors import ConnectionFailed
+
+    with LocalCluster(tmp_path / "acl") as c:
+        for n in c.nodes:
+            admin = n.client()
+            admin.execute_command("ACL", "SETUSER", "nomap", "on", ">pw", "~*", "&*", "+@all",
+                                  "-cluster")
+            admin.close()
+        url = c.url.replace("redis://", "redis://nomap:pw@")
+        with pytest.raises(ConnectionFailed, match="refused access"):
+            connect(url)
+        code, out = run_cli("status", "q", "--redis-url", url)
+        assert code == ExitCode.REDIS_UNAVAILABLE and "Traceback" not in out, out
+
+
+def test_reads_are_routed_without_asking_the_server_for_keys(cluster: LocalCluster) -> None:
+    c = connect(cluster.url)
+    assert isinstance(c, RedisCluster)
+    key = "sq:{reads}:tasks"
+    node = c.nodes_manager.get_node_from_slot(c.keyslot(key))
+    assert slot_of(c, ("XREADGROUP", "GROUP", "g", "w", "COUNT", 5, "STREAMS", key, ">")) == \
+        c.keyslot(key)
+    assert c.nodes_manager.get_node_from_slot(slot_of(c, ("XREAD", "STREAMS", key, "0"))) == node
+    stats: Any = c.info("commandstats", target_nodes=RedisCluster.ALL_NODES)
+    assert not any("getkeys" in k for k in str(stats).split("'"))
+    c.close()
