@@ -27,6 +27,17 @@ from streamq import Worker
 from streamq.luaload import load_all
 
 
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``check`` until it returns something true (returned), failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,12 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from conftest import wait_until
 from redis.cluster import RedisCluster
 from redis_cluster import LocalCluster
 
@@ -32,16 +33,6 @@ from streamq.errors import ConfigError
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture

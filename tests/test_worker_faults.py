@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, Procs, free_port, start_redis
+from conftest import ROOT, Procs, free_port, start_redis, wait_until
 from proxy import ReplyDropProxy
 from typer.testing import CliRunner
 
@@ -31,16 +31,6 @@ from streamq.keys import QueueKeys
 from streamq.scripts import Scripts
 
 StartWorker = Callable[..., Worker]
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def start_worker(url: str, queue: str, log: Path, *args: str,
