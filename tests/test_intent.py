@@ -157,6 +157,7 @@ def test_an_intent_whose_create_never_ran_is_dropped_and_frees_its_dedup_key(
 
 def test_the_intent_costs_no_round_trip_of_its_own(
     r: redis.Redis, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch,
+    topology: str,
 ) -> None:
     # Given every script in the server's cache and a count of round trips
     for lua in load_all().values():
@@ -176,17 +177,24 @@ def test_the_intent_costs_no_round_trip_of_its_own(
     # When jobs are submitted and opened
     # Then a submit is one round trip carrying the intent and the create, then the
     # register (a dedup key's reservation carries the intent instead); the register
-    # leaves no intent behind
+    # leaves no intent behind. On a cluster the intent is a round trip of its own,
+    # acknowledged before the create is sent (the parts of one batch on two masters
+    # run in no set order)
+    def intent_then(*creates: str) -> list[list[str]]:
+        if topology == "cluster":
+            return [[sha["intend_jobs"]], list(creates)]
+        return [[sha["intend_jobs"], *creates]]
+
     q.submit([1, 2])
-    assert sent == [[sha["intend_jobs"], sha["create_job"]], [sha["register_jobs"]]]
+    assert sent == [*intent_then(sha["create_job"]), [sha["register_jobs"]]]
     sent.clear()
     q.submit([1], dedup_key="d-1")
     assert sent == [[sha["reserve_dedup"]], [sha["create_job"]], [sha["register_jobs"]]]
     sent.clear()
     q.open()
-    assert sent == [[sha["intend_jobs"], sha["create_job"]], [sha["register_jobs"]]]
+    assert sent == [*intent_then(sha["create_job"]), [sha["register_jobs"]]]
     sent.clear()
     q.submit_many([[1], [2], [3]])
-    assert sent == [[sha["intend_jobs"]] + [sha["create_job"]] * 3, [sha["register_jobs"]]]
+    assert sent == [*intent_then(*[sha["create_job"]] * 3), [sha["register_jobs"]]]
     assert r.zcard(qk.creating) == 0
     q.close()

@@ -131,13 +131,13 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
         added, url = JobKeys(job).added, redis_url
 
         # Given a DataFrame whose values differ on a task's retry (a non-deterministic
-        # input); its first attempt fails once it has added rows
+        # input); its first attempt fails once it has added rows of its own
         def changing(i: int, added: str = added, url: str = url) -> int:
             from pyspark import TaskContext
 
             ctx = TaskContext.get()
             attempt = ctx.attemptNumber() if ctx else 0
-            if attempt == 0 and i == 4_500:
+            if attempt == 0 and i == 45_000:
                 from streamq.connection import connect
 
                 # rows this attempt added (values ``index|digest|partition|attempt``):
@@ -154,7 +154,9 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
                 raise RuntimeError("injected failure")
             return i * 10 + attempt
 
-        df = (spark.range(0, 10_000, numPartitions=2)
+        # 50,000 rows a partition, the first attempt failing at the 45,001st: the rows
+        # before it have left Spark's bounded buffers and reached the writer
+        df = (spark.range(0, 100_000, numPartitions=2)
               .select("id", F.udf(changing, "bigint", useArrow=False)("id").alias("v")))
         # When it is written (keyColumn: the same key comes with another row; content
         # ids: the retry's rows are other rows than the first attempt added)
