@@ -60,14 +60,18 @@ _FIRST_KEY = frozenset({
     b"SMEMBERS", b"SCARD", b"SISMEMBER",
 })
 _SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO"})
-#: Script calls that may change state (a WAIT follows them with --wait-replicas).
+#: Script calls that may change state (every streamq state change is a script); a WAIT
+#: follows them with --wait-replicas.
 _WRITES = frozenset({b"EVALSHA", b"EVAL", b"FCALL"})
 
 
 def _word(arg: Any) -> bytes:
-    if isinstance(arg, bytes):
-        return arg.upper()
-    return str(arg).upper().encode()
+    return arg.upper() if isinstance(arg, bytes) else str(arg).upper().encode()
+
+
+def changes_state(command: Sequence[Any]) -> bool:
+    """True for a command that may change streamq's state (a script call)."""
+    return _word(command[0]) in _WRITES
 
 
 def slot_of(client: RedisCluster, command: Sequence[Any]) -> int:
@@ -117,9 +121,9 @@ def check_wait(reply: Any, wanted: int, node: str) -> None:
 
 def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                       wait: int = 0) -> list[Any]:
-    """Run ``commands`` on the masters of their slots, one round trip per master
-    (masters in turn); replies in the order of ``commands``, errors in place. With
-    ``wait``, each master's batch ends with ``WAIT wait`` (its reply dropped)."""
+    """Run ``commands`` on the masters of their slots, every master's part sent before
+    any reply is read; replies in the order of ``commands``, errors in place. With
+    ``wait``, each master's part that calls a script ends with ``WAIT wait``."""
     from .connection import CONNECTION_ERRORS, InFlight
 
     n = len(commands)
@@ -129,7 +133,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
     pause = RETRY_PAUSE_S
     give_up = time.monotonic() + RETRY_BUDGET_S
     for attempt in range(MAX_ATTEMPTS):
-        groups: dict[str, tuple[Any, list[int]]] = {}
+        nodes: dict[str, Any] = {}
         by_node: dict[str, list[int]] = defaultdict(list)
         refresh = False
         retry: list[int] = []
@@ -141,22 +145,23 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 retry.append(i)
                 refresh = True
                 continue
-            groups.setdefault(node.name, (node, []))
+            nodes[node.name] = node
             by_node[node.name].append(i)
         # every master's batch is sent before any reply is read: the masters run
         # their batches at the same time, and a batch costs one round trip, not one
         # per master
         flights: dict[str, InFlight | BaseException] = {}
+        waited: set[str] = set()  # masters whose part ends with WAIT
         for name, idxs in by_node.items():
-            node = groups[name][0]
+            node = nodes[name]
             sent: list[Sequence[Any]] = []
             for i in idxs:
                 if i in asking:
                     sent.append(("ASKING",))
                 sent.append(commands[i])
-            waits = bool(wait) and any(_word(commands[i][0]) in _WRITES for i in idxs)
-            if waits:  # only where this batch changed state
+            if wait and any(changes_state(commands[i]) for i in idxs):  # writes only
                 sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
+                waited.add(name)
             try:
                 flights[name] = InFlight(client.get_redis_connection(node), sent)
             except CONNECTION_ERRORS as e:
@@ -165,7 +170,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 _abandon(flights)
                 raise
         for name, idxs in by_node.items():
-            node = groups[name][0]
+            node = nodes[name]
             try:
                 flight = flights.pop(name)
                 if isinstance(flight, BaseException):
@@ -180,7 +185,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
             except BaseException:
                 _abandon(flights)  # the other masters' connections: never left unread
                 raise
-            if len(got) > len(idxs) + sum(1 for i in idxs if i in asking):
+            if name in waited:
                 check_wait(got[-1], wait, name)
             k = 0
             for i in idxs:

@@ -20,6 +20,7 @@ try:  # what redis-py's hiredis reader returns while a reply is incomplete
 except ImportError:  # pragma: no cover - redis-py versions whose reader returns False
     _INCOMPLETE = False
 
+from .cluster import changes_state, check_wait, cluster_pipelined
 from .config import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_SOCKET_TIMEOUT_S,
@@ -156,19 +157,19 @@ def connect_when_ready(url: str, log: Any, *, max_wait_s: float | None = None,
         client = connect(url, **overrides)
         if not undecided(client):
             return client
-        left = None if max_wait_s is None else max(0.0, max_wait_s - (time.monotonic() - started))
-        wait_for_redis(client, log, max_wait_s=left, stop=stop)
         reason = getattr(client, "streamq_undecided", True)
-        client.close()
-        again = connect(url, **overrides)
-        if not undecided(again):
-            return again
-        again.close()
+        waited = time.monotonic() - started
+        try:  # returns at once when Redis answers (a cluster that cannot serve yet)
+            wait_for_redis(client, log, stop=stop, max_wait_s=None if max_wait_s is None
+                           else max(0.0, max_wait_s - waited))
+        finally:
+            client.close()
+        if not isinstance(reason, str):
+            continue  # it was unreachable and answers now: ask it again
         waited = time.monotonic() - started
         if max_wait_s is not None and waited >= max_wait_s:
             raise ConnectionFailed(f"Redis not ready after {waited:.0f} s: {reason}")
-        if isinstance(reason, str):
-            log.warning("waiting for Redis (%.1f s so far): %s", waited, reason)
+        log.warning("waiting for Redis (%.1f s so far): %s", waited, reason)
         pause = delay * random.uniform(0.5, 1.0)
         if stop is not None and hasattr(stop, "wait"):
             if stop.wait(pause):
@@ -269,14 +270,6 @@ def ping(client: Client) -> None:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None
 
 
-#: First words of the commands that change streamq's state (every change is a script).
-_SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL"})
-
-
-def _word(arg: Any) -> bytes:
-    return arg.upper() if isinstance(arg, bytes) else str(arg).upper().encode()
-
-
 def wait_replicas(client: Any) -> int:
     """How many replicas a batch that changes state waits for (WAIT), 0 for none: set by
     ``connect(..., wait_replicas=N)`` or ``STREAMQ_WAIT_REPLICAS``."""
@@ -299,15 +292,11 @@ def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
     if not commands:
         return []
     wait = wait_replicas(client)
-    if wait and not any(_word(c[0]) in _SCRIPT_CALLS for c in commands):
+    if wait and not any(changes_state(c) for c in commands):
         wait = 0  # reads only: nothing to make durable
     if isinstance(client, RedisCluster):
-        from .cluster import cluster_pipelined
-
         return cluster_pipelined(client, commands, wait=wait)
     if wait:
-        from .cluster import check_wait
-
         replies = _standalone_pipelined(
             client, [*commands, ("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS)])
         check_wait(replies[-1], wait, "Redis")
