@@ -141,7 +141,7 @@ def test_a_slot_in_migration_is_followed_with_asking(cluster: LocalCluster) -> N
 # -- a queue on the cluster ---------------------------------------------------------
 
 
-def test_jobs_spread_over_every_master(cluster: LocalCluster, workers: Any) -> None:
+def test_jobs_spread_over_every_master(cluster: LocalCluster) -> None:
     q = Queue("spread", cluster.url)
     handles = q.submit_many([[{"n": i}] for i in range(60)])
     c = connect(cluster.url)
@@ -337,7 +337,7 @@ def test_a_master_killed_under_load_fails_over_and_every_job_ends(tmp_path: Path
 
 
 def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
-        cluster: LocalCluster, workers: Any) -> None:
+        cluster: LocalCluster) -> None:
     # Given a subscriber to a queue's completions, and a plain SUBSCRIBE on another master
     from streamq.keys import QueueKeys
     from streamq.notices import Notices
