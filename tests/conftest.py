@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,26 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
+    """The queue's completion records (its ``events`` stream), counted by job."""
+    from streamq.keys import QueueKeys
+
+    return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
+
+
+def settled_completions(r: redis.Redis, queue: str, timeout: float = 30) -> Counter[str]:
+    """The completion records once the queue has no registered job left.
+
+    A job is terminal in its own slot when its last acknowledgement lands (what
+    ``wait`` sees); it is finished in the queue's slot, with its record, by the next
+    round trip of the worker (or the reaper), so a record may trail ``wait`` by that.
+    """
+    from streamq.keys import QueueKeys
+
+    wait_until(lambda: r.zcard(QueueKeys(queue).active) == 0, timeout, "jobs still registered")
+    return completions_of(r, queue)
 
 
 def free_port() -> int:

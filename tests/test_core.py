@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import completions_of, settled_completions
 
 from streamq import (
     Job,
@@ -23,11 +24,6 @@ from streamq import (
 from streamq.keys import JobKeys, QueueKeys
 
 StartWorker = Callable[..., Worker]
-
-
-def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
-    events = r.xrange(QueueKeys(queue).events)
-    return Counter(f[b"job"].decode() for _, f in events)
 
 
 @pytest.mark.parametrize("size", [1, 10, 10_000])
@@ -54,7 +50,7 @@ def test_jobs_complete_with_every_result_once(
     results = job.results()
     assert results == {i: {"sq": i * i} for i in range(size)}
     assert set(calls) == set(range(size))
-    assert completions_of(r, queue_name) == {job.id: 1}
+    assert settled_completions(r, queue_name) == {job.id: 1}
 
 
 def test_streaming_job_never_completes_before_finalize(
@@ -83,7 +79,7 @@ def test_streaming_job_never_completes_before_finalize(
     sj.finalize()
     assert sj.wait(timeout=10).state is JobState.SUCCEEDED
     assert sj.results() == {0: 1, 1: 2, 2: 3, 3: 4}
-    assert completions_of(r, queue_name) == {sj.id: 1}
+    assert settled_completions(r, queue_name) == {sj.id: 1}
 
 
 def test_streaming_context_manager_and_empty_job(redis_url: str, queue_name: str) -> None:
@@ -435,4 +431,4 @@ def test_job_id_reused_after_its_retention_runs_again(
     assert job.results() == {0: 42}
     # the first run's record was trimmed with the queue's retention (events are kept
     # that long); the second run has its own
-    assert completions_of(r, queue_name) == {"again": 1}
+    assert settled_completions(r, queue_name) == {"again": 1}

@@ -4,12 +4,12 @@ slot): the intent it sent ahead of the create lets the reaper finish the submit.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from conftest import completions_of, settled_completions
 from proxy import ReplyDropProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -33,10 +33,6 @@ def dying_producer(queue: str, proxy: ReplyDropProxy) -> Queue:
     q = Queue(queue, client=connect(proxy.url, retry=Retry(NoBackoff(), 0)))
     proxy.drop_reply_to(q.scripts._scripts["create_job"].sha.encode())
     return q
-
-
-def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
-    return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
 
 
 def keys_without_ttl(r: redis.Redis, job_id: str) -> list[str]:
@@ -69,7 +65,7 @@ def test_a_job_created_but_never_registered_is_registered_by_the_reaper(
     good = Queue(queue_name, redis_url)
     assert wait_terminal(good, "orphan-1") is JobState.SUCCEEDED
     assert good.results("orphan-1") == {0: 10, 1: 20, 2: 30}
-    assert completions_of(r, queue_name) == {"orphan-1": 1}
+    assert settled_completions(r, queue_name) == {"orphan-1": 1}
     assert keys_without_ttl(r, "orphan-1") == []
     good.close()
 
@@ -96,7 +92,7 @@ def test_an_open_job_never_registered_is_registered_by_the_reaper(
     workers(queue_name, lambda p: p.upper())
     # Then it completes once and its dedup key is released with it
     assert wait_terminal(good, "open-1") is JobState.SUCCEEDED
-    assert completions_of(r, queue_name) == {"open-1": 1}
+    assert settled_completions(r, queue_name) == {"open-1": 1}
     deadline = time.monotonic() + 30
     while r.zscore(qk.dedup_expiry, "stream-a") == float("inf"):
         assert time.monotonic() < deadline

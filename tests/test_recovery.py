@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, start_redis
+from conftest import Procs, settled_completions, start_redis
 
 from streamq import JobState, NonRetryable, Queue, RetryLater, Worker, deadletters
 from streamq.keys import JobKeys, QueueKeys
@@ -38,15 +38,11 @@ def starts(r: redis.Redis, job_id: str, n: int) -> list[int]:
     return [int(v or 0) for v in vals]
 
 
-def completions(r: redis.Redis, queue: str) -> Counter[str]:
-    return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
-
-
 def assert_all_done_once(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:
     st = q.status(job_id)
     assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, n, n, 0)
     assert q.results(job_id) == {i: i * 2 for i in range(n)}
-    assert completions(r, q.name) == {job_id: 1}
+    assert settled_completions(r, q.name) == {job_id: 1}
     assert r.exists(JobKeys(job_id).tasks) == 0
 
 
@@ -108,7 +104,7 @@ def test_reaper_killed_mid_pass(
         st = q.status(j.id)
         assert (st.done, st.failed) == (20, 0)
         assert q.results(j.id) == {i: i * 2 for i in range(20)}
-    assert completions(r, queue_name) == {j.id: 1 for j in jobs}
+    assert settled_completions(r, queue_name) == {j.id: 1 for j in jobs}
 
 
 def test_failing_twice_then_succeeding_backs_off(
@@ -198,7 +194,7 @@ def test_always_failing_handler_dead_letters_once_then_replays(
         assert [(d.job_id, d.index, d.attempts) for d in dead] == [(job.id, "1", 3)]
         assert dead[0].error == "ValueError: cannot process bad"
         assert dead[0].as_dict()["payload"] == "bad"
-        assert completions(r, queue_name) == {job.id: 1}
+        assert settled_completions(r, queue_name) == {job.id: 1}
         # and the job's dead-letter payloads expire with its results, not never
         jk = JobKeys(job.id)
         assert r.hexists(jk.dlq, "1")
@@ -357,7 +353,7 @@ def test_two_reapers_change_nothing_one_would_not(
     dead = deadletters.list_dead(r, QueueKeys(queue_name))
     assert [(d.job_id, d.attempts) for d in dead] == [(bad.id, 2)]
     assert r.xlen(QueueKeys(queue_name).dead) == 1
-    assert completions(r, queue_name) == {job.id: 1, bad.id: 1}
+    assert settled_completions(r, queue_name) == {job.id: 1, bad.id: 1}
 
 
 def assert_all_done_once_among(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:

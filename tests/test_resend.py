@@ -4,13 +4,12 @@ then take effect once, and the caller must still finish its two-step work."""
 
 from __future__ import annotations
 
-import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from conftest import completions_of, settled_completions
 from proxy import ReplyDropProxy
 
 from streamq import Queue, Worker, codec, config
@@ -23,20 +22,6 @@ StartWorker = Callable[..., Worker]
 
 def sha(q: Queue, script: str) -> bytes:
     return q.scripts._scripts[script].sha.encode()
-
-
-def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
-    return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
-
-
-def finished_all(r: redis.Redis, queue: str) -> Counter[str]:
-    """The completion records once the queue has no registered job left (a job terminal
-    in its slot is finished in the queue slot by the worker's next round trip)."""
-    deadline = time.monotonic() + 30
-    while r.zcard(QueueKeys(queue).active):
-        assert time.monotonic() < deadline, "jobs still registered"
-        time.sleep(0.05)
-    return completions_of(r, queue)
 
 
 def test_a_resent_streaming_add_adds_once(
@@ -80,7 +65,7 @@ def test_a_resent_write_of_a_big_submit_is_no_conflict(
     workers(queue_name, lambda p: p, batch=100)
     assert job.wait(timeout=60).done == len(payloads)
     assert job.results() == dict(enumerate(payloads))
-    assert finished_all(r, queue_name) == {job.id: 1}
+    assert settled_completions(r, queue_name) == {job.id: 1}
     q.close()
 
 
@@ -167,7 +152,7 @@ def test_submit_many_with_a_lost_reply_runs_each_job_once(
     for job, p in zip(jobs, payloads):
         assert job.wait(timeout=30).done == len(p)
         assert job.results() == {i: v * 2 for i, v in enumerate(p)}
-    assert finished_all(r, queue_name) == {j.id: 1 for j in jobs}
+    assert settled_completions(r, queue_name) == {j.id: 1 for j in jobs}
     assert r.hlen(QueueKeys(queue_name).tokens) == 0
     q.close()
 
@@ -205,7 +190,7 @@ def test_a_lost_finalize_reply_of_a_running_job_completes_once(
     assert proxy.dropped == 1
     workers(queue_name, lambda p: p)
     assert job.wait(timeout=30).done == 20
-    assert finished_all(r, queue_name) == {job.id: 1}
+    assert settled_completions(r, queue_name) == {job.id: 1}
     q.close()
 
 

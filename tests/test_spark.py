@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import redis
+from conftest import settled_completions
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -261,7 +262,7 @@ def test_second_write_into_a_job_is_refused_and_the_first_completes(
     workers(queue_name, chunk_handler, concurrency=2)
     st = Queue(queue_name, redis_url).wait("shared-1", timeout=30)
     assert (st.state, st.total, st.done) == (JobState.SUCCEEDED, 1000, 1000)
-    assert events_of(r, queue_name) == {"shared-1": 1}
+    assert settled_completions(r, queue_name) == {"shared-1": 1}
 
 
 # -- through Spark -------------------------------------------------------------------------
