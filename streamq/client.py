@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -23,9 +24,10 @@ from .errors import (
 )
 from .following import Following
 from .jobs import Job, StreamingJob, wrap_connection_errors
-from .keys import JobKeys, QueueKeys, check_name
+from .keys import JobKeys, QueueKeys, check_name, shard_queue
 from .models import JobState, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
+from .shards import load_shards, read_shards, shard_index
 
 __all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
 
@@ -65,6 +67,7 @@ class Queue(Following):
         retention_s: float = config.DEFAULT_RETENTION_S,
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
+        shards: int | None = None,
     ) -> None:
         self.name = check_name("queue name", name)
         if client is None:
@@ -72,7 +75,10 @@ class Queue(Following):
                 raise ConfigError("give a Redis URL or a client")
             client = connect(url)
         self.redis = client
+        #: the queue's first shard (its only one on one server)
         self.keys = QueueKeys(name)
+        self._shards_wanted = shards
+        self._shards: list[QueueKeys] | None = None
         self.scripts = Scripts(client)
         if retention_s <= 0:
             raise ConfigError("retention_s must be positive")
@@ -82,6 +88,45 @@ class Queue(Following):
 
     def close(self) -> None:
         self.redis.close()
+
+    @property
+    def shards(self) -> list[QueueKeys]:
+        """The queue's shards (:mod:`streamq.shards`), read (or chosen: the first use
+        stores them) once."""
+        if self._shards is None:
+            self._shards = load_shards(self.redis, self.name, self._shards_wanted)
+        return self._shards
+
+    @property
+    def known_shards(self) -> list[QueueKeys]:
+        """The queue's shards as stored, for reading: writes nothing (a queue with no
+        stored shards has its first one only, and is asked again next time)."""
+        if self._shards is None:
+            stored = read_shards(self.redis, self.name)
+            if stored is None:
+                return [self.keys]
+            self._shards = stored
+        return self._shards
+
+    def shard_for(self, job_id: str, dedup_key: str | None = None) -> QueueKeys:
+        """The shard a new job goes to: its dedup key's, else its id's."""
+        shards = self.shards
+        return shards[shard_index(dedup_key or job_id, len(shards))]
+
+    def job_shard(self, job_id: str) -> QueueKeys:
+        """The shard job ``job_id`` lives on (its meta ``queue``; the first for a job
+        that is gone or of another queue)."""
+        tag: Any = self.redis.hget(JobKeys(job_id).meta, "queue")
+        if tag is None or shard_queue(tag.decode()) != self.name:
+            return self.keys
+        return self.shard_of(tag.decode())
+
+    def shard_of(self, tag: str) -> QueueKeys:
+        """The shard of hash tag ``tag`` (a job's meta ``queue`` field)."""
+        for qk in self.known_shards:
+            if qk.tag == tag:
+                return qk
+        return QueueKeys(self.name, tag)  # a well-formed tag of this queue
 
     def __enter__(self) -> Queue:
         return self
@@ -115,7 +160,8 @@ class Queue(Following):
         if dedup_key is not None:
             if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
                 raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
-            job_id = self.scripts.reserve_dedup(self.keys, dedup_key, job_id)
+            job_id = self.scripts.reserve_dedup(self.shard_for(job_id, dedup_key), dedup_key,
+                                                job_id)
         return job_id
 
     @wrap_connection_errors
@@ -141,10 +187,11 @@ class Queue(Following):
         entries = self._encode_all(payloads)
         jid = self._job_id(job_id, dedup_key)
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
+        qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", first, "submit" if rest else "final")
-        created = self._create(jid, call, dedup_key)
-        self._check_queue(jid, created.queue)
+                                 dedup_key or "", first, "submit" if rest else "final", qk=qk)
+        created = self._create(jid, call, dedup_key, qk)
+        qk = self._check_queue(jid, created.queue)
         reply = created.job
         if reply.state == JobState.OPEN.value and (
             created.created or self.redis.hget(JobKeys(jid).meta, "mode") == b"submit"
@@ -153,9 +200,9 @@ class Queue(Following):
             # submit of the same job id resumes where an interrupted one stopped
             reply = self._add_rest_and_finalize(jid, entries, reply.total)
         if reply.completed:
-            self._finish(jid, reply)
+            self._finish(jid, reply, qk)
         elif reply.state in _LIVE:
-            self.register([(jid, reply)])
+            self.register([(jid, reply)], qk)
         return Job(self, jid, created=created.created)
 
     def _add_rest_and_finalize(
@@ -193,21 +240,29 @@ class Queue(Following):
         encoded = [self._encode_all(p) for p in jobs]
         small = [i for i, e in enumerate(encoded) if len(e) <= config.ADD_CHUNK]
         ids = dict(zip(small, _new_ids(len(small))))
-        calls = self.scripts.create_job_calls(
-            ((JobKeys(ids[i]), encoded[i]) for i in small), queue=self.name, priority=priority,
-            concurrency=concurrency, client=client, max_deliveries=max_deliveries,
-            retention_ms=self.retention_ms, mode="final")
+        shards = self.shards
+        by_shard: dict[int, list[int]] = {}
+        for i in small:
+            by_shard.setdefault(shard_index(ids[i], len(shards)), []).append(i)
+        order = [i for group in by_shard.values() for i in group]
+        calls = [call for k, group in by_shard.items() for call in self.scripts.create_job_calls(
+            ((JobKeys(ids[i]), encoded[i]) for i in group), queue=shards[k].tag,
+            priority=priority, concurrency=concurrency, client=client,
+            max_deliveries=max_deliveries, retention_ms=self.retention_ms, mode="final")]
         # the intents go first (see _create and _intent_then)
-        created = (self._intent_then(self.scripts.intend_jobs_call(self.keys, list(ids.values())),
-                                     calls) if ids else [])
-        to_register: list[tuple[str, JobReply]] = []
-        for i, raw in zip(small, created):
+        intents = [self.scripts.intend_jobs_call(shards[k], [ids[i] for i in group])
+                   for k, group in by_shard.items()]
+        created = self._intent_then(intents, calls) if ids else []
+        to_register: dict[int, list[tuple[str, JobReply]]] = {}
+        for i, raw in zip(order, created):
             rep = self.scripts.parse_create(raw).job
+            k = shard_index(ids[i], len(shards))
             if rep.completed:
-                self._finish(ids[i], rep)
+                self._finish(ids[i], rep, shards[k])
             else:
-                to_register.append((ids[i], rep))
-        self.register(to_register)
+                to_register.setdefault(k, []).append((ids[i], rep))
+        for k, jobs_k in to_register.items():
+            self.register(jobs_k, shards[k])
         handles: list[Job] = []
         for i, entries in enumerate(encoded):
             if i in ids:
@@ -220,14 +275,15 @@ class Queue(Following):
     def _submit_encoded(self, entries: list[tuple[bytes, bytes]], priority: int,
                         concurrency: int, client: str, max_deliveries: int) -> Job:
         jid = uuid.uuid4().hex
+        qk = self.shard_for(jid)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
-                                 entries[: config.ADD_CHUNK], "submit")
-        created = self._create(jid, call, None)
+                                 entries[: config.ADD_CHUNK], "submit", qk=qk)
+        created = self._create(jid, call, None, qk)
         reply = self._add_rest_and_finalize(jid, entries, created.job.total)
         if reply.completed:
-            self._finish(jid, reply)
+            self._finish(jid, reply, qk)
         else:
-            self.register([(jid, reply)])
+            self.register([(jid, reply)], qk)
         return Job(self, jid)
 
     @wrap_connection_errors
@@ -252,24 +308,29 @@ class Queue(Following):
         """
         self._options(priority, concurrency, client, max_deliveries)
         jid = self._job_id(job_id, dedup_key)
+        qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", [], "open", token)
-        created = self._create(jid, call, dedup_key)
-        self._check_queue(jid, created.queue)
+                                 dedup_key or "", [], "open", token, qk=qk)
+        created = self._create(jid, call, dedup_key, qk)
+        qk = self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
-            self.register([(jid, created.job)])
-        return StreamingJob(self, jid, created=created.created, concurrency=created.job.concurrency)
+            self.register([(jid, created.job)], qk)
+        return StreamingJob(self, jid, created=created.created, concurrency=created.job.concurrency,
+                            shard=qk)
 
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
                      max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
-                     mode: str, token: str | None = None) -> Call:
+                     mode: str, token: str | None = None, *, qk: QueueKeys | None = None
+                     ) -> Call:
+        qk = qk or self.shard_for(jid, dedup or None)
         return self.scripts.create_job_call(
-            JobKeys(jid), queue=self.name, priority=priority, concurrency=concurrency,
+            JobKeys(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
             token=token)
 
-    def _create(self, jid: str, call: Call, dedup_key: str | None) -> CreateReply:
+    def _create(self, jid: str, call: Call, dedup_key: str | None, qk: QueueKeys
+                ) -> CreateReply:
         """Run a job-slot create preceded by its queue-slot intent, in one round trip.
 
         The intent is the durable first step of the cross-slot submit: should this
@@ -278,10 +339,10 @@ class Queue(Following):
         already (reserve_dedup)."""
         if dedup_key:
             return self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
-        intent = self.scripts.intend_jobs_call(self.keys, [jid])
-        return self.scripts.parse_create(self._intent_then(intent, [call])[0])
+        intent = self.scripts.intend_jobs_call(qk, [jid])
+        return self.scripts.parse_create(self._intent_then([intent], [call])[0])
 
-    def _intent_then(self, intent: Call, calls: Sequence[Call]) -> list[Any]:
+    def _intent_then(self, intents: Sequence[Call], calls: Sequence[Call]) -> list[Any]:
         """Run the queue-slot intent, then ``calls`` (job-slot creates); their replies.
 
         On one server both go in one round trip, in order. On a cluster a batch's
@@ -289,46 +350,73 @@ class Queue(Following):
         first step) is a round trip of its own, acknowledged before any create runs:
         a create never lands without the intent that lets the reaper finish it."""
         if is_cluster(self.redis):
-            self.scripts.run(intent.name, intent.keys, intent.args)
+            self.scripts.run_many(intents)
             return self.scripts.run_many(calls)
-        return self.scripts.run_many([intent, *calls])[1:]
+        return self.scripts.run_many([*intents, *calls])[len(intents):]
 
-    def _check_queue(self, jid: str, queue: str) -> None:
-        if queue != self.name:
-            raise JobConflict(f"job id {jid!r} already names a job of queue {queue!r}")
+    def _check_queue(self, jid: str, queue: str) -> QueueKeys:
+        """The shard of job ``jid`` (its meta ``queue`` field), JobConflict when the id
+        names a job of another queue."""
+        if shard_queue(queue) != self.name:
+            raise JobConflict(f"job id {jid!r} already names a job of queue "
+                              f"{shard_queue(queue)!r}")
+        return self.shard_of(queue)
 
-    def register(self, jobs: Sequence[tuple[str, JobReply]]) -> None:
-        """The queue-slot step of a submit: register live jobs and give them their
-        tokens (idempotent; also removes their intents)."""
+    def register(self, jobs: Sequence[tuple[str, JobReply]], qk: QueueKeys | None = None
+                 ) -> None:
+        """The queue-slot step of a submit: register live jobs (of shard ``qk``, the
+        first by default) and give them their tokens (idempotent; also removes their
+        intents)."""
+        qk = qk or self.keys
         for start in range(0, len(jobs), config.ADD_CHUNK):
-            call = self.scripts.register_jobs_call(self.keys, jobs[start : start + config.ADD_CHUNK])
+            call = self.scripts.register_jobs_call(qk, jobs[start : start + config.ADD_CHUNK])
             self.scripts.run(call.name, call.keys, call.args)
 
-    def finish_call(self, jid: str, reply: JobReply) -> Call:
-        """The queue-slot step that records and announces a terminal job's completion;
-        the call replies ``[1]`` when it finished the job, ``[0]`` when it was finished."""
-        return self.finish_many_call([(jid, reply)])
+    def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call:
+        """The queue-slot step that records and announces a terminal job's completion
+        (in shard ``qk``, the first by default); the call replies ``[1]`` when it
+        finished the job, ``[0]`` when it was finished."""
+        return self.finish_many_call([(jid, reply)], qk)
 
-    def finish_many_call(self, jobs: Sequence[tuple[str, JobReply]]) -> Call:
-        """:meth:`finish_call` for several terminal jobs at once (one code per job)."""
+    def finish_many_call(self, jobs: Sequence[tuple[str, JobReply]],
+                         qk: QueueKeys | None = None) -> Call:
+        """:meth:`finish_call` for several terminal jobs of one shard (one code per job)."""
         queue = self.name
         # finished_ms 0: finish_jobs puts Redis's clock there
         return self.scripts.finish_jobs_call(
-            self.keys,
+            qk or self.keys,
             [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
                                              reply.failed, 0))
              for jid, reply in jobs],
             events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms,
             sharded=is_cluster(self.redis))
 
-    def _finish(self, jid: str, reply: JobReply) -> bool:
-        call = self.finish_call(jid, reply)
+    def _finish(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> bool:
+        call = self.finish_call(jid, reply, qk)
         return bool(self.scripts.run(call.name, call.keys, call.args)[0])
 
     @wrap_connection_errors
     def dead_letters(self, count: int = 100, job_id: str | None = None) -> list[DeadLetter]:
-        """The newest dead letters of the queue (one per job and index), newest first."""
-        return deadletters.list_dead(self.redis, self.keys, count, job_id)
+        """The newest dead letters of the queue (one per job and index), newest first.
+
+        A dead letter of shard ``k`` > 0 has the id ``<dead stream id>@<k>``."""
+        out: list[DeadLetter] = []
+        for k, qk in enumerate(self.known_shards):
+            for d in deadletters.list_dead(self.redis, qk, count, job_id):
+                out.append(dataclasses.replace(d, id=f"{d.id}@{k}") if k else d)
+        out.sort(key=lambda d: tuple(int(x) for x in d.id.partition("@")[0].split("-")),
+                 reverse=True)
+        return out[:count]
+
+    def _dead_shard(self, dead_id: str) -> tuple[QueueKeys, str]:
+        """The shard and dead-stream id of a dead letter id (see :meth:`dead_letters`)."""
+        raw, sep, k = dead_id.partition("@")
+        shards = self.known_shards
+        if not sep:
+            return shards[0], raw
+        if not k.isdigit() or not 0 < int(k) < len(shards):
+            raise StreamqError(f"no dead letter {dead_id!r} in queue {self.name!r}")
+        return shards[int(k)], raw
 
     @wrap_connection_errors
     def replay_dead(self, dead_id: str, *, token: str | None = None) -> str:
@@ -340,12 +428,13 @@ class Queue(Following):
         DeadLetterReplayed; ``token`` names this replay across retries of it
         (a call retried with the same token returns the same job).
         """
+        qk, raw_id = self._dead_shard(dead_id)
         try:
-            dead = deadletters.get_dead(self.redis, self.keys, dead_id)
+            dead = deadletters.get_dead(self.redis, qk, raw_id)
         except StreamqError:
-            target = deadletters.replayed_into(self.redis, self.keys, dead_id)
+            target = deadletters.replayed_into(self.redis, qk, raw_id)
             if target is None:
-                raise
+                raise StreamqError(f"no dead letter {dead_id!r} in queue {self.name!r}") from None
             raise DeadLetterReplayed(dead_id, target) from None
         meta: Any = self.redis.hmget(JobKeys(dead.job_id).meta, "priority", "client",
                                      "max_deliveries")
@@ -354,13 +443,14 @@ class Queue(Following):
             prio = int(meta[0]) if meta[0] else config.DEFAULT_PRIORITY
             client = meta[1].decode() if meta[1] else config.DEFAULT_CLIENT
             md = int(meta[2]) if meta[2] else config.DEFAULT_MAX_DELIVERIES
-            call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final")
+            call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final",
+                                     qk=self.shard_for(jid))
             created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
-            self._check_queue(jid, created.queue)
+            shard = self._check_queue(jid, created.queue)
             if created.job.completed:
-                self._finish(jid, created.job)
+                self._finish(jid, created.job, shard)
             elif created.job.state in _LIVE:
-                self.register([(jid, created.job)])
+                self.register([(jid, created.job)], shard)
             return jid
 
-        return deadletters.replay(self.redis, self.scripts, self.keys, dead, new_job, token)
+        return deadletters.replay(self.redis, self.scripts, qk, dead, new_job, token)

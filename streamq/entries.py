@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .codec import decode, encode_result
 from .deadletters import announce
 from .errors import PayloadError
-from .keys import JobKeys
+from .keys import JobKeys, QueueKeys
 from .models import Task
 from .scripts import JobReply
 
@@ -62,7 +62,7 @@ class EntryRunner:
 
     def run_entries(
         self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
-        waits: list[float], durations: list[float],
+        waits: list[float], durations: list[float], shard: QueueKeys,
     ) -> tuple[list[tuple[str, int, bytes]], bool]:
         """Run a job's entries (``ids`` are their decoded ids, ``unacked`` the set
         heartbeats keep fresh) in order, acknowledging every ``ack_flush_s``. Queue
@@ -114,7 +114,7 @@ class EntryRunner:
                 self.observe(waits, durations)
                 completed = self.fail(job, eid, -1 if index is None else index, 1, -1,
                                       f"malformed entry: {e}", kind or b"b",
-                                      raw or b"") or completed
+                                      raw or b"", shard) or completed
                 w.leases.discard(unacked, (eid,))
                 continue
             if suspect:
@@ -122,7 +122,7 @@ class EntryRunner:
                 # start, so a kill inside this handler counts an attempt for it alone
                 if done:
                     self.observe(waits, durations)
-                    completed = self.ack_many([(jk, done)])[0] or completed
+                    completed = self.ack_many([(jk, done)], shard=shard)[0] or completed
                     w.leases.discard(unacked, [d[0] for d in done])
                     done = []
                 if not w.scripts.record_start(jk, eid, w.id):
@@ -154,7 +154,7 @@ class EntryRunner:
                             attempt, type(e).__name__, e)
                 self.observe(waits, durations)
                 completed = self.fail(job, eid, index, attempt, delay,
-                                      f"{type(e).__name__}: {e}", kind, raw) or completed
+                                      f"{type(e).__name__}: {e}", kind, raw, shard) or completed
                 w.leases.discard(unacked, (eid,))
                 continue
             ended = clock()
@@ -162,7 +162,7 @@ class EntryRunner:
             done.append((eid, index, result))
             if ended - flushed_at >= flush_s:
                 self.observe(waits, durations)
-                completed = self.ack_many([(jk, done)])[0] or completed
+                completed = self.ack_many([(jk, done)], shard=shard)[0] or completed
                 w.leases.discard(unacked, [d[0] for d in done])
                 done = []
                 flushed_at = clock()
@@ -178,7 +178,7 @@ class EntryRunner:
         durations.clear()
 
     def fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,
-             kind: bytes, raw: bytes) -> bool:
+             kind: bytes, raw: bytes, shard: QueueKeys | None = None) -> bool:
         """Report a failed attempt; True when it completed the job.
 
         A retry is two steps: ``fail`` puts it in the job's ``retry`` ZSET, and
@@ -186,6 +186,7 @@ class EntryRunner:
         ``retries``, so live workers promote it; both are idempotent, and the reaper
         promotes a retry whose second step never ran."""
         w = self.w
+        shard = shard or w.keys
         jk = JobKeys(job)
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
                                      attempts=attempts, delay_ms=delay_ms, error=error[:2000],
@@ -193,7 +194,7 @@ class EntryRunner:
         if delay_ms >= 0:
             # noted even when the reply says "settled already" (a resent fail): a due
             # time with nothing due costs one promote that moves nothing
-            calls.append(w.scripts.schedule_retry_call(w.keys, job, delay_ms))
+            calls.append(w.scripts.schedule_retry_call(shard, job, delay_ms))
         replies = w.scripts.run_many(calls)
         outcome, reply = w.scripts.parse_fail(replies[0])
         if outcome == 1:
@@ -204,12 +205,12 @@ class EntryRunner:
             w.fault("after_dead_letter")
             # announced before the job is finished, so a completed job shows its dead
             # letters; a crash before leaves the announcement to the reaper
-            owes = announce(w.scripts, w.keys, job).left > 0
+            owes = announce(w.scripts, shard, job).left > 0
         if reply.completed:
-            finish = w.q.finish_call(job, reply)
+            finish = w.q.finish_call(job, reply, shard)
             w.scripts.run(finish.name, finish.keys, finish.args)
             if not owes:  # the finish marked the job in `owed`: it owes nothing
-                w.scripts.clear_owed(w.keys, job)
+                w.scripts.clear_owed(shard, job)
         return reply.completed
 
     def call_async(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
@@ -223,10 +224,12 @@ class EntryRunner:
         return await self.w.handler(payload)
 
     def ack_many(self, batches: list[Batch],
-                 finishes: list[tuple[str, JobReply]] | None = None) -> list[bool]:
-        """Acknowledge results of several jobs in one round trip; True for each job
-        this completed. The completed jobs are added to ``finishes`` (finished with
-        the slot's next settle), or, without it, finished at once in one more."""
+                 finishes: list[tuple[str, JobReply]] | None = None, *,
+                 shard: QueueKeys) -> list[bool]:
+        """Acknowledge results of several jobs (of queue shard ``shard``) in one round
+        trip; True for each job this completed. The completed jobs are added to
+        ``finishes`` (finished with the slot's next settle), or, without it, finished
+        at once in one more."""
         w = self.w
         replies = w.scripts.run_many([w.scripts.ack_call(jk, done) for jk, done in batches])
         completed: list[tuple[str, JobReply]] = []
@@ -234,7 +237,7 @@ class EntryRunner:
         if finishes is not None:
             finishes.extend(completed)
         elif completed:
-            call = w.q.finish_many_call(completed)
+            call = w.q.finish_many_call(completed, shard)
             w.scripts.run(call.name, call.keys, call.args)
         return out
 

@@ -12,7 +12,7 @@ from .codec import decode_result
 from .connection import Client, is_transient
 from .errors import JobNotFound, WaitTimeout
 from .jobs import wrap_connection_errors
-from .keys import JobKeys, QueueKeys, check_name
+from .keys import JobKeys, QueueKeys, check_name, shard_queue
 from .models import Completion, JobState, JobStatus
 from .notices import Notices
 
@@ -23,6 +23,13 @@ class Following:
     name: str
     redis: Client
     keys: QueueKeys
+
+    @property
+    def known_shards(self) -> list[QueueKeys]:
+        raise NotImplementedError
+
+    def shard_of(self, tag: str) -> QueueKeys:
+        raise NotImplementedError
 
     @wrap_connection_errors
     def status(self, job_id: str) -> JobStatus:
@@ -50,7 +57,7 @@ class Following:
         finished = meta.get("finished")
         return JobStatus(
             job_id=job_id,
-            queue=meta["queue"],
+            queue=shard_queue(meta["queue"]),
             state=JobState(meta["state"]),
             priority=int(meta["priority"]),
             concurrency=int(meta["concurrency"]),
@@ -94,8 +101,14 @@ class Following:
                 time.sleep(0.25)
 
     def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> JobStatus:
+        jk = JobKeys(check_name("job id", job_id))
+        tag: Any = self.redis.hget(jk.meta, "queue")
+        # the job's shard announces it (an unknown job: the status read below says so)
+        qk = self.keys
+        if tag is not None and shard_queue(tag.decode()) == self.name:
+            qk = self.shard_of(tag.decode())
         with Notices(self.redis) as notices:
-            notices.subscribe(self.keys.job_channel(job_id))
+            notices.subscribe(qk.job_channel(job_id))
             while True:
                 st = self._status(job_id)
                 if st.terminal:
@@ -107,12 +120,17 @@ class Following:
 
     @wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:
-        """The latest completion records of the queue (durable events), oldest first."""
+        """The latest completion records of the queue (durable events, of every shard),
+        oldest first."""
         out = []
-        entries: list[tuple[bytes, dict[bytes, bytes]]] = self.redis.xrevrange(
-            self.keys.events, count=count)  # type: ignore[assignment]
-        for _id, f in reversed(entries):
-            d = {k.decode(): v.decode() for k, v in f.items()}
-            out.append(Completion(d["job"], self.name, JobState(d["state"]), int(d["total"]),
-                                  int(d["done"]), int(d["failed"]), int(d["finished"])))
-        return out
+        for qk in self.known_shards:
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = self.redis.xrevrange(
+                qk.events, count=count)  # type: ignore[assignment]
+            for entry_id, f in entries:
+                d = {k.decode(): v.decode() for k, v in f.items()}
+                out.append((entry_id.decode(), Completion(
+                    d["job"], self.name, JobState(d["state"]), int(d["total"]), int(d["done"]),
+                    int(d["failed"]), int(d["finished"]))))
+        # in the order they were recorded (stream ids are Redis's clock on every shard)
+        out.sort(key=lambda e: tuple(int(x) for x in e[0].split("-")))
+        return [c for _, c in out[-count:]]

@@ -47,23 +47,36 @@ def _s(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def queue_exists(r: Client, qk: QueueKeys) -> bool:
+Shards = QueueKeys | Sequence[QueueKeys]
+
+
+def _shards(shards: Shards) -> Sequence[QueueKeys]:
+    return [shards] if isinstance(shards, QueueKeys) else shards
+
+
+def queue_exists(r: Client, shards: Shards) -> bool:
     """True when any key of the queue exists (a queue is nothing but its keys)."""
-    keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
-            qk.workers, qk.events, qk.dead, qk.fair, qk.dedup)
-    return int(r.exists(*keys)) > 0
+    for qk in _shards(shards):
+        keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
+                qk.workers, qk.events, qk.dead, qk.fair, qk.dedup)
+        if int(r.exists(*keys)) > 0:
+            return True
+    return False
 
 
-def require_queue(r: Client, qk: QueueKeys) -> None:
-    """Raise QueueNotFound unless the queue has some key."""
-    if not queue_exists(r, qk):
-        raise QueueNotFound(qk.name)
+def require_queue(r: Client, shards: Shards) -> None:
+    """Raise QueueNotFound unless the queue has some key (on any shard)."""
+    if not queue_exists(r, shards):
+        raise QueueNotFound(_shards(shards)[0].name)
 
 
-def active_job_ids(r: Client, qk: QueueKeys) -> list[str]:
-    """Unfinished jobs in registration order (the ``active`` registry)."""
-    raw: Any = r.zrange(qk.active, 0, -1)
-    return [_s(j) for j in raw]
+def active_job_ids(r: Client, shards: Shards) -> list[str]:
+    """Unfinished jobs in registration order (the ``active`` registry of every shard)."""
+    rows: list[tuple[float, str]] = []
+    for qk in _shards(shards):
+        raw: Any = r.zrange(qk.active, 0, -1, withscores=True)
+        rows += [(score, _s(j)) for j, score in raw]
+    return [j for _, j in sorted(rows)]
 
 
 # -- jobs ------------------------------------------------------------------------------
@@ -158,6 +171,7 @@ class Overview:
     """A snapshot of one queue."""
 
     queue: str
+    shards: int  #: the queue's shards (:mod:`streamq.shards`); the counts are their sums
     at_ms: int
     active_jobs: int  #: ZCARD active
     by_priority: list[PriorityRow]
@@ -184,27 +198,42 @@ def server_ms(r: Client, qk: QueueKeys) -> int:
     return connection_server_ms(r, qk.workers)
 
 
-def recent_completions(r: Client, qk: QueueKeys, window_ms: int = RATE_WINDOW_MS,
+def recent_completions(r: Client, shards: Shards, window_ms: int = RATE_WINDOW_MS,
                        now: int | None = None) -> tuple[int, int]:
-    """(completions, sub-requests done) recorded in the events stream in the window."""
-    since = (now if now is not None else server_ms(r, qk)) - window_ms
-    entries: Any = r.xrange(qk.events, min=str(max(0, since)), max="+")
-    done = sum(int(f.get(b"done", 0)) for _, f in entries)
-    return len(entries), done
+    """(completions, sub-requests done) recorded in the events streams in the window."""
+    count = done = 0
+    for qk in _shards(shards):
+        since = (now if now is not None else server_ms(r, qk)) - window_ms
+        entries: Any = r.xrange(qk.events, min=str(max(0, since)), max="+")
+        done += sum(int(f.get(b"done", 0)) for _, f in entries)
+        count += len(entries)
+    return count, done
 
 
-def overview(r: Client, qk: QueueKeys) -> Overview:
-    """Queue overview; raises QueueNotFound for a queue with no key."""
-    require_queue(r, qk)
+def overview(r: Client, shards: Shards) -> Overview:
+    """Queue overview over every shard; raises QueueNotFound for a queue with no key."""
+    shards = _shards(shards)
+    qk = shards[0]
+    require_queue(r, shards)
     t = server_ms(r, qk)
-    pipe = r.pipeline(transaction=False)
-    for key in (qk.active, qk.ready, qk.leased, qk.parked):
-        pipe.zcard(key)
-    pipe.zcount(qk.workers, t, "+inf")
-    pipe.zcount(qk.workers, "-inf", f"({t}")
-    pipe.xlen(qk.dead)
-    active, ready, leased, parked, live, dead_w, dead_letters = pipe.execute()
-    rows = job_rows(r, active_job_ids(r, qk))
+    active = ready = leased = parked = dead_letters = 0
+    live_ids: set[bytes] = set()
+    dead_ids: set[bytes] = set()
+    for shard in shards:
+        pipe = r.pipeline(transaction=False)
+        for key in (shard.active, shard.ready, shard.leased, shard.parked):
+            pipe.zcard(key)
+        pipe.zrangebyscore(shard.workers, t, "+inf")
+        pipe.zrangebyscore(shard.workers, "-inf", f"({t}")
+        pipe.xlen(shard.dead)
+        a, rd, le, pa, live, dead_w, dl = pipe.execute()
+        active, ready, leased, parked, dead_letters = (
+            active + a, ready + rd, leased + le, parked + pa, dead_letters + dl)
+        live_ids.update(live)
+        dead_ids.update(dead_w)
+    # a worker registers on every shard: counted once, live when live on any
+    live, dead_w = len(live_ids), len(dead_ids - live_ids)
+    rows = job_rows(r, active_job_ids(r, shards))
     prio: dict[int, list[JobRow]] = {}
     for row in rows:
         prio.setdefault(row.priority, []).append(row)
@@ -212,9 +241,9 @@ def overview(r: Client, qk: QueueKeys) -> Overview:
                                sum(j.in_flight for j in js), sum(j.retrying for j in js))
                    for p, js in sorted(prio.items())]
     idles = [row.oldest_idle_ms for row in rows if row.oldest_idle_ms is not None]
-    count, done = recent_completions(r, qk, now=t)
+    count, done = recent_completions(r, shards, now=t)
     return Overview(
-        queue=qk.name, at_ms=t, active_jobs=int(active), by_priority=by_priority,
+        queue=qk.name, shards=len(shards), at_ms=t, active_jobs=int(active), by_priority=by_priority,
         ready=int(ready), leased=int(leased), parked=int(parked), workers_live=int(live),
         workers_dead=int(dead_w), dead_letters=int(dead_letters),
         in_flight=sum(row.in_flight for row in rows), queued=sum(row.queued for row in rows),

@@ -11,7 +11,7 @@ import redis
 from . import config
 from .connection import CONNECTION_ERRORS
 from .errors import ConfigError, ConnectionFailed
-from .keys import JobKeys
+from .keys import JobKeys, QueueKeys
 from .models import JobStatus
 from .scripts import new_token
 
@@ -62,9 +62,12 @@ class StreamingJob(Job):
     finalizes when the block ends without an exception; after an exception
     it stays open, so nothing incomplete can be reported as complete."""
 
-    def __init__(self, queue: Queue, job_id: str, created: bool, concurrency: int) -> None:
+    def __init__(self, queue: Queue, job_id: str, created: bool, concurrency: int,
+                 shard: QueueKeys | None = None) -> None:
         super().__init__(queue, job_id, created)
         self.concurrency = concurrency
+        #: the queue shard the job lives on
+        self.shard = shard if shard is not None else queue.keys
 
     def add(self, payload: Any) -> int:
         """Add one sub-request; return its index."""
@@ -92,7 +95,7 @@ class StreamingJob(Job):
             chunk = entries[start : start + config.ADD_CHUNK]
             end = self.queue.scripts.add_tasks(jk, chunk, batch_id=f"{base}:{start}")
             out.extend(range(end - len(chunk), end))
-            self.queue.scripts.unpark(self.queue.keys, self.id, self.concurrency)
+            self.queue.scripts.unpark(self.shard, self.id, self.concurrency)
         return out
 
     @wrap_connection_errors
@@ -100,7 +103,7 @@ class StreamingJob(Job):
         """Declare that no more sub-requests come; the job may complete at once."""
         reply = self.queue.scripts.finalize_job(JobKeys(self.id))
         if reply.completed:
-            self.queue._finish(self.id, reply)
+            self.queue._finish(self.id, reply, self.shard)
 
     def __enter__(self) -> StreamingJob:
         return self

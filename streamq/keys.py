@@ -25,17 +25,44 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+#: the separator of a shard's hash tag: ``<queue>~<n>`` (never in a queue name)
+SHARD_SEP = "~"
+
+
+def shard_queue(tag: str) -> str:
+    """The queue name of a shard's hash tag (the meta ``queue`` field of a job)."""
+    return tag.partition(SHARD_SEP)[0]
+
+
 @dataclass(frozen=True)
 class QueueKeys:
-    """Keys of one queue; all share the queue's cluster slot."""
+    """Keys of one queue shard; all share its cluster slot.
+
+    ``tag`` is the shard's hash tag: the queue's name for its first shard (the
+    only one of a queue on one server), ``<queue>~<n>`` for the others
+    (:mod:`streamq.shards`). A job's keys never depend on its shard.
+    """
 
     name: str
+    tag: str = ""
 
     def __post_init__(self) -> None:
         check_name("queue name", self.name)
+        if not self.tag:
+            object.__setattr__(self, "tag", self.name)
+        elif self.tag != self.name:
+            queue, sep, n = self.tag.partition(SHARD_SEP)
+            if queue != self.name or not sep or not n.isdigit():
+                raise ConfigError(f"invalid shard {self.tag!r} of queue {self.name!r}")
 
     def _k(self, part: str) -> str:
-        return f"{PREFIX}:{{{self.name}}}:{part}"
+        return f"{PREFIX}:{{{self.tag}}}:{part}"
+
+    @cached_property
+    def config(self) -> str:
+        """HASH of the queue's stored configuration (``shards``: its shard tags), in
+        its first shard's slot."""
+        return f"{PREFIX}:{{{self.name}}}:config"
 
     @cached_property
     def ready(self) -> str:

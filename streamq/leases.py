@@ -19,7 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from . import config
-from .keys import JobKeys
+from .keys import JobKeys, QueueKeys
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -33,6 +33,8 @@ class SlotHold:
 
     def __init__(self, index: int) -> None:
         self.index = index
+        #: the queue shard of the tokens (None: the queue's first)
+        self.shard: QueueKeys | None = None
         self.tokens: set[str] = set()
         #: job id -> entry ids read and not yet settled
         self.entries: dict[str, set[str]] = {}
@@ -48,9 +50,12 @@ class LeaseKeeper:
 
     # -- slot side ----------------------------------------------------------------
 
-    def settled(self, hold: SlotHold, released: list[str], claimed: list[str]) -> None:
-        """A settle of ``hold``'s slot released ``released`` and claimed ``claimed``."""
+    def settled(self, hold: SlotHold, released: list[str], claimed: list[str],
+                shard: QueueKeys) -> None:
+        """A settle of ``hold``'s slot released ``released`` and claimed ``claimed``
+        (which are tokens of ``shard``)."""
         with self.lock:
+            hold.shard = shard
             hold.tokens.difference_update(released)
             hold.tokens.update(claimed)
 
@@ -81,24 +86,36 @@ class LeaseKeeper:
         with self.lock:
             return [(t, h.index) for h in self.holds for t in h.tokens]
 
-    def heartbeat(self) -> None:
-        """Beat: refresh the registry and extend the leases the slots still own; then
-        refresh the entries they hold."""
+    def held_by_shard(self) -> dict[QueueKeys, list[tuple[str, int]]]:
+        """The tokens the slots hold, with their slot, by shard (every shard listed)."""
         w = self.w
-        held = self.held()
-        w.metrics.leases.set(len(held))
+        out: dict[QueueKeys, list[tuple[str, int]]] = {qk: [] for qk in w.shards}
+        with self.lock:
+            for h in self.holds:
+                out.setdefault(h.shard or w.keys, []).extend((t, h.index) for t in h.tokens)
+        return out
+
+    def heartbeat(self) -> None:
+        """Beat: refresh the registry and extend the leases the slots still own (on
+        every shard of the queue); then refresh the entries they hold."""
+        w = self.w
+        by_shard = self.held_by_shard()
+        count = sum(len(v) for v in by_shard.values())
+        w.metrics.leases.set(count)
+        lost: list[str] = []
         try:
-            lost = w.scripts.heartbeat(
-                w.keys, w.id,
-                heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
-                lease_ms=w.lease_ms,
-                info_ttl_ms=w.info_ttl_ms,
-                info={"host": socket.gethostname(), "pid": os.getpid(),
-                      "started": w.started_ms, "slots": w.concurrency,
-                      "processed": w.stats.processed, "failed": w.stats.failed,
-                      "leases": len(held)},
-                tokens=held,
-            )
+            for qk, held in by_shard.items():
+                lost += w.scripts.heartbeat(
+                    qk, w.id,
+                    heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
+                    lease_ms=w.lease_ms,
+                    info_ttl_ms=w.info_ttl_ms,
+                    info={"host": socket.gethostname(), "pid": os.getpid(),
+                          "started": w.started_ms, "slots": w.concurrency,
+                          "processed": w.stats.processed, "failed": w.stats.failed,
+                          "leases": len(held)},
+                    tokens=held,
+                )
         finally:
             # also when the beat failed: under OOM the script's writes are refused but
             # XCLAIM is not, and fresh entries are not taken from a live worker

@@ -99,20 +99,19 @@ class Reaper:
         self._fault_at = fault.partition(":")[0] == "reaper_mid_pass"
 
     def run_once(self) -> PassReport:
-        """Run every pass once (unless another reaper holds the lock)."""
+        """Run every pass once on every shard of the queue (each shard has its own pass
+        lock: a shard another reaper is passing over is skipped)."""
         report = PassReport()
-        if self.exclusive and not self._lock():
-            report.skipped = True
+        skipped = 0
+        shards = self.q.known_shards
+        for qk in shards:
+            self.keys = qk
+            if not self._shard_pass(report):
+                skipped += 1
+        self.keys = self.q.keys
+        report.skipped = skipped == len(shards)
+        if report.skipped:
             return report
-        try:
-            report.leases_returned, report.dead_workers = self.scripts.reap_leases(self.keys)
-            self.recover_intents(report)
-            self.recover_jobs(report)
-            self.announce_owed(report)
-            self.trim()
-        finally:
-            if self.exclusive:
-                self.scripts.unlock(self.keys.reaper_lock, self.id)
         m = self.metrics
         m.passes.inc()
         m.reclaimed.inc(report.reclaimed)
@@ -128,6 +127,24 @@ class Reaper:
                 report.intents_dropped)):
             log.info("reaper pass: %s", report)
         return report
+
+    def _shard_pass(self, report: PassReport) -> bool:
+        """Every pass over the shard in ``self.keys``; False when another reaper holds
+        its lock."""
+        if self.exclusive and not self._lock():
+            return False
+        try:
+            returned, dead = self.scripts.reap_leases(self.keys)
+            report.leases_returned += returned
+            report.dead_workers = sorted({*report.dead_workers, *dead})
+            self.recover_intents(report)
+            self.recover_jobs(report)
+            self.announce_owed(report)
+            self.trim()
+        finally:
+            if self.exclusive:
+                self.scripts.unlock(self.keys.reaper_lock, self.id)
+        return True
 
     def _lock(self) -> bool:
         """Take the pass lock; also true when this reaper holds it still (a pass of its
@@ -153,24 +170,26 @@ class Reaper:
         intents = [(*parse_intent(member.decode()), int(score)) for member, score in rows]
         pipe = self.redis.pipeline(transaction=False)
         for job, _dedup, _ms in intents:
-            pipe.hmget(JobKeys(job).meta, *_META)
+            pipe.hmget(JobKeys(job).meta, *_META, "queue")
         metas: list[Any] = pipe.execute()
         live: list[tuple[str, JobReply]] = []
         for (job, dedup, written_ms), m in zip(intents, metas):
-            if m[0] is None:
+            if m[0] is None or m[-1] is None or m[-1].decode() != self.keys.tag:
+                # no job (its create never ran), or a job that lives on another shard
+                # (its id named a job made before): this shard has nothing to finish
                 dropped, _released = self.scripts.drop_intent(self.keys, job, dedup, written_ms)
                 report.intents_dropped += int(dropped)
                 continue
             # the intent names the dedup key its submit reserved: the steps below remove
             # exactly that intent (and a finish releases that key with the job)
-            reply = JobReply.parse([1, *m])._replace(dedup=dedup)
+            reply = JobReply.parse([1, *m[:-1]])._replace(dedup=dedup)
             if reply.state in ("open", "active"):
                 live.append((job, reply))
             else:
                 self._finish(job, reply, report)
                 report.intents_finished += 1
         if live:
-            self.q.register(live)
+            self.q.register(live, self.keys)
             report.intents_registered += len(live)
 
     def recover_jobs(self, report: PassReport) -> None:
@@ -303,7 +322,7 @@ class Reaper:
             done = announce(self.scripts, self.keys, job)
             report.announced += done.added
             left = done.left
-        call = self.q.finish_call(job, reply)
+        call = self.q.finish_call(job, reply, self.keys)
         report.finished += int(self.scripts.run(call.name, call.keys, call.args)[0])
         if reply.dead and left == 0:
             self.scripts.clear_owed(self.keys, job)

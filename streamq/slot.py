@@ -24,7 +24,7 @@ import redis
 from . import config
 from .connection import is_access_error, is_transient, pipelined
 from .entries import Batch
-from .keys import JobKeys, token_job
+from .keys import JobKeys, QueueKeys, token_job
 from .scripts import JobReply
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamq.worker")
 
 _UNREAD = object()  # a claimed token's job not read ahead (a read's reply may be None)
+#: a job an acknowledgement completed, its reply and the shard it lives on
+Finish = tuple[str, JobReply, QueueKeys]
 #: first and longest pause after a transient Redis error in a slot, seconds
 _PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
 
@@ -59,6 +61,13 @@ class Slot:
         #: (same number) returns the first reply and changes nothing
         self._call_base = uuid.uuid4().hex[:8]
         self._calls = 0
+        shards = worker.shards
+        #: the queue shard whose tokens the slot holds, and where it claims next
+        self.qk = shards[index % len(shards)]
+        #: the shard the next settle claims from (chosen by the last settle's peek)
+        self.next_qk = self.qk
+        #: the last peek found ready tokens on some shard
+        self._ready_seen = False
         #: ms until the next retry is due, as the last settle said (-1: none waits)
         self._retry_wait_ms = -1
 
@@ -66,7 +75,7 @@ class Slot:
         w = self.w
         settled: list[tuple[str, str]] = []
         #: jobs the last acknowledgements completed, finished with the next settle
-        finishes: list[tuple[str, JobReply]] = []
+        finishes: list[Finish] = []
         #: jobs whose last read was a full batch: their next batch is read in the round
         #: trip of the next settle, and served at once if that settle gives a token back
         follow: list[str] = []
@@ -98,7 +107,7 @@ class Slot:
                 if due:
                     self.promote(due)
                 if not claimed:
-                    if not due:
+                    if not due and not self._ready_seen:
                         self.idle()
                     continue
                 w.fault("after_claim")
@@ -130,14 +139,20 @@ class Slot:
                 pause = min(_PAUSE_MAX_S, pause * 2)
 
     def idle(self) -> None:
-        """Nothing claimed: block on the wake list, at most until the next retry is due."""
+        """Nothing claimed: block on the wake list, at most until the next retry is due
+        (with several shards, until a waker hears of work on any of them)."""
         w = self.w
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:
             timeout = min(timeout, max(0.01, self._retry_wait_ms / 1000))
-        w.redis.blpop([w.keys.wake], timeout=timeout)
+        if len(w.shards) == 1:
+            w.redis.blpop([w.keys.wake], timeout=timeout)
+            return
+        woken = w.wakers.wait(timeout)
+        if woken is not None:
+            self.next_qk = woken
 
-    def settle(self, settled: list[tuple[str, str]], finishes: list[tuple[str, JobReply]],
+    def settle(self, settled: list[tuple[str, str]], finishes: list[Finish],
                claim: int, follow: Sequence[str] = (), acks: Sequence[Batch] = ()
                ) -> tuple[list[str], list[str], dict[str, Any]]:
         """Acknowledge ``acks``, finish the completed jobs in ``finishes``, settle the
@@ -151,31 +166,50 @@ class Slot:
         at once, as a drain does.
         """
         w = self.w
+        old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
         calls = [w.scripts.ack_call(jk, done) for jk, done in acks]
         sent = len(finishes)
         released = [t for t, _ in settled]
         if finishes:
             # finishing a job removes its tokens (now, or when it was finished before):
             # a token of a job finished here needs no drop of its own
-            done = {job for job, _ in finishes}
+            done = {job for job, _, _ in finishes}
             settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
-            calls.append(w.q.finish_many_call(finishes))
+            by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
+            for job, reply_, qk in finishes:
+                by_shard.setdefault(qk, []).append((job, reply_))
+            calls += [w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()]
         # the call keeps its number until a reply came back: a call sent again after a
         # failure returns what the first one did, if it ran
-        calls.append(w.scripts.settle_call(w.keys, w.id, self.index,
-                                           f"{self._call_base}:{self._calls}",
-                                           w.lease_ms, claim, settled,
-                                           keep_ms=w.info_ttl_ms))
+        seq = f"{self._call_base}:{self._calls}"
+        if new is not old and settled:
+            # the held tokens go back to their own shard; the claim is made in another
+            calls.append(w.scripts.settle_call(old, w.id, self.index, seq, w.lease_ms, 0,
+                                               settled, keep_ms=w.info_ttl_ms))
+            settled = []
+        calls.append(w.scripts.settle_call(new, w.id, self.index, seq, w.lease_ms, claim,
+                                           settled, keep_ms=w.info_ttl_ms))
+        if new is not old:
+            follow = []  # a followed job's token is not claimed back from another shard
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
-        replies, reads = w.scripts.run_then(calls, [self.read(JobKeys(j)) for j in follow])
+        peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
+                 for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
+        replies, reads = w.scripts.run_then(calls, [*(self.read(JobKeys(j)) for j in follow),
+                                                    *peeks])
         self._calls += 1
         del finishes[:sent]
-        self.run_entries.acked(acks, replies[: len(acks)], finishes)
+        acked: list[tuple[str, JobReply]] = []
+        self.run_entries.acked(acks, replies[: len(acks)], acked)
+        finishes.extend((job, r, old) for job, r in acked)
         reply = w.scripts.parse_settle(replies[-1])
         claimed = [t for t, _ in reply.claimed]
-        w.leases.settled(self.hold, released, claimed)
+        self.qk = new
+        w.leases.settled(self.hold, released, claimed, new)
         if claim > 0:
             self._retry_wait_ms = reply.wait_ms
+        if peeks:
+            self.next_qk, self._ready_seen = self.choose(reads[len(follow):], bool(claimed))
+            reads = reads[: len(follow)]
         preread = dict(zip(follow, reads))
         if preread:
             held = {token_job(t) for t in claimed}
@@ -186,6 +220,25 @@ class Slot:
                     self.run_entries.requeue(job, [e[0] for e in entries])
         return claimed, reply.due, preread
 
+    def choose(self, heads: list[Any], claimed: bool) -> tuple[QueueKeys, bool]:
+        """The shard to claim from next, from the head of every shard's ready set read
+        in the last settle: the most urgent head's (lowest priority), the next in turn
+        after this slot's shard among equally urgent ones; and whether any shard had a
+        ready token. With none ready, the next shard in turn."""
+        shards = self.w.shards
+        n, at = len(shards), shards.index(self.qk)
+        best: tuple[int, int] | None = None
+        pick = shards[(at + 1) % n]
+        for step in range(1, n + 1):
+            k = (at + step) % n
+            head = heads[k] if k < len(heads) else None
+            if not head or isinstance(head, Exception):
+                continue
+            prio = int(float(head[1] if isinstance(head[0], (bytes, str)) else head[0][1]) // 1e12)
+            if best is None or prio < best[0]:
+                best, pick = (prio, k), shards[k]
+        return pick, best is not None
+
     def promote(self, jobs: list[str]) -> None:
         """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
         unpark the jobs that got work and note when each next retry is due."""
@@ -195,9 +248,9 @@ class Slot:
         for job, raw in zip(jobs, replies):
             r = w.scripts.parse_promote(raw)
             if r.moved and r.concurrency:
-                calls.append(w.scripts.unpark_call(w.keys, job, r.concurrency))
+                calls.append(w.scripts.unpark_call(self.qk, job, r.concurrency))
             if r.wait_ms >= 0:
-                calls.append(w.scripts.schedule_retry_call(w.keys, job, r.wait_ms))
+                calls.append(w.scripts.schedule_retry_call(self.qk, job, r.wait_ms))
         w.scripts.run_many(calls)
 
     def read(self, jk: JobKeys) -> tuple[Any, ...]:
@@ -205,7 +258,7 @@ class Slot:
         return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", self.w.batch,
                 "STREAMS", jk.tasks, ">")
 
-    def work(self, tokens: list[str], finishes: list[tuple[str, JobReply]],
+    def work(self, tokens: list[str], finishes: list[Finish],
              preread: dict[str, Any]
              ) -> tuple[list[tuple[str, str]], list[str], list[Batch]]:
         """Serve the claimed tokens once (a job in ``preread`` was read already).
@@ -248,7 +301,8 @@ class Slot:
             if isinstance(read, Exception):
                 raise read
             entries, ids, unacked = read
-            done, completed = runner.run_entries(jk, entries, ids, unacked, waits, durations)
+            done, completed = runner.run_entries(jk, entries, ids, unacked, waits, durations,
+                                                 self.qk)
             settled.append((tok, "d" if completed else "r"))
             if not completed and len(entries) >= w.batch and jk.job_id not in follow:
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
@@ -263,7 +317,10 @@ class Slot:
             # after, and the read-ahead of it finds its stream gone
             return settled, follow, batches
         # acknowledge what is left of every job in one round trip
-        for (pos, _, _), ok in zip(pending, runner.ack_many(batches, finishes)):
+        completed_now: list[tuple[str, JobReply]] = []
+        oks = runner.ack_many(batches, completed_now, shard=self.qk)
+        finishes.extend((job, r, self.qk) for job, r in completed_now)
+        for (pos, _, _), ok in zip(pending, oks):
             if ok:
                 settled[pos] = (settled[pos][0], "d")
                 follow = [j for j in follow if j != token_job(settled[pos][0])]
@@ -280,7 +337,7 @@ class Slot:
         if state in (b"open", b"active"):
             r = w.scripts.promote_retries_full(jk)
             if r.wait_ms >= 0:  # a later retry: live workers promote it when due
-                call = w.scripts.schedule_retry_call(w.keys, job, r.wait_ms)
+                call = w.scripts.schedule_retry_call(self.qk, job, r.wait_ms)
                 w.scripts.run(call.name, call.keys, call.args)
             return "r" if r.moved else "p"
         # terminal in its own slot: make sure the queue slot knows (idempotent)
@@ -295,7 +352,7 @@ class Slot:
         if m[0] is None:
             return
         reply = JobReply.parse([1, *m])
-        call = w.q.finish_call(job, reply)
+        call = w.q.finish_call(job, reply, self.qk)
         w.scripts.run(call.name, call.keys, call.args)
 
 

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,15 @@ from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
 from .slot import slot_threads
+from .wakers import Wakers
 
 __all__ = ["Handler", "Worker", "current_task"]
 
 log = logging.getLogger("streamq.worker")
 
 Handler = Callable[[Any], Any]
+#: connections kept for the waker threads, one per shard (:mod:`streamq.wakers`)
+_WAKER_CONNECTIONS = 64
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Worker:
         stop_retry_s: float = config.DEFAULT_STOP_RETRY_S,
         redis_wait_s: float | None = None,
         id_file: str | os.PathLike[str] | None = None,
+        shards: int | None = None,
     ) -> None:
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
                                 ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
@@ -102,12 +107,14 @@ class Worker:
         if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
             raise ConfigError("idle_wait_s must be positive and below the socket timeout")
         self._own_client = client is None
+        #: the shard count asked for when the worker is the queue's first user
+        self._shards_wanted = shards
         self._url = url
         self._retention_s = retention_s
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
-            client = connect(url, max_connections=concurrency * 2 + 4)
+            client = connect(url, max_connections=concurrency * 2 + 4 + _WAKER_CONNECTIONS)
         self._bind(queue, client)
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
@@ -150,11 +157,34 @@ class Worker:
         self.leases = LeaseKeeper(self)
         self.entries = EntryRunner(self)
 
+    @cached_property
+    def wakers(self) -> Wakers:
+        """The waker threads of a queue of several shards (made once the shards are read)."""
+        return Wakers(self)
+
     def _bind(self, queue: str, client: Client) -> None:
-        self.q = Queue(queue, client=client, retention_s=self._retention_s)
+        self.q = Queue(queue, client=client, retention_s=self._retention_s,
+                       shards=self._shards_wanted)
         self.redis = client
         self.scripts = self.q.scripts
         self.keys = self.q.keys
+        #: the queue's shards, read when the worker starts (:meth:`_load_shards`)
+        self.shards = [self.keys]
+
+    def _load_shards(self) -> bool:
+        """Read (or choose, first use) the queue's shards; False on a transient error."""
+        try:
+            self.shards = self.q.shards
+        except Exception as e:
+            if is_access_error(e):
+                self.fatal_error(e)
+            elif is_transient(e):
+                self.unreachable(e)
+                log.warning("reading the queue's shards failed: %s: %s", type(e).__name__, e)
+            else:
+                raise
+            return False
+        return True
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -174,7 +204,7 @@ class Worker:
                 self.redis.close()
                 self._bind(self.q.name, connect_when_ready(
                     self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
-                    max_connections=self.concurrency * 2 + 4))
+                    max_connections=self.concurrency * 2 + 4 + _WAKER_CONNECTIONS))
             wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
         except ConnectionFailed:
             if self.stopping.is_set() and self.fatal is None:
@@ -190,17 +220,21 @@ class Worker:
             loop_thread = threading.Thread(target=self.loop.run_forever, name="streamq-loop",
                                            daemon=True)
             loop_thread.start()
-        while not self._beat() and self.fatal is None and not self.stopping.is_set():
+        while not self._load_shards() and self.fatal is None and not self.stopping.is_set():
+            self.stopping.wait(min(self.heartbeat_s, 1.0))
+        while (self.fatal is None and not self.stopping.is_set() and not self._beat()):
             self.stopping.wait(min(self.heartbeat_s, 1.0))
         if self.fatal is not None:
             self._close(loop_thread)
             raise ConnectionFailed(self.fatal)
         self._write_id_file()
         slots = slot_threads(self)
+        if len(self.shards) > 1:
+            self.wakers.start()
         for t in slots:
             t.start()
-        log.info("worker %s serving queue %s with %d slots", self.id, self.q.name,
-                 self.concurrency)
+        log.info("worker %s serving queue %s (%d shard%s) with %d slots", self.id, self.q.name,
+                 len(self.shards), "" if len(self.shards) == 1 else "s", self.concurrency)
         # heartbeats (and lease extensions) go on while the slots drain
         while any(t.is_alive() for t in slots):
             self.stopping.wait(self.heartbeat_s)
@@ -224,8 +258,9 @@ class Worker:
             loop_thread.join()
             self.loop.close()
         try:
-            self.redis.zrem(self.keys.workers, self.id)
-            self.redis.delete(self.keys.worker(self.id))
+            for qk in self.shards:
+                self.redis.zrem(qk.workers, self.id)
+                self.redis.delete(qk.worker(self.id))
         except Exception as e:  # Redis down or refusing: the entries expire on their own
             log.warning("could not deregister: %s", e)
         if self.id_file is not None:

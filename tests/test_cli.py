@@ -99,7 +99,7 @@ BAD = [
     (["subscribe", "KNOWN", "--until-done"], 2, "needs job ids"),
     (["dlq", "list", "nosuchqueue"], 4, "not found"),
     (["dlq", "show", "KNOWN", "1-0"], 4, "no dead letter '1-0'"),
-    (["dlq", "show", "KNOWN", "abc"], 2, "not a stream id"),
+    (["dlq", "show", "KNOWN", "abc"], 2, "not a dead-letter id"),
     (["dlq", "replay", "KNOWN"], 2, "give dead-letter ids or --all"),
     (["submit", "KNOWN"], 2, "give payloads"),
     (["submit", "KNOWN", "1", "--priority", "100"], 2, "--priority"),

@@ -308,7 +308,7 @@ def test_bad_payloads_enqueue_nothing(r: redis.Redis, redis_url: str, queue_name
     assert sj.status().total == 0
     keys = {k.decode() for k in r.scan_iter(count=1000)}
     assert keys == {JobKeys(sj.id).meta, JobKeys(sj.id).tasks, *(
-        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake"))}
+        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config"))}
 
 
 def test_async_handler_and_current_task(
@@ -353,7 +353,7 @@ def test_finished_jobs_leave_only_results_and_records(
                 if not k.decode().startswith(f"sq:{{{queue_name}}}:")]
     assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
     queue_keys = {k.decode() for k in r.scan_iter(match=f"sq:{{{queue_name}}}:*", count=5000)}
-    assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake,
+    assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake, qk.config,
                           *(qk.worker(w.id) for w in [])} | {
                               k for k in queue_keys if k.startswith(qk.worker(""))}
     assert r.xlen(qk.events) == 20_000 and r.zcard(qk.finished) == 20_000

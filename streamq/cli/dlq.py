@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from .. import deadletters, inspect
 from ..client import Queue
-from ..errors import DeadLetterReplayed
+from ..errors import DeadLetterReplayed, StreamqError
 from ..keys import check_name
 from .common import (
     DEFAULT_URL,
@@ -30,12 +30,13 @@ from .common import (
 dlq_app = typer.Typer(no_args_is_help=True, help="Inspect, replay and purge dead letters.")
 app.add_typer(dlq_app, name="dlq", rich_help_panel="Inspect")
 
-_ID = re.compile(r"^\d+(-\d+)?$")
+_ID = re.compile(r"^\d+(-\d+)?(@[0-9]+)?$")
 
 
 def dead_id(value: str) -> str:
     if not _ID.match(value):
-        raise typer.BadParameter(f"{value!r} is not a stream id like 1700000000000-0")
+        raise typer.BadParameter(f"{value!r} is not a dead-letter id like 1700000000000-0 "
+                                 "(or 1700000000000-0@2 on a queue's third shard)")
     return value
 
 
@@ -45,8 +46,16 @@ DeadIdArg = Annotated[str, typer.Argument(help="dead-letter id (see `dlq list`)"
 
 def _queue(queue: str, redis_url: str) -> Queue:
     q = Queue(queue, client=client(redis_url))
-    inspect.require_queue(q.redis, q.keys)
+    inspect.require_queue(q.redis, q.known_shards)
     return q
+
+
+def _dead_letter(q: Queue, dead: str) -> Any:
+    try:
+        qk, raw = q._dead_shard(dead)
+    except StreamqError:
+        raise inspect.DeadLetterNotFound(f"no dead letter {dead!r} in queue {q.name!r}") from None
+    return inspect.dead_letter(q.redis, qk, raw), qk, raw
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -65,7 +74,8 @@ def list_(
     q = _queue(queue, redis_url)
     dead = q.dead_letters(count, check_name("job id", job) if job is not None else None)
     if json_out:
-        emit_json({"queue": queue, "total": int(q.redis.xlen(q.keys.dead)),
+        emit_json({"queue": queue, "total": sum(int(q.redis.xlen(qk.dead))
+                                                for qk in q.known_shards),
                    "dead_letters": [d.as_dict() for d in dead]})
         return
     t = Table(fold("id"), fold("job"), "index", "attempts", "error",
@@ -80,7 +90,8 @@ def show(queue: QueueArg, dead: DeadIdArg, json_out: JsonOut = False,
          redis_url: RedisUrl = DEFAULT_URL) -> None:
     """One dead letter in full: error and payload."""
     q = _queue(queue, redis_url)
-    doc = inspect.dead_letter(q.redis, q.keys, dead).as_dict()
+    letter, _, _ = _dead_letter(q, dead)
+    doc = {**letter.as_dict(), "id": dead}
     if json_out:
         emit_json(doc)
         return
@@ -107,10 +118,14 @@ def replay(
     ids = [dead_id(d) for d in dead or []]
     q = _queue(queue, redis_url)
     if all_:
-        ids = [d.id for d in deadletters.list_dead(q.redis, q.keys, count=1_000_000)]
+        ids = [d.id for d in q.dead_letters(count=1_000_000)]
     for d in ids:  # every id checked before anything moves
-        if deadletters.replayed_into(q.redis, q.keys, d) is None:
-            inspect.dead_letter(q.redis, q.keys, d)
+        try:
+            qk, raw = q._dead_shard(d)
+        except StreamqError:
+            raise inspect.DeadLetterNotFound(f"no dead letter {d!r} in queue {queue!r}") from None
+        if deadletters.replayed_into(q.redis, qk, raw) is None:
+            inspect.dead_letter(q.redis, qk, raw)
     replayed, refused = [], []
     for d in ids:
         try:
@@ -137,11 +152,11 @@ def purge(
 ) -> None:
     """Delete every dead letter of QUEUE's dead-letter stream (asks first unless --yes)."""
     q = _queue(queue, redis_url)
-    n = int(q.redis.xlen(q.keys.dead))
+    n = sum(int(q.redis.xlen(qk.dead)) for qk in q.known_shards)
     if not yes and not typer.confirm(f"delete {n} dead letters of queue {queue}?",
                                      err=True):
         raise fail("purge cancelled, nothing deleted", ExitCode.FAILURE)
-    purged = deadletters.purge(q.redis, q.keys)
+    purged = sum(deadletters.purge(q.redis, qk) for qk in q.known_shards)
     if json_out:
         emit_json({"queue": queue, "purged": purged})
     else:

@@ -73,7 +73,7 @@ def subscribe(
     r = client(redis_url)
     q = Queue(queue, client=r)
     if not wanted:
-        inspect.require_queue(r, q.keys)
+        inspect.require_queue(r, q.known_shards)
     deadline = None if timeout is None else time.monotonic() + timeout
     outcome: dict[str, JobState] = {}
 
@@ -84,7 +84,8 @@ def subscribe(
     notices = Notices(r)
     try:
         # subscribe first, then read the durable state: nothing falls in between
-        notices.subscribe(q.keys.channel)
+        # every shard announces its own jobs (the shards are stored by the first use)
+        notices.subscribe(*(qk.channel for qk in q.shards))
         checked = time.monotonic()
         for j in wanted:
             c = _from_status(q, j)  # JobNotFound for an unknown job
@@ -125,11 +126,12 @@ class Dashboard:
     def __init__(self, r: Client, qk: QueueKeys) -> None:
         self.r = r
         self.qk = qk
+        self.shards = Queue(qk.name, client=r).known_shards
         self._prev: tuple[float, int] | None = None
 
     def frame(self) -> RenderableType:
         try:
-            ov = inspect.overview(self.r, self.qk)
+            ov = inspect.overview(self.r, self.shards)
             ws = inspect.workers(self.r, self.qk)
         except CONNECTION_ERRORS as e:
             return Panel(Text(f"Redis unavailable: {e} (retrying)", style="bold red"),
@@ -189,7 +191,7 @@ def watch(
     """A live dashboard of QUEUE: rates, backlog by priority, in flight, dead letters, workers."""
     r = client(redis_url)
     qk = QueueKeys(queue)
-    inspect.require_queue(r, qk)
+    inspect.require_queue(r, Queue(queue, client=r).known_shards)
     board = Dashboard(r, qk)
     if once:
         console().print(board.frame())

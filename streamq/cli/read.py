@@ -72,7 +72,7 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
             t.add_row(k, str(v))
         console().print(t)
         return
-    ov = inspect.overview(r, q.keys)
+    ov = inspect.overview(r, q.known_shards)
     if json_out:
         emit_json(ov.as_dict())
         return
@@ -81,7 +81,8 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
 
 def print_overview(ov: inspect.Overview) -> None:
     out = console()
-    out.print(f"[bold]queue {ov.queue}[/]  active jobs {ov.active_jobs}  in flight "
+    out.print(f"[bold]queue {ov.queue}[/]  shards {ov.shards}  active jobs {ov.active_jobs}  "
+              f"in flight "
               f"{ov.in_flight}  queued {ov.queued}  oldest pending idle "
               f"{ms(ov.oldest_pending_idle_ms)}")
     out.print(f"tokens: ready {ov.ready}  leased {ov.leased}  parked {ov.parked}   workers: "
@@ -114,8 +115,8 @@ def pending(
         job_status(q, job)
         jobs = [job]
     else:
-        inspect.require_queue(r, q.keys)
-        jobs = inspect.active_job_ids(r, q.keys)
+        inspect.require_queue(r, q.known_shards)
+        jobs = inspect.active_job_ids(r, q.known_shards)
     rep = inspect.pending(r, q.keys, jobs, consumer=consumer, min_idle_ms=int(min_idle * 1000),
                           details=details or job is not None)
     if json_out:

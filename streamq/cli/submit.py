@@ -83,7 +83,7 @@ def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatu
                         MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
                         TimeElapsedColumn(), console=Console(stderr=True), disable=not show)
     try:
-        notices.subscribe(q.keys.job_channel(job_id))
+        notices.subscribe(q.job_shard(job_id).job_channel(job_id))
         with progress:
             bar = progress.add_task(job_id[:12], total=None, extra="")
             while True:

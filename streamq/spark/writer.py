@@ -77,7 +77,7 @@ class _Adder:
         self.target, self.partition, self.attempt = target, partition, attempt
         self.client = connect(target.opts.redis_url, cluster=target.cluster)
         self.scripts = Scripts(self.client)
-        self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue)
+        self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue, target.shard)
         self.entries: list[tuple[str, str, bytes, bytes]] = []
         self.entry_bytes = 0  # payload bytes of self.entries
         self.calls: list[Call] = []
@@ -147,6 +147,7 @@ class WriteTarget:
     keep_ms: int
     id_prefix: str = ""  #: before every sub-request id (a micro-batch's, in one long job)
     cluster: bool | None = None  #: Redis Cluster or not, as the driver found; None: ask
+    shard: str = ""  #: the tag of the queue shard the job lives on ("": the first)
 
 
 def write_partition(target: WriteTarget, batches: Iterator[pa.RecordBatch],
@@ -192,7 +193,8 @@ def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
         retention: Any = q.redis.hget(JobKeys(job).meta, "retention")
         keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
         cluster = None if undecided(q.redis) else isinstance(q.redis, RedisCluster)
-    return WriteTarget(opts, job, token, sj.concurrency, keep_ms, cluster=cluster)
+    return WriteTarget(opts, job, token, sj.concurrency, keep_ms, cluster=cluster,
+                       shard=sj.shard.tag)
 
 
 def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | None]) -> None:
@@ -206,7 +208,7 @@ def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | N
             _abort(q, target.job, f"commit refused: {e}", write_token=target.token)
             raise
         if reply.completed:
-            q._finish(target.job, reply)
+            q._finish(target.job, reply, q.job_shard(target.job))
 
 
 def abort_write(target: WriteTarget, reason: str) -> bool:
@@ -238,7 +240,7 @@ class StreamqWriter(DataSourceArrowWriter):
 def _abort(q: Queue, job_id: str, reason: str, *, write_token: str = "") -> bool:
     reply = q.scripts.abort_job(JobKeys(job_id), reason, write_token=write_token)
     if reply.completed:
-        call = q.finish_call(job_id, reply)
+        call = q.finish_call(job_id, reply, q.job_shard(job_id))
         q.scripts.run(call.name, call.keys, call.args)
     return reply.completed
 

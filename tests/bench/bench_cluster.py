@@ -4,8 +4,9 @@
 
 Builds clusters from the redis-server binary on free 127.0.0.1 ports (no
 persistence): 1 master, then 3 masters, then 3 masters + 3 replicas. On the first
-two, one queue takes ``--jobs`` one-entry jobs (``submit_many``) and two streamq
-worker processes run them; the table gives sub-requests per second (best of
+two, one queue (its default shards: two per master) takes ``--jobs`` one-entry jobs
+(``submit_many``) and two streamq worker processes run them; the table gives
+sub-requests per second (best of
 ``--rounds``) and the share of all commands each master served during the run
 (INFO commandstats, summed over commands, taken before and after). On the third,
 ``Queue.submit`` one job at a time runs with and without ``--wait-replicas 1``,
@@ -47,12 +48,14 @@ def calls_by_master(cluster: LocalCluster) -> dict[int, int]:
     return out
 
 
-def run_queue(cluster: LocalCluster, jobs: int, tag: str) -> tuple[float, dict[int, float]]:
+def run_queue(cluster: LocalCluster, jobs: int, tag: str
+              ) -> tuple[float, dict[int, float], int]:
     """Submit ``jobs`` one-entry jobs to a new queue, run them with two worker processes;
     return (sub-requests/s, share of commands per master during the run)."""
     queue = f"bench-{tag}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), STREAMQ_REDIS_URL=cluster.url)
     q = Queue(queue, cluster.url)
+    shards = len(q.shards)  # the first use: the default shard count is stored
     workers = [subprocess.Popen([sys.executable, "-m", "streamq", "worker", queue, "--handler",
                                  "tests.bench.handlers:echo", "--concurrency", "1",
                                  "--log-level", "WARNING"], env=env, cwd=ROOT,
@@ -69,7 +72,8 @@ def run_queue(cluster: LocalCluster, jobs: int, tag: str) -> tuple[float, dict[i
         for start in range(0, jobs, 1000):
             q.submit_many([[{"n": i}] for i in range(start, min(jobs, start + 1000))])
         deadline = time.monotonic() + 300
-        while int(q.redis.xlen(q.keys.events)) < jobs:  # one completion record per job
+        # one completion record per job, on the shard of the job
+        while sum(int(q.redis.xlen(qk.events)) for qk in q.shards) < jobs:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{queue}: jobs not done after 300 s")
             time.sleep(0.01)
@@ -87,7 +91,7 @@ def run_queue(cluster: LocalCluster, jobs: int, tag: str) -> tuple[float, dict[i
     after = calls_by_master(cluster)
     used = {p: after[p] - before.get(p, 0) for p in after}
     total = sum(used.values()) or 1
-    return jobs / elapsed, {p: v / total for p, v in used.items()}
+    return jobs / elapsed, {p: v / total for p, v in used.items()}, shards
 
 
 def submit_rate(url: str, wait: int, n: int) -> float:
@@ -109,21 +113,22 @@ def main() -> None:
     console = Console(width=120)
     table = Table(title=f"one queue on a Redis Cluster: {args.jobs} one-entry jobs, 2 worker "
                         f"processes, best of {args.rounds}")
-    for col in ("masters", "sub-requests/s", "share of commands per master", "spread ok"):
+    for col in ("masters", "queue shards", "sub-requests/s", "share of commands per master",
+                "spread ok"):
         table.add_column(col)
     with tempfile.TemporaryDirectory(prefix="streamq-bench-cluster-") as d:
         for masters in (1, 3):
             with LocalCluster(Path(d) / f"m{masters}", masters=masters) as cluster:
-                best, shares = 0.0, {}
+                best, shares, shards = 0.0, {}, 0
                 for r in range(args.rounds):
-                    rate, share = run_queue(cluster, args.jobs, f"{masters}-{r}")
+                    rate, share, shards = run_queue(cluster, args.jobs, f"{masters}-{r}")
                     if rate > best:
                         best, shares = rate, share
                 spread = " ".join(f"{s:.0%}" for s in sorted(shares.values(), reverse=True))
                 ok = "-" if masters == 1 else (
                     "yes" if all(0.20 <= s <= 0.45 for s in shares.values()) else
                     "no (target: each master 20-45%)")
-                table.add_row(str(masters), f"{best:,.0f}", spread, ok)
+                table.add_row(str(masters), str(shards), f"{best:,.0f}", spread, ok)
         console.print(table)
         with LocalCluster(Path(d) / "r", masters=3, replicas_per_master=1) as cluster:
             rates: dict[int, list[float]] = {0: [], 1: []}

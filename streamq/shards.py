@@ -1,0 +1,138 @@
+"""A queue's shards: one queue's control plane spread over a cluster's masters.
+
+A shard is a hash tag under which a queue keeps its control plane (ready,
+leased, tokens, active, wake list, events, dead letters ...): the first shard's
+tag is the queue's name, the others' ``<queue>~<n>`` (``~`` is never part of a
+queue name). Each Lua script still touches one slot: a shard's, or a job's.
+
+The shard tags are the queue's stored configuration (``sq:{<queue>}:config``,
+field ``shards``), chosen when the queue is first used and never changed
+after: on one server one shard; on a cluster ``SHARDS_PER_MASTER`` per master
+(``STREAMQ_SHARDS`` or the ``shards`` argument choose another count), each tag
+picked so that its slot is served by the next master in turn, so a queue
+starts spread evenly. A queue that already has state in its first shard when
+its configuration is first written (made before shards existed) keeps one.
+
+A job lives on one shard: the one its dedup key names when it has one (so two
+submits of one key meet in one shard), else the one its id names; the job's
+meta ``queue`` field holds the shard's tag, so a job's shard is read from the
+job itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Sequence
+
+from redis.crc import key_slot
+
+from .cluster import is_cluster
+from .connection import Client
+from .errors import ConfigError
+from .keys import SHARD_SEP, QueueKeys
+
+log = logging.getLogger("streamq.shards")
+
+#: shards per master of a new queue on a cluster
+SHARDS_PER_MASTER = 2
+MAX_SHARDS = 256
+_FIELD = "shards"
+
+
+def _masters_by_slot(client: Client) -> list[str]:
+    """The name of the master serving each slot ("" for a slot nobody serves)."""
+    cache = client.nodes_manager.slots_cache  # type: ignore[union-attr]
+    out = [""] * 16384
+    for slot, nodes in cache.items():
+        if nodes:
+            out[slot] = nodes[0].name
+    return out
+
+
+def choose_tags(name: str, count: int, owner: Sequence[str] | None = None) -> list[str]:
+    """``count`` shard tags of queue ``name``: the name itself, then ``<name>~<n>``.
+
+    With ``owner`` (the master of each slot), shard ``k`` goes to the ``k``-th
+    master after the first shard's, in turn, so the shards spread evenly."""
+    tags = [name]
+    if count <= 1:
+        return tags
+    masters = sorted({m for m in owner if m}) if owner else []
+    first = owner[key_slot(name.encode())] if owner else ""
+    n = 0
+    for k in range(1, count):
+        if masters:
+            start = masters.index(first) if first in masters else 0
+            target = masters[(start + k) % len(masters)]
+            while owner[key_slot(f"{name}{SHARD_SEP}{n}".encode())] != target:  # type: ignore[index]
+                n += 1
+        tags.append(f"{name}{SHARD_SEP}{n}")
+        n += 1
+    return tags
+
+
+def _parse(name: str, raw: bytes | str) -> list[QueueKeys]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    try:
+        keys = [QueueKeys(name, t) for t in text.split(",")]
+    except ConfigError:
+        keys = []
+    if not keys or keys[0].tag != name or len({k.tag for k in keys}) != len(keys):
+        raise ConfigError(f"queue {name!r} has a corrupt shard configuration: {text!r}")
+    return keys
+
+
+def _wanted(client: Client, shards: int | None) -> int:
+    if shards is None and os.environ.get("STREAMQ_SHARDS"):
+        try:
+            shards = int(os.environ["STREAMQ_SHARDS"])
+        except ValueError:
+            raise ConfigError(
+                f"STREAMQ_SHARDS must be an integer, got {os.environ['STREAMQ_SHARDS']!r}"
+            ) from None
+    if shards is not None:
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+            raise ConfigError(f"shards must be an integer from 1 to {MAX_SHARDS}, got {shards!r}")
+        return shards
+    if not is_cluster(client):
+        return 1
+    masters = {m for m in _masters_by_slot(client) if m}
+    return max(1, SHARDS_PER_MASTER * len(masters))
+
+
+def read_shards(client: Client, name: str) -> list[QueueKeys] | None:
+    """The stored shards of queue ``name``, None when none are stored (a queue nobody
+    submitted to or served yet: it has one shard so far). Writes nothing."""
+    raw = client.hget(QueueKeys(name).config, _FIELD)
+    return None if raw is None else _parse(name, raw)
+
+
+def load_shards(client: Client, name: str, shards: int | None = None) -> list[QueueKeys]:
+    """The shards of queue ``name``: its stored configuration, written now (first
+    use) when there is none. ``shards`` asks for a count at first use only."""
+    first = QueueKeys(name)
+    raw = client.hget(first.config, _FIELD)
+    if raw is None:
+        count = _wanted(client, shards)
+        if count > 1 and client.exists(first.active, first.events, first.workers, first.dedup,
+                                       first.creating, first.dead):
+            log.warning("queue %s has state from before shards were configured: it keeps "
+                        "one shard", name)
+            count = 1
+        owner = _masters_by_slot(client) if count > 1 and is_cluster(client) else None
+        client.hsetnx(first.config, _FIELD, ",".join(choose_tags(name, count, owner)))
+        raw = client.hget(first.config, _FIELD)
+        if raw is None:
+            raise ConfigError(f"queue {name!r}: its shard configuration could not be stored")
+    keys = _parse(name, raw)
+    if shards is not None and shards != len(keys):
+        log.warning("queue %s has %d shard(s) (its stored configuration); %d asked for is "
+                    "ignored", name, len(keys), shards)
+    return keys
+
+
+def shard_index(key: str, count: int) -> int:
+    """The shard of a job id or dedup key among ``count`` (stable across processes)."""
+    return zlib.crc32(key.encode()) % count if count > 1 else 0
