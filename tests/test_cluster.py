@@ -343,7 +343,9 @@ def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
     from streamq.notices import Notices
 
     q = Queue("notices", cluster.url)
-    qk = QueueKeys("notices")
+    job_id = "notice-1"
+    qk = q.shard_for(job_id)  # the job's shard announces it
+    assert isinstance(qk, QueueKeys)
     notices = Notices(q.redis)
     assert notices.sharded
     notices.subscribe(qk.channel)
@@ -357,7 +359,7 @@ def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
         w = Worker("notices", lambda p: p, cluster.url, idle_wait_s=0.2, heartbeat_s=0.5)
         t = threading.Thread(target=w.run, daemon=True)
         t.start()
-        job = q.submit(["x"])
+        job = q.submit(["x"], job_id=job_id)
         got = wait_until(lambda: notices.get(0.2), 30, "the sharded notice")
         # Then the subscriber got it with SSUBSCRIBE, and the other master never saw it
         assert job.id.encode() in got["data"]
@@ -413,9 +415,14 @@ def test_a_submit_never_creates_a_job_without_its_intent(cluster: LocalCluster) 
     # on a live master
     q = Queue("intent-first", cluster.url)
     assert isinstance(q.redis, RedisCluster)
-    home = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(q.keys.creating))
-    job_id = next(f"j{i}" for i in range(1000) if q.redis.nodes_manager.get_node_from_slot(
-        q.redis.keyslot(f"sq:{{j{i}}}:meta")).port != home.port)
+    nodes = q.redis.nodes_manager
+
+    def home_of(jid: str) -> int:  # the master of the job's queue shard
+        return int(nodes.get_node_from_slot(q.redis.keyslot(q.shard_for(jid).creating)).port)
+
+    job_id = next(f"j{i}" for i in range(1000) if nodes.get_node_from_slot(
+        q.redis.keyslot(f"sq:{{j{i}}}:meta")).port != home_of(f"j{i}"))
+    home = nodes.get_node_from_slot(q.redis.keyslot(q.shard_for(job_id).creating))
     meta_node = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(f"sq:{{{job_id}}}:meta"))
     q.open(job_id="warm-up")  # the scripts are in every master's cache (no NOSCRIPT below)
     cluster.kill(next(n for n in cluster.nodes if n.port == home.port))
