@@ -151,6 +151,17 @@ def _one_shard_on_the_cluster(request: pytest.FixtureRequest,
     if ("topology" in request.fixturenames and not request.node.get_closest_marker("sharded")
             and request.getfixturevalue("topology") == "cluster"):
         monkeypatch.setenv("STREAMQ_SHARDS", "1")
+        if "queue_name" in request.fixturenames:
+            # stored as the queue's configuration: processes started without this
+            # environment (Spark's Python workers) read it from there
+            from streamq import Queue
+
+            if "r" in request.fixturenames:
+                request.getfixturevalue("r")  # it flushes the cluster: first
+            q = Queue(request.getfixturevalue("queue_name"),
+                      request.getfixturevalue("redis_url"), shards=1)
+            assert len(q.shards) == 1
+            q.close()
 
 
 @pytest.fixture(autouse=True)

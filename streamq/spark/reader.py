@@ -44,7 +44,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from ..connection import Client, connect, pipelined
 from ..errors import JobConflict, JobNotFound
-from ..keys import JobKeys
+from ..keys import JobKeys, shard_queue
 from ..scripts import Scripts
 from .source import SourceOptions
 
@@ -149,9 +149,9 @@ def _meta(client: Client, opts: SourceOptions) -> tuple[str, int]:
     m: Any = client.hmget(JobKeys(opts.job).meta, "state", "total", "queue")
     if m[0] is None:
         raise JobNotFound(opts.job)
-    if m[2] is not None and m[2].decode() != opts.queue:
-        raise JobConflict(f"job {opts.job!r} belongs to queue {m[2].decode()!r}, "
-                          f"not {opts.queue!r}")
+    if m[2] is not None and shard_queue(m[2].decode()) != opts.queue:
+        raise JobConflict(f"job {opts.job!r} belongs to queue "
+                          f"{shard_queue(m[2].decode())!r}, not {opts.queue!r}")
     return m[0].decode(), int(m[1] or 0)
 
 
