@@ -172,17 +172,31 @@ class Worker:
         self.shards = [self.keys]
 
     def _load_shards(self) -> bool:
-        """Read (or choose, first use) the queue's shards; False on a transient error."""
-        try:
+        """Read (or choose, first use) the queue's shards; False on a Redis error (a
+        corrupt configuration is raised)."""
+
+        def load() -> None:
             self.shards = self.q.shards
+
+        return self._redis_step(load, "reading the queue's shards", raise_other=True)
+
+    def _redis_step(self, step: Callable[[], object], what: str, *,
+                    raise_other: bool = False) -> bool:
+        """Run ``step``; True when it went through. Transient errors are logged and
+        waited out (up to ``redis_wait_s``); access errors stop the worker; any other
+        error is raised (``raise_other``) or logged."""
+        try:
+            step()
         except Exception as e:
             if is_access_error(e):
                 self.fatal_error(e)
             elif is_transient(e):
                 self.unreachable(e)
-                log.warning("reading the queue's shards failed: %s: %s", type(e).__name__, e)
-            else:
+                log.warning("%s failed: %s: %s", what, type(e).__name__, e)
+            elif raise_other:
                 raise
+            else:
+                log.exception("%s failed", what)
             return False
         return True
 
@@ -271,16 +285,7 @@ class Worker:
     def _beat(self) -> bool:
         """One heartbeat; True when it went through. Transient errors are logged and
         waited out (up to ``redis_wait_s``); access errors stop the worker."""
-        try:
-            self.leases.heartbeat()
-        except Exception as e:
-            if is_access_error(e):
-                self.fatal_error(e)
-            elif is_transient(e):
-                self.unreachable(e)
-                log.warning("heartbeat failed: %s: %s", type(e).__name__, e)
-            else:
-                log.exception("heartbeat failed")
+        if not self._redis_step(self.leases.heartbeat, "heartbeat"):
             return False
         self._down_since = None
         return True

@@ -110,15 +110,16 @@ def test_a_queue_spreads_over_its_shards_and_every_job_completes_once(
 def test_urgent_work_on_any_shard_starts_before_background_work(
     r: Any, redis_url: str, topology: str, queue_name: str, workers: StartWorker
 ) -> None:
-    # Given background jobs (priority 5) and then urgent ones (priority 0) on every
-    # shard, and one worker of two slots
+    # Given background jobs (priority 5) on every shard and then urgent ones
+    # (priority 0) on the last shard only (a slot serving the shards in turn would run
+    # the background work of every other shard first), and one worker of two slots
     q = Queue(queue_name, redis_url, shards=asked(topology))
     n = len(q.shards)
     for k in range(n):
         q.submit([{"kind": "bg"}] * 8, job_id=job_on(q, k, "bg"), priority=5, concurrency=2)
     for k in range(n):
         # (concurrency 2: both its tokens are ready, none waits for the other)
-        q.submit([{"kind": "urgent"}] * 2, job_id=job_on(q, k, "urgent"), priority=0,
+        q.submit([{"kind": "urgent"}] * 2, job_id=job_on(q, n - 1, f"urgent{k}"), priority=0,
                  concurrency=2)
     order: list[str] = []
     lock = threading.Lock()
