@@ -5,7 +5,8 @@ SIGKILLs (at random and at every fault point), a Redis restart, CLIENT KILL,
 dropped replies, OOM and BUSY spells and skewed clocks; then every invariant of
 docs/design.md is checked (tests/chaos/check.py). The seed is random unless
 ``STREAMQ_CHAOS_SEED`` names one; a failure prints the report with the seed, so
-``python -m tests.chaos --seed N --duration 25`` runs the same schedule again.
+``python -m tests.chaos --seed N --duration 25`` runs the same schedule again. It runs
+on a queue of one shard and on one of three (``--shards``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ pytestmark = pytest.mark.chaos
 
 
 @pytest.mark.timeout(170)
-def test_chaos_short_form() -> None:
-    args = ["--duration", "25", "--workers", "4", "--settle", "30"]
+@pytest.mark.parametrize("shards", [1, 3])
+def test_chaos_short_form(shards: int) -> None:
+    args = ["--duration", "25", "--workers", "4", "--settle", "30", "--shards", str(shards)]
     if os.environ.get("STREAMQ_CHAOS_SEED"):
         args += ["--seed", os.environ["STREAMQ_CHAOS_SEED"]]
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -93,13 +93,16 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def job_ids_in_redis(r: redis.Redis, queue: str) -> dict[str, dict[str, str]]:
+def job_ids_in_redis(r: redis.Redis, queue: str,
+                     tags: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """Every job of the queue (its meta names one of the queue's shard tags)."""
+    mine = set(tags or [queue])
     out: dict[str, dict[str, str]] = {}
     for key in r.scan_iter(match="sq:{*}:meta", count=1000):
         k = _s(key)
         jid = k[len("sq:{"):-len("}:meta")]
         meta = {_s(a): _s(b) for a, b in r.hgetall(k).items()}  # type: ignore[union-attr]
-        if meta.get("queue") == queue:
+        if meta.get("queue") in mine:
             out[jid] = meta
     return out
 
@@ -157,25 +160,28 @@ def _stuck_detail(r: redis.Redis, qk: QueueKeys, jid: str, meta: dict[str, str])
             f"tokens={_token_places(r, qk, jid)}{why}")
 
 
-def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
+def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subscriber,
           workdir: Path) -> Findings:
     f = Findings()
-    qk = QueueKeys(queue)
-    metas = job_ids_in_redis(r, queue)
+    shards = [QueueKeys(queue, t) for t in tags]
+    metas = job_ids_in_redis(r, queue, tags)
     runs = read_runs(workdir)
     events: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for eid, e in r.xrange(qk.events):  # type: ignore[union-attr]
-        d = {_s(a): _s(b) for a, b in e.items()}
-        d["redis_ms"] = _s(eid).split("-")[0]  # the entry id is Redis's clock
-        events[d["job"]].append(d)
     dead: Counter[tuple[str, str]] = Counter()
-    for _id, e in r.xrange(qk.dead):  # type: ignore[union-attr]
-        dead[(_s(e[b"job"]), _s(e[b"index"]))] += 1
+    for qk in shards:
+        for eid, e in r.xrange(qk.events):  # type: ignore[union-attr]
+            d = {_s(a): _s(b) for a, b in e.items()}
+            d["redis_ms"] = _s(eid).split("-")[0]  # the entry id is Redis's clock
+            events[d["job"]].append(d)
+        for _id, e in r.xrange(qk.dead):  # type: ignore[union-attr]
+            dead[(_s(e[b"job"]), _s(e[b"index"]))] += 1
 
     for jid, rec in ledger.jobs.items():
         if jid not in metas and rec.confirmed:
             f.bad("lost jobs", f"{rec.kind} job {jid} confirmed by its producer is not in Redis")
     f.counts["jobs"] = len(metas)
+    for meta in metas.values():
+        f.counts[f"jobs on {meta.get('queue')}"] += 1
     f.counts["unknown jobs"] = len(set(metas) - set(ledger.jobs))
     for rec in ledger.jobs.values():
         if rec.job_id in metas:
@@ -187,7 +193,7 @@ def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
         total, done, failed = (int(meta.get(k, -1)) for k in ("total", "done", "failed"))
         f.counts["sub-requests"] += total
         if state not in TERMINAL:
-            f.bad("stuck jobs", _stuck_detail(r, qk, jid, meta))
+            f.bad("stuck jobs", _stuck_detail(r, QueueKeys(queue, meta["queue"]), jid, meta))
             continue
         f.counts[f"state {state}"] += 1
         jk = JobKeys(jid)
@@ -292,20 +298,21 @@ def check(r: redis.Redis, queue: str, ledger: Ledger, sub: Subscriber,
             if r.ttl(key) == -1:
                 f.bad("keys without TTL", f"{_s(key)} ({state} job)")
 
-    # the queue slot keeps nothing of terminal jobs
+    # no queue shard keeps anything of terminal jobs
     live = {j for j, m in metas.items() if m.get("state") not in TERMINAL}
-    for key in (qk.tokens, qk.owners, qk.kick):
-        for t in r.hkeys(key):  # type: ignore[union-attr]
-            if token_job(_s(t)) not in live:
-                f.bad("tokens left", f"{key} holds {_s(t)}")
-    for key in (qk.ready, qk.leased, qk.parked):
-        for t in r.zrange(key, 0, -1):  # type: ignore[union-attr]
-            if token_job(_s(t)) not in live:
-                f.bad("tokens left", f"{key} holds {_s(t)}")
-    for jid in (_s(j) for j in r.zrange(qk.active, 0, -1)):  # type: ignore[union-attr]
-        if jid not in live:
-            f.bad("stuck jobs", f"{jid} still registered in active (state "
-                                f"{metas.get(jid, {}).get('state', 'gone')})")
+    for qk in shards:
+        for key in (qk.tokens, qk.owners, qk.kick):
+            for t in r.hkeys(key):  # type: ignore[union-attr]
+                if token_job(_s(t)) not in live:
+                    f.bad("tokens left", f"{key} holds {_s(t)}")
+        for key in (qk.ready, qk.leased, qk.parked):
+            for t in r.zrange(key, 0, -1):  # type: ignore[union-attr]
+                if token_job(_s(t)) not in live:
+                    f.bad("tokens left", f"{key} holds {_s(t)}")
+        for jid in (_s(j) for j in r.zrange(qk.active, 0, -1)):  # type: ignore[union-attr]
+            if jid not in live:
+                f.bad("stuck jobs", f"{jid} still registered in {qk.tag}'s active (state "
+                                    f"{metas.get(jid, {}).get('state', 'gone')})")
 
     # dedup: one job per key
     dedup_jobs: dict[str, set[str]] = defaultdict(set)

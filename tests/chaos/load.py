@@ -239,12 +239,13 @@ def replay_dead(q: Queue, ledger: Ledger) -> int:
 
 
 class Subscriber(threading.Thread):
-    """Counts the completions published on the queue channel, per job, and the
+    """Counts the completions published on the queue's channels, per job, and the
     spells it was not subscribed (a publication then is lost by design)."""
 
-    def __init__(self, port: int, queue: str) -> None:
+    def __init__(self, port: int, queue: str, tags: list[str]) -> None:
         super().__init__(name="chaos-subscriber", daemon=True)
-        self.port, self.channel = port, QueueKeys(queue).channel
+        self.port = port
+        self.channels = [QueueKeys(queue, t).channel for t in tags]  # one per shard
         self.pubs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.gaps: list[tuple[float, float]] = []  # (from, to), epoch seconds
         self.stop = threading.Event()
@@ -259,7 +260,7 @@ class Subscriber(threading.Thread):
                             retry=Retry(NoBackoff(), 0))
             ps = c.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
-                ps.subscribe(self.channel)
+                ps.subscribe(*self.channels)
                 ps.get_message(timeout=1.0)  # the subscribe confirmation
                 if down_since is not None:
                     self.gaps.append((down_since, time.time()))

@@ -13,6 +13,7 @@ failed or with ``--keep``.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import signal
@@ -59,6 +60,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--reapers", type=int, default=2, help="reaper processes (default 2)")
     ap.add_argument("--settle", type=float, default=90.0,
                     help="longest wait for the fleet to settle after the faults (default 90)")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="the queue's shard count, stored before any process starts "
+                         "(default 1)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     ap.add_argument("--calm", action="store_true",
                     help="no faults at all: the same load and checks, to tell a fault's "
@@ -96,6 +100,7 @@ class Run:
         self.ledger = Ledger()
         self.replays = 0
         self.notes: list[str] = []
+        self.tags: list[str] = [self.queue]
 
     def out(self, line: str) -> None:
         print(line, flush=True)
@@ -104,11 +109,17 @@ class Run:
 
     def start(self) -> Faults:
         self.server = server = RedisServer(self.workdir)
+        # stored as the queue's configuration, and in every process's environment: a
+        # restart that lost the stored count would have it stored again the same
+        os.environ["STREAMQ_SHARDS"] = str(self.args.shards)
+        q = Queue(self.queue, server.url, shards=self.args.shards)
+        self.tags = [qk.tag for qk in q.shards]
+        q.close()
         drop = 0.01 if "proxy" in self.args.kinds else 0.0
         wp = ReplyDropProxy(server.port, drop_probability=drop, seed=self.seed)
         pp = ReplyDropProxy(server.port, drop_probability=drop, seed=self.seed + 1)
         self.proxies = [wp, pp]
-        self.sub = Subscriber(server.port, self.queue)
+        self.sub = Subscriber(server.port, self.queue, self.tags)
         self.sub.start()
         self.sub.ready.wait(10)
         self.fleet = Fleet(self.queue, self.workdir, server.port, wp.port,
@@ -166,7 +177,7 @@ class Run:
             while time.monotonic() < deadline:
                 self.fleet.supervise()
                 try:
-                    metas = job_ids_in_redis(r, self.queue)
+                    metas = job_ids_in_redis(r, self.queue, self.tags)
                     live = [j for j, m in metas.items() if m.get("state") not in TERMINAL]
                     now = (len(metas) - len(live),
                            sum(int(m.get("done", 0)) + int(m.get("failed", 0))
@@ -174,7 +185,9 @@ class Run:
                     if now != progress:
                         progress, moved = now, time.monotonic()
                     producing = any(p.is_alive() for p in self.producers)
-                    if not live and not producing and not r.zcard(QueueKeys(self.queue).active):
+                    registered = sum(r.zcard(QueueKeys(self.queue, t).active)
+                                     for t in self.tags)
+                    if not live and not producing and not registered:
                         time.sleep(2.0)  # a few reaper passes for late repairs
                         return True
                     if not producing and time.monotonic() - moved > STALL_S:
@@ -201,10 +214,13 @@ class Run:
             f"streamq chaos: seed {self.seed}, {self.args.duration:.0f} s of "
             f"{'load without faults (--calm)' if self.args.calm else 'faults'}, "
             f"{fl.n_workers} workers, {fl.n_reapers} reapers, queue {self.queue}"
+            + (f" ({len(self.tags)} shards)" if len(self.tags) > 1 else "")
             + ("" if self.args.calm or self.args.kinds >= {*RATES, *START_KINDS} else
                f"; only {','.join(sorted(self.args.kinds))}"),
             f"jobs        {c['jobs']} ({jobs}, unknown {c['unknown jobs']}); "
-            f"sub-requests {c['sub-requests']}",
+            f"sub-requests {c['sub-requests']}"
+            + (f"; per shard {'/'.join(str(c[f'jobs on {t}']) for t in self.tags)}"
+               if len(self.tags) > 1 else ""),
             f"            results {c['results']}, dead letters {c['dead letters']}, "
             f"states: {_fmt({k[6:]: n for k, n in c.items() if k.startswith('state ')})}",
             f"            dedup keys {c['dedup keys']} (re-submits "
@@ -257,7 +273,7 @@ class Run:
         assert self.fleet is not None and self.server is not None and self.sub is not None
         r = self.server.client()
         try:
-            f = check(r, self.queue, self.ledger, self.sub, self.workdir)
+            f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir)
         finally:
             r.close()
         for p, code in self.fleet.unexpected + self.fleet.dead():
