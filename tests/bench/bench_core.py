@@ -43,6 +43,7 @@ SWEEP_SMALL = 8_000  # jobs in the short runs (best of 2) that pick the setup fo
 # job than several (the slots of a process share its interpreter lock)
 SMALL_SETUPS = [(2, 1, 64), (3, 1, 64), (4, 1, 64), (2, 2, 32)]
 BATCH, PIPE, GROUP = 100, 500, "g"
+SHARDED = 3  # 3b: the shards of the small-job queue (each settle peeks at every shard)
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
 
@@ -206,17 +207,20 @@ def raw_big(r: redis.Redis, url: str, server: Any, procs: int, n: int,
 
 
 def sq_small(r: redis.Redis, url: str, procs: int, slots: int, prefetch: int,
-             n: int) -> float:
-    """Seconds from the first submit_many to the n-th completion in the events stream."""
+             n: int, shards: int = 1) -> float:
+    """Seconds from the first submit_many to the n-th completion in the events streams
+    (of every shard: the queue's shard count is stored before the workers start)."""
     name = f"small-{uuid.uuid4().hex[:8]}"
+    q, jobs = Queue(name, url, shards=shards), [[payload(i)] for i in range(n)]
+    assert len(q.shards) == shards
     with workers(r, url, name, procs, slots, prefetch):
-        q, jobs = Queue(name, url), [[payload(i)] for i in range(n)]
         t0 = perf()
         for s in range(0, n, SUBMIT_CHUNK):
             q.submit_many(jobs[s : s + SUBMIT_CHUNK])
-        wait_until(lambda: r.xlen(q.keys.events) >= n, 120, "the small jobs")
+        wait_until(lambda: sum(r.xlen(qk.events) for qk in q.shards) >= n, 120,
+                   "the small jobs")
         t1 = perf()
-        q.close()
+    q.close()
     return t1 - t0
 
 
@@ -307,8 +311,10 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
     small_setup = max(small_sweep, key=lambda o: small_sweep[o])
     small_text = ", ".join(f"{p}x{s} p{f}: {v:,.0f}" for (p, s, f), v in small_sweep.items())
     log(f"small jobs, jobs/s by processes x slots, prefetch: {small_text}")
-    small_s, raw_small_s = paired(lambda: sq_small(r, url, *small_setup, SMALL),
-                                  lambda: raw_small(r, url, small_setup[0], SMALL), key=float)
+    small_s, raw_small_s, sharded_s = paired(
+        lambda: sq_small(r, url, *small_setup, SMALL),
+        lambda: raw_small(r, url, small_setup[0], SMALL),
+        lambda: sq_small(r, url, *small_setup, SMALL, shards=SHARDED), key=float)
     lat, raw_lat = paired(lambda: sq_latency(r, url, slots), lambda: raw_latency(r, url),
                           key=lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
@@ -323,6 +329,9 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
          xadd_s / submit_s, ""),
         ("3. 20,000 one-sub-request jobs, end to end (jobs/s)", small, SMALL / raw_small_s,
          raw_small_s / small_s, f">= 5,000 jobs/s: {ok[small >= 5000]}"),
+        (f"3b. the same on a queue of {SHARDED} shards, one server (jobs/s)", SMALL / sharded_s,
+         SMALL / raw_small_s, raw_small_s / sharded_s,
+         f"{small_s / sharded_s:.0%} of 1 shard's rate"),
         ("4a. submit-to-completion latency p50 (ms)", p50, rp50, rp50 / p50, ""),
         ("4b. submit-to-completion latency p99 (ms)", p99, rp99, rp99 / p99,
          f"<= 10 ms: {ok[p99 <= 10]}"),
@@ -344,7 +353,9 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         f"2: the submit of 1 (workers idle); raw: XADD pipelined {PIPE} per execute; both encode.",
         f"3: submit_many of {SUBMIT_CHUNK} to the {SMALL:,}th record in sq:{{queue}}:events; raw: "
         f"{SMALL:,} streams, XADD + XGROUP CREATE + RPUSH name pipelined per {SUBMIT_CHUNK}; "
-        f"{small_setup[0]} consumers LPOP 100 names, one XREADGROUP, pipelined XACKs, INCRBY.",
+        f"{small_setup[0]} consumers LPOP 100 names, one XREADGROUP, pipelined XACKs, INCRBY. "
+        f"3b: 3 on a queue of {SHARDED} shards (its count stored before the workers start), "
+        "taken in turns with 3: the cost of reading every shard's most urgent ready token.",
         f"4: {SAMPLES} jobs one at a time (+{WARMUP} warm-up), idle workers, from before submit to "
         "the message on sq:{queue}:done; raw: XADD -> XREADGROUP BLOCK -> XACK + PUBLISH.",
     ])
