@@ -37,6 +37,7 @@ type: install ## mypy --strict
 
 bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
+	$(BIN)/python tests/bench/bench_small.py
 	$(BIN)/python tests/bench/bench_durability.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_cluster.py

@@ -27,8 +27,11 @@ ADD_CHUNK = 500
 DEFAULT_BATCH = 10
 #: Handler slots (sub-requests processed at once) per worker process.
 DEFAULT_WORKER_CONCURRENCY = 4
-#: Tokens one slot claims per round trip.
-DEFAULT_PREFETCH = 1
+#: Tokens one slot claims per round trip; 0 adapts it to the work (between 1 and
+#: MAX_AUTO_PREFETCH, see :meth:`streamq.slot.Slot.adapt`).
+DEFAULT_PREFETCH = 0
+#: Most tokens an adapting slot claims per round trip.
+MAX_AUTO_PREFETCH = 64
 #: Lease length a worker holds a token for before it must extend it, in milliseconds.
 DEFAULT_LEASE_MS = 30_000
 #: Worker heartbeat period, in seconds; leases are extended on the same beat.

@@ -70,6 +70,9 @@ class Slot:
         self._ready_seen = False
         #: ms until the next retry is due, as the last settle said (-1: none waits)
         self._retry_wait_ms = -1
+        #: tokens the next settle claims: the worker's prefetch, or, when that is 0,
+        #: adapted to the work by :meth:`adapt`
+        self.claim_n = worker.prefetch or 1
 
     def run(self) -> None:
         w = self.w
@@ -92,7 +95,7 @@ class Slot:
             spec, follow = ([] if stopping else follow), []
             try:
                 claimed, due, preread = self.settle(settled, finishes,
-                                                    0 if stopping else w.prefetch, spec, acks)
+                                                    0 if stopping else self.claim_n, spec, acks)
                 settled = []
                 if acks:
                     acks = []
@@ -115,6 +118,11 @@ class Slot:
                     settled, follow, acks = self.work(claimed, finishes, preread)
                 finally:
                     w.leases.untrack(self.hold)
+                with w.stats.lock:
+                    w.stats.claims += 1
+                    w.stats.tokens += len(claimed)
+                if not w.prefetch:
+                    self.claim_n = self.adapt(len(claimed), bool(follow))
                 if not acks:
                     w.fault("after_ack")
             except Exception as e:
@@ -137,6 +145,18 @@ class Slot:
                             pause)
                 w.pause(stopping, pause)
                 pause = min(_PAUSE_MAX_S, pause * 2)
+
+    def adapt(self, claimed: int, followed: bool) -> int:
+        """The next claim's size, for a worker started with prefetch 0: small jobs (no
+        read filled a batch) are best served many per round trip, so a claim that got
+        all it asked for doubles, up to MAX_AUTO_PREFETCH; a job that filled a batch
+        is big, best served one token at a time with its next batch read ahead, so
+        the claim drops to one. A claim that got fewer than it asked keeps its size."""
+        if followed:
+            return 1
+        if claimed >= self.claim_n:
+            return min(config.MAX_AUTO_PREFETCH, self.claim_n * 2)
+        return self.claim_n
 
     def idle(self) -> None:
         """Nothing claimed: block on the wake list, at most until the next retry is due

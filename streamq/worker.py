@@ -69,6 +69,9 @@ _WAKER_CONNECTIONS = 64
 class _Stats:
     processed: int = 0
     failed: int = 0
+    #: settles that claimed at least one token, and the tokens they claimed
+    claims: int = 0
+    tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -101,7 +104,7 @@ class Worker:
         shards: int | None = None,
     ) -> None:
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
-                                ("prefetch", prefetch, 1), ("lease_ms", lease_ms, 100)):
+                                ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
             if not isinstance(value, int) or value < lo:
                 raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
         if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
@@ -120,6 +123,7 @@ class Worker:
         self.is_async = inspect.iscoroutinefunction(handler)
         self.concurrency = concurrency
         self.batch = batch
+        #: tokens a slot claims per round trip; 0: each slot adapts it to the work
         self.prefetch = prefetch
         self.lease_ms = lease_ms
         self.heartbeat_s = heartbeat_s

@@ -155,6 +155,33 @@ def test_a_slot_holding_several_tokens_of_one_job_loses_no_read_ahead(
     assert q.results(job.id) == {i: i * 2 for i in range(500)}
 
 
+def test_the_default_prefetch_claims_small_jobs_by_the_dozen_and_a_big_job_token_by_token(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given 400 one-entry jobs queued, and a worker of one slot with the default prefetch
+    q = Queue(queue_name, redis_url)
+    small = q.submit_many([[i] for i in range(400)])
+    w = workers(queue_name, lambda p: p, concurrency=1)
+    assert w.prefetch == 0  # adapt to the work
+    for j in small:
+        assert j.wait(timeout=30).state is JobState.SUCCEEDED
+    # Then it claimed them many per round trip: its claim doubled while it got all it
+    # asked for (1, 2, 4, ... 64)
+    with w.stats.lock:
+        claims, tokens = w.stats.claims, w.stats.tokens
+    assert tokens >= 400 and claims <= 400 // 8, (claims, tokens)
+    # When a big job follows (every read fills a batch)
+    big = q.submit(list(range(1000)), concurrency=4)
+    assert big.wait(timeout=60).done == 1000
+    # Then after its first claim its tokens were claimed one per round trip, each
+    # batch's successor read ahead in the settle
+    with w.stats.lock:
+        big_claims, big_tokens = w.stats.claims - claims, w.stats.tokens - tokens
+    assert big_claims >= 1000 // 10 // 2 and big_tokens <= big_claims + 4, (big_claims,
+                                                                             big_tokens)
+    assert q.results(big.id) == {i: i for i in range(1000)}
+
+
 @pytest.mark.parametrize("size", [10, 12])
 def test_a_job_that_completes_on_an_ack_sent_with_the_settle_finishes_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, size: int

@@ -82,8 +82,10 @@ def worker(
         config.DEFAULT_WORKER_CONCURRENCY,
     batch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_BATCH",
                                        help="entries per read")] = config.DEFAULT_BATCH,
-    prefetch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_PREFETCH",
-                                          help="tokens claimed per round trip")] =
+    prefetch: Annotated[int, typer.Option(min=0, envvar="STREAMQ_PREFETCH",
+                                          help="tokens claimed per round trip; 0 adapts "
+                                               "it to the work (1 for big jobs, up to "
+                                               f"{config.MAX_AUTO_PREFETCH} for small ones)")] =
         config.DEFAULT_PREFETCH,
     heartbeat: Annotated[float, typer.Option(min=0.05, envvar="STREAMQ_HEARTBEAT",
                                              help="seconds between heartbeats; a "
