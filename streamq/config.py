@@ -25,8 +25,14 @@ ADD_CHUNK = 500
 
 #: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read).
 DEFAULT_BATCH = 10
-#: Handler slots (sub-requests processed at once) per worker process.
+#: Handler slots (sub-requests processed at once) per worker process, sync handlers.
 DEFAULT_WORKER_CONCURRENCY = 4
+#: Sub-requests in flight at once per worker process for an ``async def`` handler
+#: (coroutines on the worker's event loop, fed by ASYNC_SLOTS slot threads).
+DEFAULT_ASYNC_CONCURRENCY = 32
+#: Slot threads of a worker whose handler is ``async def``: each claims up to its
+#: share of the worker's concurrency and runs the claimed tokens' entries at once.
+ASYNC_SLOTS = 2
 #: Tokens one slot claims per round trip; 0 adapts it to the work (between 1 and
 #: MAX_AUTO_PREFETCH, see :meth:`streamq.slot.Slot.adapt`).
 DEFAULT_PREFETCH = 0

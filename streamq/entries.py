@@ -54,6 +54,34 @@ def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
     return value if value >= 0 else None
 
 
+def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, int, bool]:
+    """An entry's index, type, payload, attempt number and whether it is suspect."""
+    if len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p":
+        # the layout every first attempt has: read without building a dict
+        index: int | None
+        try:
+            index = int(flat[1])
+        except ValueError:
+            index = None
+        return (index if index is None or index >= 0 else None), flat[3], flat[5], 1, False
+    fields = _fields(flat)
+    attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
+    return (_int_field(fields, b"i"), fields.get(b"t"), fields.get(b"p"), attempt,
+            b"s" in fields)
+
+
+def is_suspect(flat: list[bytes]) -> bool:
+    """True for an entry the reaper took from a dead worker (field ``s``)."""
+    return len(flat) != 6 and b"s" in flat[0::2]
+
+
+#: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload
+_Item = tuple[str, int, bytes, bytes, int, Any]
+#: how an async run of one entry ended: (ok, value or exception, started, ended), or
+#: None when it was not started (the worker is stopping)
+_Outcome = tuple[bool, Any, float, float] | None
+
+
 class EntryRunner:
     """Runs the entries a slot read, acknowledges results, reports failures."""
 
@@ -87,22 +115,7 @@ class EntryRunner:
                 self.requeue(job, [e[0] for e in entries[n:]])
                 break
             eid = ids[n]
-            index: int | None
-            if len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p":
-                # the layout every first attempt has: read without building a dict
-                kind, raw, attempt, suspect = flat[3], flat[5], 1, False
-                try:
-                    index = int(flat[1])
-                except ValueError:
-                    index = None
-                if index is not None and index < 0:
-                    index = None
-            else:
-                fields = _fields(flat)
-                index = _int_field(fields, b"i")
-                kind, raw = fields.get(b"t"), fields.get(b"p")
-                attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
-                suspect = b"s" in fields
+            index, kind, raw, attempt, suspect = _parse(flat)
             try:
                 if index is None:
                     raise PayloadError("missing or invalid index field 'i'")
@@ -146,15 +159,9 @@ class EntryRunner:
                 result = encode_result(value)
             except Exception as e:
                 durations.append(clock() - started)
-                w.metrics.failed.inc()
-                with w.stats.lock:
-                    w.stats.failed += 1
-                delay = w._retry_delay(e, attempt)
-                log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
-                            attempt, type(e).__name__, e)
                 self.observe(waits, durations)
-                completed = self.fail(job, eid, index, attempt, delay,
-                                      f"{type(e).__name__}: {e}", kind, raw, shard) or completed
+                completed = self.failed(job, eid, index, attempt, e, kind, raw,
+                                        shard) or completed
                 w.leases.discard(unacked, (eid,))
                 continue
             ended = clock()
@@ -167,6 +174,111 @@ class EntryRunner:
                 done = []
                 flushed_at = clock()
         return done, completed
+
+    def run_async(
+        self, jobs: list[tuple[JobKeys, list[Any], list[str], set[str]]],
+        waits: list[float], durations: list[float], shard: QueueKeys,
+    ) -> list[tuple[list[tuple[str, int, bytes]], bool]]:
+        """Run the entries of several claimed tokens of an ``async def`` handler: each
+        token's entries in order, every token's at once on the worker's event loop (one
+        token is one sub-request in flight, so a job never has more running than its
+        tokens). ``jobs`` holds, per token, its job and what :meth:`run_entries` takes;
+        no entry may be suspect (those run alone, through :meth:`run_entries`).
+
+        Returns, per token, the results not yet acknowledged and whether the job
+        completed (a failure can complete it)."""
+        w = self.w
+        assert w.loop is not None
+        out: list[tuple[list[tuple[str, int, bytes]], bool]] = []
+        items: list[list[_Item]] = []
+        for jk, entries, ids, unacked in jobs:
+            ready: list[_Item] = []
+            completed = False
+            for n, (_, flat) in enumerate(entries):
+                index, kind, raw, attempt, _suspect = _parse(flat)
+                try:
+                    if index is None:
+                        raise PayloadError("missing or invalid index field 'i'")
+                    if kind is None or raw is None:
+                        raise PayloadError("missing type 't' or payload 'p' field")
+                    ready.append((ids[n], index, kind, raw, attempt, decode(kind, raw)))
+                except PayloadError as e:
+                    log.error("job %s entry %s is malformed: %s", jk.job_id, ids[n], e)
+                    completed = self.fail(jk.job_id, ids[n], -1 if index is None else index,
+                                          1, -1, f"malformed entry: {e}", kind or b"b",
+                                          raw or b"", shard) or completed
+                    w.leases.discard(unacked, (ids[n],))
+            items.append(ready)
+            out.append(([], completed))
+        tasks = [[(w.q.name, jk.job_id, it[1], it[0], it[4]) for it in ready]
+                 for (jk, _, _, _), ready in zip(jobs, items)]
+        ran = asyncio.run_coroutine_threadsafe(
+            self._run_tokens(tasks, [[it[5] for it in ready] for ready in items]),
+            w.loop).result()
+        to_wall = time.time() - time.perf_counter()
+        for k, ((jk, _, _, unacked), ready, outcomes) in enumerate(zip(jobs, items, ran)):
+            done, completed = out[k]
+            unstarted = [it[0].encode() for it, o in zip(ready, outcomes) if o is None]
+            for (eid, index, kind, raw, attempt, _), outcome in zip(ready, outcomes):
+                if outcome is None:
+                    continue
+                ok, value, started, ended = outcome
+                wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
+                waits.append(wait if wait > 0.0 else 0.0)
+                durations.append(ended - started)
+                if ok:
+                    try:
+                        done.append((eid, index, encode_result(value)))
+                        continue
+                    except Exception as e:  # noqa: BLE001 - a result that cannot be encoded
+                        value = e
+                self.observe(waits, durations)
+                completed = self.failed(jk.job_id, eid, index, attempt, value, kind, raw,
+                                        shard) or completed
+                w.leases.discard(unacked, (eid,))
+            if unstarted:
+                self.requeue(jk.job_id, unstarted)
+            out[k] = (done, completed)
+        return out
+
+    async def _run_tokens(self, tasks: list[list[tuple[str, str, int, str, int]]],
+                          payloads: list[list[Any]]) -> list[list[_Outcome]]:
+        return list(await asyncio.gather(*(self._run_token(t, p)
+                                           for t, p in zip(tasks, payloads))))
+
+    async def _run_token(self, tasks: list[tuple[str, str, int, str, int]],
+                         payloads: list[Any]) -> list[_Outcome]:
+        """One token's entries in order (a task of its own: its own current task)."""
+        w, clock = self.w, time.perf_counter
+        outcomes: list[_Outcome] = []
+        for task, payload in zip(tasks, payloads):
+            if w.stopping.is_set():
+                outcomes.append(None)
+                continue
+            if w.fault_at is not None:
+                w.fault("in_handler")
+            _current.set(task)
+            started = clock()
+            try:
+                value = await w.handler(payload)
+                outcomes.append((True, value, started, clock()))
+            except Exception as e:  # noqa: BLE001 - reported as a failed attempt
+                outcomes.append((False, e, started, clock()))
+        return outcomes
+
+    def failed(self, job: str, eid: str, index: int, attempt: int, e: Exception,
+               kind: bytes, raw: bytes, shard: QueueKeys) -> bool:
+        """A handler's failure: count it, log it and report the attempt (:meth:`fail`,
+        with the backoff the exception asks for); True when it completed the job."""
+        w = self.w
+        w.metrics.failed.inc()
+        with w.stats.lock:
+            w.stats.failed += 1
+        delay = w._retry_delay(e, attempt)
+        log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
+                    attempt, type(e).__name__, e)
+        return self.fail(job, eid, index, attempt, delay, f"{type(e).__name__}: {e}", kind, raw,
+                         shard)
 
     def observe(self, waits: list[float], durations: list[float]) -> None:
         """Add the gathered queue waits and handler durations to the histograms; empty

@@ -46,7 +46,7 @@ class LeaseKeeper:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.lock = threading.Lock()
-        self.holds = [SlotHold(i) for i in range(worker.concurrency)]
+        self.holds = [SlotHold(i) for i in range(worker.slots)]
 
     # -- slot side ----------------------------------------------------------------
 

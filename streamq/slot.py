@@ -23,7 +23,7 @@ import redis
 
 from . import config
 from .connection import is_access_error, is_transient, pipelined
-from .entries import Batch
+from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
 from .scripts import JobReply
 
@@ -72,7 +72,7 @@ class Slot:
         self._retry_wait_ms = -1
         #: tokens the next settle claims: the worker's prefetch, or, when that is 0,
         #: adapted to the work by :meth:`adapt`
-        self.claim_n = worker.prefetch or 1
+        self.claim_n = worker.prefetch or (worker.slot_share if worker.is_async else 1)
 
     def run(self) -> None:
         w = self.w
@@ -121,7 +121,7 @@ class Slot:
                 with w.stats.lock:
                     w.stats.claims += 1
                     w.stats.tokens += len(claimed)
-                if not w.prefetch:
+                if not w.prefetch and not w.is_async:
                     self.claim_n = self.adapt(len(claimed), bool(follow))
                 if not acks:
                     w.fault("after_ack")
@@ -313,7 +313,16 @@ class Slot:
         pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
         waits: list[float] = []  # metrics, added in one go before anything is acknowledged
         durations: list[float] = []
-        for tok, jk, read in zip(tokens, jks, reads):
+        ran: dict[int, tuple[list[tuple[str, int, bytes]], bool]] = {}
+        live = [i for i, read in enumerate(reads) if isinstance(read, tuple)]
+        if w.loop is not None and len(live) > 1 and not any(
+                is_suspect(flat) for i in live for _, flat in reads[i][0]):
+            # an async handler: every token's entries at once (a suspect entry runs
+            # alone, below, so a kill inside it counts an attempt for it alone)
+            outs = runner.run_async([(jks[i], *reads[i]) for i in live], waits, durations,
+                                    self.qk)
+            ran = dict(zip(live, outs))
+        for pos, (tok, jk, read) in enumerate(zip(tokens, jks, reads)):
             if (isinstance(read, redis.ResponseError) and not is_transient(read)) or not read:
                 # no stream/group (job finished or gone) or nothing new: park, or drop when done
                 settled.append((tok, self.idle_mode(jk.job_id)))
@@ -321,8 +330,8 @@ class Slot:
             if isinstance(read, Exception):
                 raise read
             entries, ids, unacked = read
-            done, completed = runner.run_entries(jk, entries, ids, unacked, waits, durations,
-                                                 self.qk)
+            done, completed = ran[pos] if pos in ran else runner.run_entries(
+                jk, entries, ids, unacked, waits, durations, self.qk)
             settled.append((tok, "d" if completed else "r"))
             if not completed and len(entries) >= w.batch and jk.job_id not in follow:
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
@@ -379,4 +388,4 @@ class Slot:
 def slot_threads(worker: Worker) -> list[threading.Thread]:
     """One thread per slot of ``worker`` (not started)."""
     return [threading.Thread(target=Slot(worker, i).run, name=f"streamq-slot-{i}", daemon=True)
-            for i in range(worker.concurrency)]
+            for i in range(worker.slots)]

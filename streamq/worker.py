@@ -14,7 +14,8 @@ refused credentials or permissions stop it, or an unreachable Redis for longer
 than ``redis_wait_s`` when that is given.
 
 Sync handlers run in the slot threads; ``async def`` handlers run on one
-event loop thread. SIGTERM or SIGINT drain: each slot finishes the
+event loop thread, ``concurrency`` of them at once: a few slots each claim
+several tokens and run their entries as coroutines together. SIGTERM or SIGINT drain: each slot finishes the
 sub-request it is running, hands back the entries it read but did not start,
 releases its tokens, and the process exits 0.
 """
@@ -85,7 +86,7 @@ class Worker:
         url: str | None = None,
         *,
         client: Client | None = None,
-        concurrency: int = config.DEFAULT_WORKER_CONCURRENCY,
+        concurrency: int | None = None,
         batch: int = config.DEFAULT_BATCH,
         prefetch: int = config.DEFAULT_PREFETCH,
         lease_ms: int = config.DEFAULT_LEASE_MS,
@@ -103,6 +104,10 @@ class Worker:
         id_file: str | os.PathLike[str] | None = None,
         shards: int | None = None,
     ) -> None:
+        is_async = inspect.iscoroutinefunction(handler)
+        if concurrency is None:
+            concurrency = (config.DEFAULT_ASYNC_CONCURRENCY if is_async
+                           else config.DEFAULT_WORKER_CONCURRENCY)
         for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
                                 ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
             if not isinstance(value, int) or value < lo:
@@ -117,11 +122,16 @@ class Worker:
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
-            client = connect(url, max_connections=concurrency * 2 + 4 + _WAKER_CONNECTIONS)
+            client = connect(url, max_connections=min(concurrency, 64) * 2 + 4 + _WAKER_CONNECTIONS)
         self._bind(queue, client)
         self.handler = handler
-        self.is_async = inspect.iscoroutinefunction(handler)
+        self.is_async = is_async
+        #: sub-requests in flight at once: one per slot thread for a sync handler; for
+        #: an async one, coroutines run by ASYNC_SLOTS slots, each up to ``slot_share``
         self.concurrency = concurrency
+        #: slot threads, and the most tokens (sub-requests in flight) one slot holds
+        self.slots = min(concurrency, config.ASYNC_SLOTS) if is_async else concurrency
+        self.slot_share = -(-concurrency // self.slots)
         self.batch = batch
         #: tokens a slot claims per round trip; 0: each slot adapts it to the work
         self.prefetch = prefetch
@@ -222,7 +232,7 @@ class Worker:
                 self.redis.close()
                 self._bind(self.q.name, connect_when_ready(
                     self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
-                    max_connections=self.concurrency * 2 + 4 + _WAKER_CONNECTIONS))
+                    max_connections=min(self.concurrency, 64) * 2 + 4 + _WAKER_CONNECTIONS))
             wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
         except ConnectionFailed:
             if self.stopping.is_set() and self.fatal is None:
@@ -251,8 +261,10 @@ class Worker:
             self.wakers.start()
         for t in slots:
             t.start()
-        log.info("worker %s serving queue %s (%d shard%s) with %d slots", self.id, self.q.name,
-                 len(self.shards), "" if len(self.shards) == 1 else "s", self.concurrency)
+        log.info("worker %s serving queue %s (%d shard%s) with %d slots%s", self.id,
+                 self.q.name, len(self.shards), "" if len(self.shards) == 1 else "s",
+                 self.slots, f", {self.concurrency} sub-requests in flight at most"
+                 if self.is_async else "")
         # heartbeats (and lease extensions) go on while the slots drain
         while any(t.is_alive() for t in slots):
             self.stopping.wait(self.heartbeat_s)

@@ -93,3 +93,12 @@ def fail_then_kill(payload: Any) -> Any:
     if task.attempt >= 2 and _redis().set(f"killed:{key}:{task.attempt}", 1, nx=True):
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError(f"attempt {task.attempt} fails")
+
+
+async def acount(payload: Any) -> Any:
+    """``count`` as an ``async def`` handler: the start counted, an asyncio sleep."""
+    import asyncio
+
+    _start()
+    await asyncio.sleep(float(payload.get("sleep", 0)))
+    return payload["n"] * 2

@@ -77,9 +77,11 @@ def worker(
     handler: Annotated[str, typer.Option(envvar="STREAMQ_HANDLER",
                                          help="module:function run for each sub-request")],
     redis_url: RedisUrl = DEFAULT_URL,
-    concurrency: Annotated[int, typer.Option(min=1, envvar="STREAMQ_CONCURRENCY",
-                                             help="handler slots")] =
-        config.DEFAULT_WORKER_CONCURRENCY,
+    concurrency: Annotated[int | None, typer.Option(
+        min=1, envvar="STREAMQ_CONCURRENCY", show_default=False,
+        help="sub-requests in flight at once: handler slots for a sync handler "
+             f"(default {config.DEFAULT_WORKER_CONCURRENCY}), coroutines for an async def "
+             f"one (default {config.DEFAULT_ASYNC_CONCURRENCY})")] = None,
     batch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_BATCH",
                                        help="entries per read")] = config.DEFAULT_BATCH,
     prefetch: Annotated[int, typer.Option(min=0, envvar="STREAMQ_PREFETCH",
