@@ -23,8 +23,17 @@ DEFAULT_EVENTS_MAXLEN = 100_000
 #: Sub-requests appended per script call when a job is submitted (bounds ARGV size).
 ADD_CHUNK = 500
 
-#: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read).
-DEFAULT_BATCH = 10
+#: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read); 0 adapts it to
+#: the work (see :meth:`streamq.slot.Slot.adapt_batch`).
+DEFAULT_BATCH = 0
+#: The first read of an adapting slot, and its least.
+AUTO_BATCH_START = 10
+#: Most entries an adapting slot reads at once.
+MAX_AUTO_BATCH = 1000
+#: How long an adapting slot aims to spend on one round of entries, in seconds: its
+#: batch grows while a round of full reads takes less, and shrinks when one takes
+#: twice as long (a more urgent job waits for the round in progress).
+AUTO_BATCH_ROUND_S = 0.05
 #: Handler slots (sub-requests processed at once) per worker process, sync handlers.
 DEFAULT_WORKER_CONCURRENCY = 4
 #: Sub-requests in flight at once per worker process for an ``async def`` handler

@@ -73,6 +73,9 @@ class Slot:
         #: tokens the next settle claims: the worker's prefetch, or, when that is 0,
         #: adapted to the work by :meth:`adapt`
         self.claim_n = worker.prefetch or (worker.slot_share if worker.is_async else 1)
+        #: entries each read asks for: the worker's batch, or, when that is 0, adapted
+        #: to the work by :meth:`adapt_batch`
+        self.read_n = worker.batch or config.AUTO_BATCH_START
 
     def run(self) -> None:
         w = self.w
@@ -114,10 +117,15 @@ class Slot:
                         self.idle()
                     continue
                 w.fault("after_claim")
+                started = time.perf_counter()
                 try:
                     settled, follow, acks = self.work(claimed, finishes, preread)
                 finally:
                     w.leases.untrack(self.hold)
+                if not w.batch:
+                    self.read_n = self.adapt_batch(time.perf_counter() - started, bool(follow))
+                    with w.stats.lock:
+                        w.stats.reads[self.index] = self.read_n
                 with w.stats.lock:
                     w.stats.claims += 1
                     w.stats.tokens += len(claimed)
@@ -157,6 +165,18 @@ class Slot:
         if claimed >= self.claim_n:
             return min(config.MAX_AUTO_PREFETCH, self.claim_n * 2)
         return self.claim_n
+
+    def adapt_batch(self, took: float, followed: bool) -> int:
+        """The next read's size, for a worker started with batch 0: while reads come
+        back full (a big job) and a round takes less than AUTO_BATCH_ROUND_S, the
+        batch doubles, up to MAX_AUTO_BATCH (fewer, larger round trips); a round that
+        took twice that halves it, down to AUTO_BATCH_START, so a more urgent job waits
+        about that long for the round in progress. Otherwise it keeps its size."""
+        if took > 2 * config.AUTO_BATCH_ROUND_S:
+            return max(config.AUTO_BATCH_START, self.read_n // 2)
+        if followed and took < config.AUTO_BATCH_ROUND_S:
+            return min(config.MAX_AUTO_BATCH, self.read_n * 2)
+        return self.read_n
 
     def idle(self) -> None:
         """Nothing claimed: block on the wake list, at most until the next retry is due
@@ -275,7 +295,7 @@ class Slot:
 
     def read(self, jk: JobKeys) -> tuple[Any, ...]:
         """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
-        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", self.w.batch,
+        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", self.read_n,
                 "STREAMS", jk.tasks, ">")
 
     def work(self, tokens: list[str], finishes: list[Finish],
@@ -333,7 +353,7 @@ class Slot:
             done, completed = ran[pos] if pos in ran else runner.run_entries(
                 jk, entries, ids, unacked, waits, durations, self.qk)
             settled.append((tok, "d" if completed else "r"))
-            if not completed and len(entries) >= w.batch and jk.job_id not in follow:
+            if not completed and len(entries) >= self.read_n and jk.job_id not in follow:
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
             if done:
                 pending.append((len(settled) - 1, jk, done))

@@ -73,6 +73,8 @@ class _Stats:
     #: settles that claimed at least one token, and the tokens they claimed
     claims: int = 0
     tokens: int = 0
+    #: the entries each slot's next read asks for (by slot index)
+    reads: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -108,7 +110,7 @@ class Worker:
         if concurrency is None:
             concurrency = (config.DEFAULT_ASYNC_CONCURRENCY if is_async
                            else config.DEFAULT_WORKER_CONCURRENCY)
-        for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 1),
+        for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 0),
                                 ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
             if not isinstance(value, int) or value < lo:
                 raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
@@ -132,6 +134,7 @@ class Worker:
         #: slot threads, and the most tokens (sub-requests in flight) one slot holds
         self.slots = min(concurrency, config.ASYNC_SLOTS) if is_async else concurrency
         self.slot_share = -(-concurrency // self.slots)
+        #: entries read per XREADGROUP; 0: each slot adapts it to the work
         self.batch = batch
         #: tokens a slot claims per round trip; 0: each slot adapts it to the work
         self.prefetch = prefetch

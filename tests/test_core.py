@@ -159,9 +159,10 @@ def test_the_default_prefetch_claims_small_jobs_by_the_dozen_and_a_big_job_token
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
     # Given 400 one-entry jobs queued, and a worker of one slot with the default prefetch
+    # (and reads of 10)
     q = Queue(queue_name, redis_url)
     small = q.submit_many([[i] for i in range(400)])
-    w = workers(queue_name, lambda p: p, concurrency=1)
+    w = workers(queue_name, lambda p: p, concurrency=1, batch=10)
     assert w.prefetch == 0  # adapt to the work
     for j in small:
         assert j.wait(timeout=30).state is JobState.SUCCEEDED
@@ -180,6 +181,28 @@ def test_the_default_prefetch_claims_small_jobs_by_the_dozen_and_a_big_job_token
     assert big_claims >= 1000 // 10 // 2 and big_tokens <= big_claims + 4, (big_claims,
                                                                              big_tokens)
     assert q.results(big.id) == {i: i for i in range(1000)}
+
+
+def test_the_default_batch_grows_for_quick_entries_and_shrinks_for_slow_ones(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a worker of one slot with the default batch, and a big job of quick entries
+    q = Queue(queue_name, redis_url)
+    w = workers(queue_name, lambda p: p if p >= 0 else time.sleep(-p), concurrency=1)
+    assert w.batch == 0  # adapt to the work
+    quick = q.submit(list(range(20_000)))
+    assert quick.wait(timeout=60).done == 20_000
+    # Then its reads grew (10, 20, 40, ...) while a round of full reads stayed short
+    with w.stats.lock:
+        grown = w.stats.reads[0]
+    assert grown >= 160, grown
+    # When a job of slow entries (30 ms each) follows
+    slow = q.submit([-0.03] * 120)
+    assert slow.wait(timeout=60).done == 120
+    # Then its long rounds shrank the reads again (a more urgent job waits less)
+    with w.stats.lock:
+        assert w.stats.reads[0] < grown, (w.stats.reads[0], grown)
+    assert q.results(quick.id) == {i: i for i in range(20_000)}
 
 
 @pytest.mark.parametrize("size", [10, 12])

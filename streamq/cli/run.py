@@ -82,8 +82,12 @@ def worker(
         help="sub-requests in flight at once: handler slots for a sync handler "
              f"(default {config.DEFAULT_WORKER_CONCURRENCY}), coroutines for an async def "
              f"one (default {config.DEFAULT_ASYNC_CONCURRENCY})")] = None,
-    batch: Annotated[int, typer.Option(min=1, envvar="STREAMQ_BATCH",
-                                       help="entries per read")] = config.DEFAULT_BATCH,
+    batch: Annotated[int, typer.Option(min=0, envvar="STREAMQ_BATCH",
+                                       help="entries per read; 0 adapts it to the work "
+                                            f"({config.AUTO_BATCH_START} up to "
+                                            f"{config.MAX_AUTO_BATCH}, by how long a "
+                                            "round of entries takes)")] =
+        config.DEFAULT_BATCH,
     prefetch: Annotated[int, typer.Option(min=0, envvar="STREAMQ_PREFETCH",
                                           help="tokens claimed per round trip; 0 adapts "
                                                "it to the work (1 for big jobs, up to "

@@ -43,6 +43,7 @@ SWEEP_SMALL = 8_000  # jobs in the short runs (best of 2) that pick the setup fo
 # job than several (the slots of a process share its interpreter lock)
 SMALL_SETUPS = [(2, 1, 64), (3, 1, 64), (4, 1, 64), (2, 2, 32)]
 BATCH, PIPE, GROUP = 100, 500, "g"
+DEFAULT_SLOTS = 4  # 1d, 3d: `streamq worker` with no option (4 slots, batch and prefetch 0)
 SHARDED = 3  # 3b: the shards of the small-job queue (each settle peeks at every shard)
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
@@ -169,10 +170,10 @@ def consumers(r: redis.Redis, url: str, mode: str, key: str, n: int,
 
 
 def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int, batch: int,
-           n: int) -> tuple[float, float, float, float]:
+           n: int, prefetch: int = 1) -> tuple[float, float, float, float]:
     """Submit seconds, processing seconds, and redis / worker CPU µs per sub-request."""
     name = f"big-{uuid.uuid4().hex[:8]}"
-    with workers(r, url, name, procs, slots, batch=batch) as ws:
+    with workers(r, url, name, procs, slots, batch=batch, prefetch=prefetch) as ws:
         q, payloads = Queue(name, url), [payload(i) for i in range(n)]
         t0 = perf()
         job = q.submit(payloads, concurrency=procs * slots)
@@ -299,7 +300,8 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
                 lambda: raw_big(r, url, server, procs, BIG)]
     if batch != BATCH:
         big_runs.append(lambda: raw_big(r, url, server, procs, BIG, batch))
-    sq_run, raw_run, *same_run = paired(*big_runs, key=lambda t: t[1])
+    big_runs.append(lambda: sq_big(r, url, server, 2, DEFAULT_SLOTS, 0, BIG, prefetch=0))
+    sq_run, raw_run, *same_run, default_run = paired(*big_runs, key=lambda t: t[1])
     submit_s, big_s, sq_rcpu, sq_wcpu = sq_run
     xadd_s, raw_big_s, raw_rcpu, raw_ccpu = raw_run
     same_count = "".join(
@@ -311,10 +313,11 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
     small_setup = max(small_sweep, key=lambda o: small_sweep[o])
     small_text = ", ".join(f"{p}x{s} p{f}: {v:,.0f}" for (p, s, f), v in small_sweep.items())
     log(f"small jobs, jobs/s by processes x slots, prefetch: {small_text}")
-    small_s, raw_small_s, sharded_s = paired(
+    small_s, raw_small_s, sharded_s, default_small_s = paired(
         lambda: sq_small(r, url, *small_setup, SMALL),
         lambda: raw_small(r, url, small_setup[0], SMALL),
-        lambda: sq_small(r, url, *small_setup, SMALL, shards=SHARDED), key=float)
+        lambda: sq_small(r, url, *small_setup, SMALL, shards=SHARDED),
+        lambda: sq_small(r, url, 2, DEFAULT_SLOTS, 0, SMALL), key=float)
     lat, raw_lat = paired(lambda: sq_latency(r, url, slots), lambda: raw_latency(r, url),
                           key=lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
@@ -325,10 +328,17 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
     rows = [
         ("1. one job of 100,000 sub-requests, end to end (sub-requests/s)", big, raw_big_rate,
          big / raw_big_rate, f">= 40% of raw: {ok[big >= 0.4 * raw_big_rate]}"),
+        ("1d. the same with the CLI defaults, 2 processes (sub-requests/s)",
+         BIG / default_run[1], raw_big_rate, BIG / default_run[1] / raw_big_rate,
+         f">= 85% of 1: {ok[default_run[1] <= big_s / 0.85]} ({big_s / default_run[1]:.0%})"),
         ("2. submit of those 100,000 (sub-requests/s)", BIG / submit_s, BIG / xadd_s,
          xadd_s / submit_s, ""),
         ("3. 20,000 one-sub-request jobs, end to end (jobs/s)", small, SMALL / raw_small_s,
          raw_small_s / small_s, f">= 5,000 jobs/s: {ok[small >= 5000]}"),
+        ("3d. the same with the CLI defaults, 2 processes (jobs/s)", SMALL / default_small_s,
+         SMALL / raw_small_s, raw_small_s / default_small_s,
+         f">= 85% of 3: {ok[default_small_s <= small_s / 0.85]} "
+         f"({small_s / default_small_s:.0%})"),
         (f"3b. the same on a queue of {SHARDED} shards, one server (jobs/s)", SMALL / sharded_s,
          SMALL / raw_small_s, raw_small_s / sharded_s,
          f"{small_s / sharded_s:.0%} of 1 shard's rate"),
@@ -345,7 +355,9 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         f"{procs * slots}, --prefetch 1, chosen by short runs (sub-requests/s by processes x "
         f"slots, batch: {sweep_text}); 3: {small_setup[0]} x {small_setup[1]}, --batch {BATCH}, "
         f"--prefetch {small_setup[2]}, chosen the same way (jobs/s by processes x slots, "
-        f"prefetch: {small_text}); 4: 1 x {slots}, --batch {BATCH}.",
+        f"prefetch: {small_text}); 4: 1 x {slots}, --batch {BATCH}. 1d and 3d: 2 processes "
+        "with no option (4 slots each; batch and prefetch adapted), taken in turns with 1 "
+        "and 3.",
         f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT "
         f"{BATCH} + one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} "
         f"µs (raw {raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f})."
