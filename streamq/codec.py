@@ -17,7 +17,12 @@ BYTES, TEXT, JSON = b"b", b"s", b"j"
 # built once: json.dumps with options builds a new encoder on every call, and
 # JSONEncoder.encode builds its C encoder on every call
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-_DECODER = json.JSONDecoder()
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# NaN and Infinity are not JSON: refused on the way in as on the way out
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 _scan = _DECODER.scan_once  # type: ignore[attr-defined]
 try:
     from json.encoder import (  # type: ignore[attr-defined]
@@ -34,11 +39,14 @@ except (ImportError, TypeError):  # an interpreter without json's C accelerator
 
 def _dumps(value: Any) -> str:
     if _c_encode is None:
-        return _ENCODER.encode(value)
+        try:
+            return _ENCODER.encode(value)
+        except RecursionError:
+            raise ValueError("circular reference, or nested too deeply") from None
     try:
         return "".join(_c_encode(value, 0))
     except RecursionError:
-        raise ValueError("circular reference detected") from None
+        raise ValueError("circular reference, or nested too deeply") from None
 
 
 def _loads(text: str) -> Any:
@@ -49,6 +57,15 @@ def _loads(text: str) -> Any:
     if end == len(text):
         return value
     return _DECODER.decode(text)  # whitespace around the value, or a clear error
+
+
+def loads_json(text: str) -> Any:
+    """A JSON text's value, as workers decode it: NaN and Infinity refused, and
+    nesting deeper than the interpreter's recursion limit a ValueError too."""
+    try:
+        return _loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def encode(value: Any, max_bytes: int | None = None, *, what: str = "payload") -> tuple[bytes, bytes]:
@@ -81,10 +98,14 @@ def decode(kind: bytes, data: bytes) -> Any:
             try:
                 text = data.decode()  # UTF-8, as encode() writes it
             except UnicodeDecodeError:
-                return json.loads(data)  # UTF-16/32 JSON, or a clear error
+                # UTF-16/32 JSON, or a clear error
+                return json.loads(data, parse_constant=_no_constant)
             return _loads(text)
     except (UnicodeDecodeError, ValueError) as e:
         raise PayloadError(f"malformed {kind.decode(errors='replace')} value: {e}") from None
+    except RecursionError:
+        raise PayloadError(f"malformed {kind.decode(errors='replace')} value: nested too "
+                           "deeply") from None
     raise PayloadError(f"unknown value type {kind!r}")
 
 

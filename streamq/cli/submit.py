@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import config
 from ..client import Queue
+from ..codec import loads_json
 from ..errors import WaitTimeout
 from ..models import JobState, JobStatus
 from ..notices import Notices
@@ -33,7 +33,7 @@ from .common import (
 def parse_argument(text: str) -> Any:
     """A payload argument: its JSON value when it is valid JSON, else the string itself."""
     try:
-        return json.loads(text)
+        return loads_json(text)
     except ValueError:
         return text
 
@@ -45,7 +45,7 @@ def parse_jsonl(stream: IO[str], name: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(loads_json(line))
         except ValueError as e:
             raise typer.BadParameter(f"line {n} of {name} is not valid JSON: {e}",
                                      param_hint="payloads") from None
