@@ -77,7 +77,8 @@ def cluster_mode(value: bool | str | None = None) -> bool | None:
 
 def connect(url: str, *, cluster: bool | str | None = None, wait_replicas: int | None = None,
             **overrides: Any) -> Client:
-    """Return a client for ``url``; TLS, ACL user and password come from the URL.
+    """Return a client for ``url``; TLS, ACL user and password come from the URL, the
+    password also from the file ``STREAMQ_REDIS_PASSWORD_FILE`` names (it wins).
 
     ``url`` may name any node of a Redis Cluster: the server is asked (HELLO) whether
     it runs in cluster mode, and a cluster gets redis-py's ``RedisCluster``, which
@@ -106,6 +107,24 @@ def connect(url: str, *, cluster: bool | str | None = None, wait_replicas: int |
     return client
 
 
+def password_from_file() -> str | None:
+    """The Redis password in the file ``STREAMQ_REDIS_PASSWORD_FILE`` names (a Docker or
+    compose secret), without its trailing newline; None when the variable is unset.
+    The file's content is never shown, only its path."""
+    path = os.environ.get("STREAMQ_REDIS_PASSWORD_FILE", "").strip()
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            secret = f.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ConfigError(f"cannot read STREAMQ_REDIS_PASSWORD_FILE {path!r}: {why}") from None
+    if not secret:
+        raise ConfigError(f"STREAMQ_REDIS_PASSWORD_FILE {path!r} is empty")
+    return secret
+
+
 def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
@@ -113,6 +132,9 @@ def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
         "retry": _Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries=5),
         "health_check_interval": 30,
     }
+    secret = password_from_file()
+    if secret is not None:  # wins over a password in the URL
+        options["password"] = secret
     options.update(overrides)
     mode = cluster_mode(cluster)
     try:

@@ -95,15 +95,29 @@ def redis_conf(spec: dict[str, Any], workdir: Path, port: int) -> Path:
     return out
 
 
+def secrets_here(text: str) -> str:
+    """``text`` with compose's secret mounts (``/run/secrets/NAME``) as the local files
+    compose.yaml names, and compose's ``$$`` as the shell's ``$``."""
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    for name, secret in spec.get("secrets", {}).items():
+        text = text.replace(f"/run/secrets/{name}", str(ROOT / secret["file"]))
+    return text.replace("$$", "$")
+
+
 def service_env(spec: dict[str, Any], port: int) -> dict[str, str]:
     env = dict(os.environ)
     for k, v in spec.get("environment", {}).items():
-        env[k] = str(v).replace(COMPOSE_HOST, f"127.0.0.1:{port}")
+        env[k] = secrets_here(str(v).replace(COMPOSE_HOST, f"127.0.0.1:{port}"))
     return env
 
 
 def healthy(test: list[str], env: dict[str, str], port: int) -> bool:
-    """Run a compose health check (``CMD`` form) here; redis-cli gets the local port."""
+    """Run a compose health check here (``CMD`` or ``CMD-SHELL`` form); redis-cli gets
+    the local port, secrets their local files."""
+    if test[0] == "CMD-SHELL":
+        shell = secrets_here(test[1]).replace("redis-cli ", f"redis-cli -p {port} ")
+        return subprocess.run(["sh", "-c", shell], env=env, capture_output=True,
+                              timeout=30).returncode == 0
     assert test[0] == "CMD", test
     argv = test[1:]
     if argv[0] == "redis-cli":
@@ -242,7 +256,7 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
     def local(text: str) -> str:
         for host, addr in hosts.items():
             text = text.replace(host, addr)
-        return text
+        return secrets_here(text)
 
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -286,3 +300,19 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
             if p.poll() is None:
                 p.kill()
             p.wait(10)
+
+
+def test_no_password_is_in_an_environment_or_on_a_command_line() -> None:
+    """Passwords are compose secrets (files under /run/secrets), read by the process that
+    needs one: never an environment value, a command argument or a health check's."""
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    passwords = {(ROOT / s["file"]).read_text().strip() for s in spec["secrets"].values()}
+    assert passwords and all(passwords)
+    for name, svc in spec["services"].items():
+        shown = [*map(str, svc.get("environment", {}).values()), *svc.get("command", []),
+                 *svc.get("healthcheck", {}).get("test", [])]
+        for text in shown:
+            assert not any(p in text for p in passwords), f"{name}: {text}"
+            assert not re.search(r"redis://[^@/]*:[^@/]*@", text), f"{name}: {text}"
+        for secret in svc.get("secrets", []):
+            assert secret in spec["secrets"], f"{name} uses an undeclared secret {secret}"

@@ -119,6 +119,49 @@ def test_wrong_password_and_forbidden_role_give_clear_errors(
         w.run()
 
 
+def test_passwords_come_from_files_and_are_never_shown(
+    acl_redis: dict[str, str], queue_name: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = acl_redis["plain"].removeprefix("redis://")
+    secrets = {}
+    for user in ("producer", "worker", "inspector"):
+        secrets[user] = tmp_path / f"{user}-password"
+        secrets[user].write_text(PASSWORDS[user] + "\n")  # as `echo` writes a secret file
+    # Given URLs that name the user only, and each role's password in a file
+    monkeypatch.setenv("STREAMQ_REDIS_PASSWORD_FILE", str(secrets["producer"]))
+    q = Queue(queue_name, f"redis://producer@{host}")
+    job = q.submit([1, 2, 3])
+    monkeypatch.setenv("STREAMQ_REDIS_PASSWORD_FILE", str(secrets["worker"]))
+    w, t = run_worker(f"redis://worker@{host}", queue_name, lambda p: p * 2)
+    try:
+        # Then each role does its job with the password from its file
+        assert job.wait(timeout=30).state is JobState.SUCCEEDED
+        assert job.results() == {0: 2, 1: 4, 2: 6}
+    finally:
+        w.stop()
+        t.join(10)
+    q.close()
+    # and the CLI reads it too, and shows no password anywhere, even with -v or --json
+    env = {"STREAMQ_REDIS_PASSWORD_FILE": str(secrets["inspector"]), "PYTHONPATH": str(ROOT),
+           "PATH": "/usr/bin:/bin", "STREAMQ_REDIS_URL": f"redis://inspector@{host}"}
+    for args in (["health", "-v"], ["health", "--json"], ["status", queue_name, "--json"]):
+        out = subprocess.run([sys.executable, "-m", "streamq", *args], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert PASSWORDS["inspector"] not in out.stdout + out.stderr
+    # a missing or empty file is one clear line naming the file, not its content
+    for bad, why in ((tmp_path / "missing", "No such file"), (tmp_path / "empty", "empty")):
+        if bad.name == "empty":
+            bad.write_text("\n")
+        out = subprocess.run([sys.executable, "-m", "streamq", "health"],
+                             env={**env, "STREAMQ_REDIS_PASSWORD_FILE": str(bad)},
+                             capture_output=True, text=True, timeout=60)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and str(bad) in lines[0], out.stderr
+        assert why in lines[0] and "Traceback" not in out.stderr
+
+
 def make_certs(d: Path) -> tuple[Path, Path, Path]:
     ca_key, ca, key, csr, cert = (d / n for n in ("ca.key", "ca.crt", "srv.key", "srv.csr",
                                                    "srv.crt"))
