@@ -316,3 +316,18 @@ def test_no_password_is_in_an_environment_or_on_a_command_line() -> None:
             assert not re.search(r"redis://[^@/]*:[^@/]*@", text), f"{name}: {text}"
         for secret in svc.get("secrets", []):
             assert secret in spec["secrets"], f"{name} uses an undeclared secret {secret}"
+
+
+def test_every_streamq_service_builds_and_the_context_leaves_out_secrets() -> None:
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    for name, svc in spec["services"].items():
+        if str(svc.get("image", "")).startswith("streamq"):
+            assert svc.get("build") == ".", f"{name} cannot be built on its own"
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", "deploy/secrets", "tests"} <= ignored
+    # and what the Dockerfile copies is not left out
+    copied = re.findall(r"^COPY\s+(.+)\s+\S+$", (ROOT / "Dockerfile").read_text(), re.M)
+    for sources in copied:
+        for src in sources.split():
+            assert src.rstrip("/") not in ignored, src
