@@ -39,6 +39,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from . import config
 from .client import Queue, now_ms
 from .connection import (
@@ -52,6 +54,7 @@ from .connection import (
 )
 from .entries import EntryRunner, current_task
 from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
+from .eviction import check_eviction
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
 from .slot import slot_threads
@@ -105,6 +108,7 @@ class Worker:
         redis_wait_s: float | None = None,
         id_file: str | os.PathLike[str] | None = None,
         shards: int | None = None,
+        allow_eviction: bool = False,
     ) -> None:
         is_async = inspect.iscoroutinefunction(handler)
         if concurrency is None:
@@ -119,6 +123,8 @@ class Worker:
         self._own_client = client is None
         #: the shard count asked for when the worker is the queue's first user
         self._shards_wanted = shards
+        #: start even when Redis may evict keys (its maxmemory-policy), with a warning
+        self.allow_eviction = allow_eviction
         self._url = url
         self._retention_s = retention_s
         if client is None:
@@ -242,6 +248,7 @@ class Worker:
                 log.info("worker %s stopped before Redis was reachable", self.id)
                 return
             raise
+        self._check_eviction()
         port, addr = self._metrics_at
         if port is not None:
             self.metrics.serve(port, addr)
@@ -353,6 +360,16 @@ class Worker:
             return max(0, int(e.delay_s * 1000))
         delay = min(self.retry_cap_s, self.retry_base_s * 2 ** (attempt - 1))
         return int(delay * 1000 * random.uniform(0.5, 1.0))
+
+    def _check_eviction(self) -> None:
+        """Refuse a Redis that may evict keys (ConfigError) unless allowed; a transient
+        error leaves it unchecked (logged), not fatal."""
+        try:
+            check_eviction(self.redis, self.allow_eviction)
+        except redis.RedisError as e:
+            if not is_transient(e):
+                raise
+            log.warning("could not check Redis's maxmemory-policy now (%s)", e)
 
     def fault(self, point: str) -> None:
         """Fault injection for crash tests (STREAMQ_FAULT=point:n kills on the n-th pass)."""

@@ -52,6 +52,22 @@ def test_a_url_to_any_node_gets_a_cluster_client(cluster: LocalCluster) -> None:
         c.close()
 
 
+def test_an_evicting_master_of_the_cluster_is_named(cluster: LocalCluster) -> None:
+    from streamq.eviction import evicting_nodes
+
+    c = connect(cluster.url)
+    assert evicting_nodes(c) == []
+    node = cluster.master_nodes()[1].client()
+    node.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        assert evicting_nodes(c) == [(f"127.0.0.1:{cluster.master_nodes()[1].port}",
+                                      "allkeys-lru")]
+    finally:
+        node.config_set("maxmemory-policy", "noeviction")
+        node.close()
+        c.close()
+
+
 def test_a_standalone_url_gets_a_standalone_client(redis_url: str, topology: str) -> None:
     if topology != "standalone":
         pytest.skip("about a standalone server")

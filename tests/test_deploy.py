@@ -162,6 +162,48 @@ def test_passwords_come_from_files_and_are_never_shown(
         assert why in lines[0] and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-ttl"])
+def test_a_worker_refuses_a_redis_that_may_evict_keys_unless_allowed(
+    tmp_path: Path, queue_name: str, policy: str
+) -> None:
+    # Given a Redis whose maxmemory-policy may evict keys
+    proc, url = start_redis(tmp_path, "--maxmemory", "64mb", "--maxmemory-policy", policy)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "STREAMQ_REDIS_URL": url}
+    try:
+        # When a worker starts there, it stops at once with one line saying why
+        out = subprocess.run([sys.executable, "-m", "streamq", "worker", queue_name,
+                              "--handler", "tests.handlers:echo"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert policy in lines[0] and "--allow-eviction" in lines[0]
+        # and with --allow-eviction it serves the queue, warning that work can be lost
+        w = subprocess.Popen([sys.executable, "-m", "streamq", "worker", queue_name,
+                              "--handler", "tests.handlers:echo", "--allow-eviction"],
+                             env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            job = Queue(queue_name, url).submit(["x"])
+            assert job.wait(timeout=30).state is JobState.SUCCEEDED
+        finally:
+            w.terminate()
+            _, err = w.communicate(timeout=30)
+        assert "may evict keys" in err and policy in err
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_worker_role_may_read_the_eviction_policy(
+    acl_redis: dict[str, str], queue_name: str
+) -> None:
+    from streamq.connection import connect
+    from streamq.eviction import evicting_nodes
+
+    client = connect(acl_redis["worker"])
+    assert evicting_nodes(client) == []  # read with INFO, and noeviction
+    client.close()
+
+
 def make_certs(d: Path) -> tuple[Path, Path, Path]:
     ca_key, ca, key, csr, cert = (d / n for n in ("ca.key", "ca.crt", "srv.key", "srv.csr",
                                                    "srv.crt"))

@@ -111,6 +111,10 @@ def worker(
     metrics_addr: MetricsAddr = "0.0.0.0",
     redis_wait: RedisWait = None,
     id_file: WorkerIdFile = None,
+    allow_eviction: Annotated[bool, typer.Option(
+        "--allow-eviction", envvar="STREAMQ_ALLOW_EVICTION",
+        help="start even when Redis's maxmemory-policy may evict keys (queued work "
+             "can then be lost)")] = False,
     log_level: LogLevel = "INFO",
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
@@ -129,7 +133,7 @@ def worker(
                heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
                idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat),
                metrics_port=metrics_port, metrics_addr=metrics_addr, stop_retry_s=stop_retry,
-               redis_wait_s=redis_wait, id_file=id_file)
+               redis_wait_s=redis_wait, id_file=id_file, allow_eviction=allow_eviction)
     w.run()
 
 
