@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
@@ -125,6 +126,24 @@ def password_from_file() -> str | None:
     return secret
 
 
+def check_url(url: str) -> None:
+    """Refuse (ConfigError) what redis-py would take silently or fail on late: a
+    database that is not a number (taken as 0), and a TLS file that does not exist."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        return  # unix:// and unknown schemes: redis-py says what is wrong
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigError(f"invalid Redis URL {_safe(url)}: the database must be a number, "
+                          f"got {db!r}")
+    for name, values in urllib.parse.parse_qs(parts.query).items():
+        if name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            for path in values:
+                if not os.path.isfile(path):
+                    raise ConfigError(f"invalid Redis URL {_safe(url)}: {name} {path!r} is "
+                                      "not a file")
+
+
 def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
@@ -132,6 +151,7 @@ def _connect(url: str, cluster: bool | str | None, **overrides: Any) -> Client:
         "retry": _Retry(ExponentialWithJitterBackoff(base=0.05, cap=2.0), retries=5),
         "health_check_interval": 30,
     }
+    check_url(url)
     secret = password_from_file()
     if secret is not None:  # wins over a password in the URL
         options["password"] = secret

@@ -57,7 +57,9 @@ class DeadLetter:
                 value = value.decode("utf-8", "backslashreplace")
         except StreamqError:
             value = self.payload.decode("utf-8", "backslashreplace")
-        return {"id": self.id, "job_id": self.job_id, "index": self.index, "error": self.error,
+        # a sub-request's index is a number; a malformed entry's is "entry:<id>"
+        index: int | str = int(self.index) if self.index.isdigit() else self.index
+        return {"id": self.id, "job_id": self.job_id, "index": index, "error": self.error,
                 "attempts": self.attempts, "at_ms": self.at_ms, "serial": self.serial,
                 "payload": value}
 

@@ -17,6 +17,18 @@ from .reaper import Reaper
 
 log = logging.getLogger("streamq.scheduler")
 
+
+class _OnlyAtDebug(logging.Filter):
+    """APScheduler's two INFO lines per run ("Running job", "executed successfully")
+    pass only when the process logs at DEBUG; its warnings and errors always pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+for _name in ("apscheduler.executors.default", "apscheduler.scheduler"):
+    logging.getLogger(_name).addFilter(_OnlyAtDebug())
+
 _JOB = "reaper"
 
 

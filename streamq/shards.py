@@ -109,20 +109,38 @@ def read_shards(client: Client, name: str) -> list[QueueKeys] | None:
     return None if raw is None else _parse(name, raw)
 
 
+def _first_tags(client: Client, name: str, shards: int | None) -> list[str]:
+    """The tags a first use of queue ``name`` stores (``shards`` asked for, or the
+    default: ``STREAMQ_SHARDS``, else one on a server and two per master on a
+    cluster; one for a queue with state from before shards were stored)."""
+    first = QueueKeys(name)
+    count = _wanted(client, shards)
+    if count > 1 and client.exists(first.active, first.events, first.workers, first.dedup,
+                                   first.creating, first.dead):
+        log.warning("queue %s has state from before shards were configured: it keeps "
+                    "one shard", name)
+        count = 1
+    owner = _masters_by_slot(client) if count > 1 and is_cluster(client) else None
+    return choose_tags(name, count, owner)
+
+
+def expected_shards(client: Client, name: str) -> list[QueueKeys]:
+    """The stored shards of queue ``name``, or, for a queue not used yet, the shards
+    its first use will store by default. Writes nothing (for a subscriber that may
+    start before the first submit)."""
+    stored = read_shards(client, name)
+    if stored is not None:
+        return stored
+    return [QueueKeys(name, t) for t in _first_tags(client, name, None)]
+
+
 def load_shards(client: Client, name: str, shards: int | None = None) -> list[QueueKeys]:
     """The shards of queue ``name``: its stored configuration, written now (first
     use) when there is none. ``shards`` asks for a count at first use only."""
     first = QueueKeys(name)
     raw = client.hget(first.config, _FIELD)
     if raw is None:
-        count = _wanted(client, shards)
-        if count > 1 and client.exists(first.active, first.events, first.workers, first.dedup,
-                                       first.creating, first.dead):
-            log.warning("queue %s has state from before shards were configured: it keeps "
-                        "one shard", name)
-            count = 1
-        owner = _masters_by_slot(client) if count > 1 and is_cluster(client) else None
-        client.hsetnx(first.config, _FIELD, ",".join(choose_tags(name, count, owner)))
+        client.hsetnx(first.config, _FIELD, ",".join(_first_tags(client, name, shards)))
         raw = client.hget(first.config, _FIELD)
         if raw is None:
             raise ConfigError(f"queue {name!r}: its shard configuration could not be stored")

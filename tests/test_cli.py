@@ -174,6 +174,30 @@ def test_malformed_jsonl_names_the_line_and_enqueues_nothing(
     assert r.dbsize() == before  # nothing enqueued, not even a key
 
 
+def test_a_submit_of_no_payload_is_refused(r: redis.Redis, redis_url: str,
+                                           queue_name: str, tmp_path: Path) -> None:
+    before = r.dbsize()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    res = cli(redis_url, "submit", queue_name, "--file", str(empty))
+    one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, f"{empty} has no payload")
+    out = run(redis_url, "submit", queue_name, "-", input="")
+    one_error_line(out.stderr, ExitCode.USAGE, out.returncode, "stdin has no payload")
+    assert r.dbsize() == before
+
+
+def test_an_existing_job_is_shown_with_its_own_count(redis_url: str, queue_name: str) -> None:
+    first = cli(redis_url, "submit", queue_name, "1", "2", "3", "--job-id", "j-1",
+                "--priority", "7")
+    assert first.exit_code == 0, first.stderr
+    again = cli(redis_url, "submit", queue_name, "9", "--job-id", "j-1")
+    assert again.exit_code == 0
+    assert again.stdout.strip() == ("already exists, nothing enqueued: job j-1 "
+                                    "(3 sub-requests, priority 7)")
+    doc = cli_json(redis_url, "submit", queue_name, "9", "--job-id", "j-1")
+    assert (doc["created"], doc["sub_requests"]) == (False, 3)
+
+
 def test_submit_in_a_real_process_reads_stdin(r: redis.Redis, redis_url: str,
                                              queue_name: str) -> None:
     out = run(redis_url, "submit", queue_name, "-", "--json", input='{"n": 1}\n{"n": 2}\n')
@@ -334,7 +358,9 @@ def test_dlq_list_show_replay_purge(r: redis.Redis, redis_url: str, queue_name: 
     first = listed["dead_letters"][-1]
     shown = cli_json(redis_url, "dlq", "show", queue_name, first["id"])
     assert shown["payload"] == {"bad": 1} and "cannot handle it yet" in shown["error"]
-    assert shown["job_id"] == job.id and shown["index"] == "1"
+    assert shown["job_id"] == job.id and shown["index"] == 1  # a number, as in `pending`
+    table = cli(redis_url, "dlq", "show", queue_name, first["id"]).stdout
+    assert '{"bad": 1}' in table and "{'bad'" not in table  # JSON, not a Python repr
     # replay: the job is finished, so the dead letter goes to a new job, which now succeeds
     fixed.set()
     replayed = cli_json(redis_url, "dlq", "replay", queue_name, first["id"])["replayed"]
@@ -412,6 +438,31 @@ def test_subscribe_exit_codes_and_plain_stream(redis_url: str, queue_name: str,
     assert res.exit_code == 0 and len(res.stdout.splitlines()) == 2
 
 
+def test_subscribe_before_the_queue_was_ever_used(redis_url: str, queue_name: str,
+                                                  procs: Procs) -> None:
+    # Given a subscriber of a queue nothing was submitted to yet
+    env = dict(os.environ, STREAMQ_REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
+    sub = subprocess.Popen([sys.executable, "-m", "streamq", "subscribe", queue_name, "--json",
+                            "--timeout", "20"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # subscribed (a refusal would have exited by now)
+        assert sub.poll() is None, sub.communicate()
+        # When the queue's first jobs are submitted and run
+        q = Queue(queue_name, redis_url)
+        jobs = [q.submit([i]) for i in range(4)]
+        procs.worker(queue_name, "tests.handlers:echo")
+        for j in jobs:
+            assert j.wait(timeout=30).state is JobState.SUCCEEDED
+        time.sleep(0.5)
+    finally:
+        sub.terminate()
+        out, err = sub.communicate(timeout=20)
+    # Then the subscriber printed each completion, one JSON object per line
+    seen = {json.loads(line)["job_id"] for line in out.splitlines()}
+    assert seen == {j.id for j in jobs}, err
+
+
 # -- watch in a real terminal --------------------------------------------------------------
 
 
@@ -452,8 +503,9 @@ def test_watch_dashboard_in_tmux(r: redis.Redis, redis_url: str, queue_name: str
 def test_health(r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
     res = cli(redis_url, "health")
     assert (res.exit_code, res.stdout, res.stderr) == (0, "", "")
-    res = cli(redis_url, "health", "--queue", queue_name)
-    assert (res.exit_code, res.stdout, res.stderr) == (ExitCode.UNHEALTHY, "", "")
+    res = cli(redis_url, "health", "--queue", queue_name)  # without -v: one line says why
+    assert res.stdout == ""
+    one_error_line(res.stderr, ExitCode.UNHEALTHY, res.exit_code, "no live worker")
     res = cli(redis_url, "health", "--queue", queue_name, "-v")
     one_error_line(res.stderr, ExitCode.UNHEALTHY, res.exit_code, "no live worker")
     res = cli(redis_url, "health", "--queue", queue_name, "--json")
@@ -464,6 +516,24 @@ def test_health(r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -
     assert doc["healthy"] and doc["live_workers"] == 1 and doc["exit_code"] == 0
     out = run(redis_url, "health", "--json", "--redis-url", "redis://127.0.0.1:1/0")
     assert out.returncode == 3 and json.loads(out.stdout)["healthy"] is False
+    out = run(redis_url, "health", "--redis-url", "redis://127.0.0.1:1/0")
+    one_error_line(out.stderr, ExitCode.REDIS_UNAVAILABLE, out.returncode, "cannot reach")
+
+
+def test_a_bad_redis_url_is_a_usage_error_that_names_what_is_wrong(
+    redis_url: str, queue_name: str, topology: str, tmp_path: Path
+) -> None:
+    base = redis_url.rsplit("/", 1)[0]
+    for url, fragment in ((f"{base}/abc", "the database must be a number, got 'abc'"),
+                          (f"{base}/0?ssl_ca_certs={tmp_path}/no-ca.crt", "no-ca.crt")):
+        for args in (["health"], ["status", queue_name], ["submit", queue_name, "1"]):
+            res = cli(url, *args)
+            one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, fragment)
+    if topology == "standalone":  # a cluster has database 0 only, and says so itself
+        res = cli(f"{base}/99", "submit", queue_name, "1")
+        one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "no such database")
+        res = cli(f"{base}/99", "health")
+        one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "no such database")
 
 
 def test_worker_and_reaper_log_json(r: redis.Redis, redis_url: str, queue_name: str,
@@ -482,6 +552,22 @@ def test_worker_and_reaper_log_json(r: redis.Redis, redis_url: str, queue_name: 
         assert records and all(set(rec) >= {"ts", "level", "logger", "message"}
                                for rec in records)
         assert any(rec["logger"].startswith("streamq.") for rec in records)
+
+
+def test_the_reaper_keeps_the_schedulers_lines_for_debug(redis_url: str, queue_name: str,
+                                                           procs: Procs) -> None:
+    Queue(queue_name, redis_url).submit([1])
+    quiet = procs.reaper(queue_name, "--log-level", "INFO")
+    loud = procs.reaper(queue_name, "--log-level", "DEBUG")
+    time.sleep(2.0)  # a few passes at --interval 0.5
+    errs = []
+    for proc in (quiet, loud):
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        errs.append(err.decode())
+    assert "apscheduler" not in errs[0] and "Running job" not in errs[0], errs[0][-2000:]
+    assert "Running job" in errs[1]
 
 
 @pytest.mark.parametrize("hidden", ["pyspark", "streamq.spark"])

@@ -55,8 +55,15 @@ def fail(message: str, code: ExitCode) -> typer.Exit:
     return typer.Exit(int(code))
 
 
+def is_bad_db(e: BaseException) -> bool:
+    """Redis refused the URL's database number (SELECT out of range)."""
+    return isinstance(e, redis.ResponseError) and "DB index is out of range" in str(e)
+
+
 def classify(e: BaseException) -> tuple[ExitCode, str] | None:
     """The exit code and one-line message for an error a command let through."""
+    if is_bad_db(e):
+        return ExitCode.USAGE, f"invalid Redis URL: the server has no such database ({e})"
     if isinstance(e, ConnectionFailed):
         return ExitCode.REDIS_UNAVAILABLE, str(e)
     if isinstance(e, redis.AuthenticationError):

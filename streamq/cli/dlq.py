@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
@@ -96,8 +97,8 @@ def show(queue: QueueArg, dead: DeadIdArg, json_out: JsonOut = False,
         emit_json(doc)
         return
     t = Table.grid(padding=(0, 2))
-    for k, v in doc.items():
-        t.add_row(k, str(v))
+    for k, v in doc.items():  # values as JSON, as --json prints them (a str as itself)
+        t.add_row(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
     console().print(t)
 
 

@@ -20,6 +20,7 @@ from ..connection import CONNECTION_ERRORS, Client
 from ..keys import QueueKeys
 from ..models import Completion, JobState
 from ..notices import Notices
+from ..shards import expected_shards
 from .common import (
     DEFAULT_URL,
     ExitCode,
@@ -72,8 +73,8 @@ def subscribe(
         raise typer.BadParameter("--until-done needs job ids", param_hint="JOBS")
     r = client(redis_url)
     q = Queue(queue, client=r)
-    if not wanted:
-        inspect.require_queue(r, q.known_shards)
+    # a queue not used yet is fine: its first use stores the shards listened to here
+    channels = [qk.channel for qk in expected_shards(r, queue)]
     deadline = None if timeout is None else time.monotonic() + timeout
     outcome: dict[str, JobState] = {}
 
@@ -84,8 +85,8 @@ def subscribe(
     notices = Notices(r)
     try:
         # subscribe first, then read the durable state: nothing falls in between
-        # every shard announces its own jobs (the shards are stored by the first use)
-        notices.subscribe(*(qk.channel for qk in q.shards))
+        # every shard announces its own jobs
+        notices.subscribe(*channels)
         checked = time.monotonic()
         for j in wanted:
             c = _from_status(q, j)  # JobNotFound for an unknown job

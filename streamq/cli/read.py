@@ -32,6 +32,7 @@ from .common import (
     emit_json,
     error_line,
     fold,
+    is_bad_db,
     make_client,
     ms,
 )
@@ -123,7 +124,7 @@ def pending(
         emit_json(rep.as_dict())
         return
     out = console()
-    t = Table(fold("job"), fold("consumer"), "count", "oldest idle", "max deliveries",
+    t = Table(fold("job"), fold("consumer"), "count", "oldest idle", "most deliveries so far",
               "consumer live", title=f"{rep.total} pending in queue {queue}")
     for g in rep.groups:
         t.add_row(g.job_id, g.consumer, str(g.count), ms(g.oldest_idle_ms),
@@ -182,7 +183,8 @@ def health(
     """Exit 0 if Redis answers PING (with --queue, and a worker is live; with --worker,
     this host's worker is beating), else 5 or 3.
 
-    3 means Redis is unreachable. Prints nothing unless -v or --json.
+    3 means Redis is unreachable. A failure is one line on stderr; a success prints
+    nothing unless -v or --json.
     """
     qk = QueueKeys(queue) if queue is not None else None
     r = make_client(redis_url, quick=True)
@@ -206,21 +208,22 @@ def health(
         assert found is not None
         code, doc["error"] = found
     except redis.RedisError as e:  # it answered, with an error (LOADING, MASTERDOWN, ...)
-        code, doc["error"] = ExitCode.UNHEALTHY, f"Redis answered with an error: {e}"
+        code, doc["error"] = (ExitCode.UNHEALTHY, f"Redis answered with an error: {e}")
+        if is_bad_db(e):
+            code, doc["error"] = ExitCode.USAGE, f"invalid Redis URL: no such database ({e})"
     finally:
         r.close()
     doc["healthy"] = code == ExitCode.OK
     doc["exit_code"] = int(code)
     if json_out:
         emit_json(doc)
+    elif code != ExitCode.OK:
+        error_line(f"unhealthy: {doc['error']}")
     elif verbose:
-        if code == ExitCode.OK:
-            extra = f", {doc['live_workers']} live workers" if qk is not None else ""
-            if "beat_age_ms" in doc:
-                extra += f", worker {doc['worker_id']} beat {doc['beat_age_ms']} ms ago"
-            typer.echo(f"healthy: Redis answered PING in {doc['latency_ms']} ms{extra}")
-        else:
-            error_line(f"unhealthy: {doc['error']}")
+        extra = f", {doc['live_workers']} live workers" if qk is not None else ""
+        if "beat_age_ms" in doc:
+            extra += f", worker {doc['worker_id']} beat {doc['beat_age_ms']} ms ago"
+        typer.echo(f"healthy: Redis answered PING in {doc['latency_ms']} ms{extra}")
     raise typer.Exit(code)
 
 

@@ -52,6 +52,14 @@ def parse_jsonl(stream: IO[str], name: str) -> list[Any]:
     return out
 
 
+def _some(items: list[Any], name: str) -> list[Any]:
+    """``items``, refused when empty: a job of no sub-requests is a mistake here."""
+    if not items:
+        raise typer.BadParameter(f"{name} has no payload (every line is blank): nothing "
+                                 "submitted", param_hint="payloads")
+    return items
+
+
 def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
     if file is not None and payloads:
         raise typer.BadParameter("give payload arguments or --file, not both",
@@ -64,10 +72,10 @@ def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
                                      param_hint="payloads")
         return [parse_argument(p) for p in payloads]
     if str(file) == "-":
-        return parse_jsonl(sys.stdin, "stdin")
+        return _some(parse_jsonl(sys.stdin, "stdin"), "stdin")
     try:
         with file.open(encoding="utf-8") as f:
-            return parse_jsonl(f, str(file))
+            return _some(parse_jsonl(f, str(file)), str(file))
     except OSError as e:
         raise typer.BadParameter(f"cannot read {file}: {e.strerror or e}",
                                  param_hint="--file") from None
@@ -134,11 +142,15 @@ def submit(
     q = Queue(queue, client=client(redis_url))
     job = q.submit(items, job_id=job_id, priority=priority, concurrency=concurrency,
                    client=client_name, max_deliveries=max_deliveries, dedup_key=dedup_key)
+    count, prio = len(items), priority
+    if not job.created:  # the existing job's own figures, not this call's
+        existing = q.status(job.id)
+        count, prio = existing.total, existing.priority
     doc: dict[str, Any] = {"job_id": job.id, "queue": queue, "created": job.created,
-                           "sub_requests": len(items)}
+                           "sub_requests": count}
     if not json_out:
         what = "submitted" if job.created else "already exists, nothing enqueued:"
-        typer.echo(f"{what} job {job.id} ({len(items)} sub-requests, priority {priority})")
+        typer.echo(f"{what} job {job.id} ({count} sub-requests, priority {prio})")
     if not wait:
         if json_out:
             emit_json(doc)
