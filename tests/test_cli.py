@@ -529,6 +529,9 @@ def test_a_bad_redis_url_is_a_usage_error_that_names_what_is_wrong(
         for args in (["health"], ["status", queue_name], ["submit", queue_name, "1"]):
             res = cli(url, *args)
             one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, fragment)
+    # rediss:// to a port that speaks plain Redis: one try with short timeouts, a hint
+    res = cli(f"rediss://{base.removeprefix('redis://')}/0", "submit", queue_name, "1")
+    one_error_line(res.stderr, ExitCode.REDIS_UNAVAILABLE, res.exit_code, "speak TLS")
     if topology == "standalone":  # a cluster has database 0 only, and says so itself
         res = cli(f"{base}/99", "submit", queue_name, "1")
         one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "no such database")

@@ -179,7 +179,22 @@ def make_client(url: str, *, quick: bool = False) -> Client:
 
 
 def client(url: str) -> Client:
-    """A client that answered PING."""
+    """A client that answered PING. A ``rediss://`` server is tried once first with
+    short timeouts and no retries: a TLS handshake with a port that does not speak TLS
+    hangs until the socket times out, and retried that would take a minute."""
+    if url.startswith("rediss://"):
+        try:
+            probe = make_client(url, quick=True)
+            try:
+                ping(probe)
+            finally:
+                probe.close()
+        except (redis.RedisError, ConnectionFailed) as e:
+            if "timeout" not in str(e).lower():
+                raise
+            raise ConnectionFailed(f"cannot reach Redis over TLS: {e} (does that port speak "
+                                   "TLS? rediss:// needs a TLS port, redis:// a plain one)"
+                                   ) from None
     c = make_client(url)
     ping(c)
     return c
