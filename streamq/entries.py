@@ -70,6 +70,17 @@ def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, i
             b"s" in fields)
 
 
+def _checked(index: int | None, kind: bytes | None, raw: bytes | None
+             ) -> tuple[int, bytes, bytes, Any]:
+    """A parsed entry's index, type and payload, and the payload decoded; PayloadError
+    when the entry is malformed."""
+    if index is None:
+        raise PayloadError("missing or invalid index field 'i'")
+    if kind is None or raw is None:
+        raise PayloadError("missing type 't' or payload 'p' field")
+    return index, kind, raw, decode(kind, raw)
+
+
 def is_suspect(flat: list[bytes]) -> bool:
     """True for an entry the reaper took from a dead worker (field ``s``)."""
     return len(flat) != 6 and b"s" in flat[0::2]
@@ -117,11 +128,7 @@ class EntryRunner:
             eid = ids[n]
             index, kind, raw, attempt, suspect = _parse(flat)
             try:
-                if index is None:
-                    raise PayloadError("missing or invalid index field 'i'")
-                if kind is None or raw is None:
-                    raise PayloadError("missing type 't' or payload 'p' field")
-                payload = decode(kind, raw)
+                index, kind, raw, payload = _checked(index, kind, raw)
             except PayloadError as e:
                 log.error("job %s entry %s is malformed: %s", job, eid, e)
                 self.observe(waits, durations)
@@ -197,11 +204,8 @@ class EntryRunner:
             for n, (_, flat) in enumerate(entries):
                 index, kind, raw, attempt, _suspect = _parse(flat)
                 try:
-                    if index is None:
-                        raise PayloadError("missing or invalid index field 'i'")
-                    if kind is None or raw is None:
-                        raise PayloadError("missing type 't' or payload 'p' field")
-                    ready.append((ids[n], index, kind, raw, attempt, decode(kind, raw)))
+                    index, kind, raw, payload = _checked(index, kind, raw)
+                    ready.append((ids[n], index, kind, raw, attempt, payload))
                 except PayloadError as e:
                     log.error("job %s entry %s is malformed: %s", jk.job_id, ids[n], e)
                     completed = self.fail(jk.job_id, ids[n], -1 if index is None else index,
