@@ -72,7 +72,10 @@ class Slot:
         self._retry_wait_ms = -1
         #: tokens the next settle claims: the worker's prefetch, or, when that is 0,
         #: adapted to the work by :meth:`adapt`
-        self.claim_n = worker.prefetch or (worker.slot_share if worker.is_async else 1)
+        if worker.is_async:  # its tokens run at once: never more than its share
+            self.claim_n = min(worker.prefetch or worker.slot_share, worker.slot_share)
+        else:
+            self.claim_n = worker.prefetch or 1
         #: entries each read asks for: the worker's batch, or, when that is 0, adapted
         #: to the work by :meth:`adapt_batch`
         self.read_n = worker.batch or config.AUTO_BATCH_START

@@ -190,3 +190,29 @@ def test_a_stopping_async_worker_hands_back_what_it_did_not_start(
     assert job.wait(timeout=60).done == 40
     assert q.results(job.id) == {i: i for i in range(40)}
     q.close()
+
+
+def test_an_async_workers_concurrency_caps_a_larger_prefetch(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given an async worker of concurrency 6 asked to claim 50 tokens per round trip
+    gauge = Gauge()
+
+    async def handler(p: Any) -> Any:
+        task = current_task()
+        assert task is not None
+        gauge.enter(task.job_id)
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            gauge.leave(task.job_id)
+        return p
+
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[i] for i in range(60)])
+    workers(queue_name, handler, concurrency=6, prefetch=50)
+    for j in jobs:
+        assert j.wait(timeout=60).state is JobState.SUCCEEDED
+    # Then never more than 6 ran at once, and 6 did
+    assert gauge.total_peak == 6, gauge.total_peak
+    q.close()
