@@ -54,10 +54,14 @@ def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
     return value if value >= 0 else None
 
 
+def _plain(flat: list[bytes]) -> bool:
+    """The layout every first attempt has (``i``, ``t``, ``p``): read without a dict."""
+    return len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p"
+
+
 def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, int, bool]:
     """An entry's index, type, payload, attempt number and whether it is suspect."""
-    if len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p":
-        # the layout every first attempt has: read without building a dict
+    if _plain(flat):
         index: int | None
         try:
             index = int(flat[1])
@@ -83,7 +87,7 @@ def _checked(index: int | None, kind: bytes | None, raw: bytes | None
 
 def is_suspect(flat: list[bytes]) -> bool:
     """True for an entry the reaper took from a dead worker (field ``s``)."""
-    return len(flat) != 6 and b"s" in flat[0::2]
+    return not _plain(flat) and b"s" in flat[0::2]
 
 
 #: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload
@@ -130,12 +134,9 @@ class EntryRunner:
             try:
                 index, kind, raw, payload = _checked(index, kind, raw)
             except PayloadError as e:
-                log.error("job %s entry %s is malformed: %s", job, eid, e)
                 self.observe(waits, durations)
-                completed = self.fail(job, eid, -1 if index is None else index, 1, -1,
-                                      f"malformed entry: {e}", kind or b"b",
-                                      raw or b"", shard) or completed
-                w.leases.discard(unacked, (eid,))
+                completed = self.malformed(job, eid, index, kind, raw, e, unacked,
+                                           shard) or completed
                 continue
             if suspect:
                 # suspect (its worker died): acknowledge what is done, then record the
@@ -207,11 +208,8 @@ class EntryRunner:
                     index, kind, raw, payload = _checked(index, kind, raw)
                     ready.append((ids[n], index, kind, raw, attempt, payload))
                 except PayloadError as e:
-                    log.error("job %s entry %s is malformed: %s", jk.job_id, ids[n], e)
-                    completed = self.fail(jk.job_id, ids[n], -1 if index is None else index,
-                                          1, -1, f"malformed entry: {e}", kind or b"b",
-                                          raw or b"", shard) or completed
-                    w.leases.discard(unacked, (ids[n],))
+                    completed = self.malformed(jk.job_id, ids[n], index, kind, raw, e,
+                                               unacked, shard) or completed
             items.append(ready)
             out.append(([], completed))
         tasks = [[(w.q.name, jk.job_id, it[1], it[0], it[4]) for it in ready]
@@ -269,6 +267,17 @@ class EntryRunner:
             except Exception as e:  # noqa: BLE001 - reported as a failed attempt
                 outcomes.append((False, e, started, clock()))
         return outcomes
+
+    def malformed(self, job: str, eid: str, index: int | None, kind: bytes | None,
+                  raw: bytes | None, e: PayloadError, unacked: set[str],
+                  shard: QueueKeys) -> bool:
+        """An entry that cannot be run: dead-lettered at once (no retry can mend it) and
+        no longer kept fresh; True when that completed the job."""
+        log.error("job %s entry %s is malformed: %s", job, eid, e)
+        completed = self.fail(job, eid, -1 if index is None else index, 1, -1,
+                              f"malformed entry: {e}", kind or b"b", raw or b"", shard)
+        self.w.leases.discard(unacked, (eid,))
+        return completed
 
     def failed(self, job: str, eid: str, index: int, attempt: int, e: Exception,
                kind: bytes, raw: bytes, shard: QueueKeys) -> bool:

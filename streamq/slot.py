@@ -127,13 +127,12 @@ class Slot:
                     w.leases.untrack(self.hold)
                 if not w.batch:
                     self.read_n = self.adapt_batch(time.perf_counter() - started, bool(follow))
-                    with w.stats.lock:
-                        w.stats.reads[self.index] = self.read_n
-                with w.stats.lock:
-                    w.stats.claims += 1
-                    w.stats.tokens += len(claimed)
                 if not w.prefetch and not w.is_async:
                     self.claim_n = self.adapt(len(claimed), bool(follow))
+                with w.stats.lock:  # once per round
+                    w.stats.claims += 1
+                    w.stats.tokens += len(claimed)
+                    w.stats.reads[self.index] = self.read_n
                 if not acks:
                     w.fault("after_ack")
             except Exception as e:

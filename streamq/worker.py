@@ -15,9 +15,9 @@ than ``redis_wait_s`` when that is given.
 
 Sync handlers run in the slot threads; ``async def`` handlers run on one
 event loop thread, ``concurrency`` of them at once: a few slots each claim
-several tokens and run their entries as coroutines together. SIGTERM or SIGINT drain: each slot finishes the
-sub-request it is running, hands back the entries it read but did not start,
-releases its tokens, and the process exits 0.
+several tokens and run their entries as coroutines together. SIGTERM or
+SIGINT drain: each slot finishes the sub-request it is running, hands back the
+entries it read but did not start, releases its tokens, and the process exits 0.
 """
 
 from __future__ import annotations
@@ -127,12 +127,6 @@ class Worker:
         self.allow_eviction = allow_eviction
         self._url = url
         self._retention_s = retention_s
-        if client is None:
-            if url is None:
-                raise ConfigError("give a Redis URL or a client")
-            client = connect(url, max_connections=min(concurrency, 64) * 2 + 4 + _WAKER_CONNECTIONS)
-        self._bind(queue, client)
-        self.handler = handler
         self.is_async = is_async
         #: sub-requests in flight at once: one per slot thread for a sync handler; for
         #: an async one, coroutines run by ASYNC_SLOTS slots, each up to ``slot_share``
@@ -140,6 +134,12 @@ class Worker:
         #: slot threads, and the most tokens (sub-requests in flight) one slot holds
         self.slots = min(concurrency, config.ASYNC_SLOTS) if is_async else concurrency
         self.slot_share = -(-concurrency // self.slots)
+        if client is None:
+            if url is None:
+                raise ConfigError("give a Redis URL or a client")
+            client = connect(url, max_connections=self._pool_size)
+        self._bind(queue, client)
+        self.handler = handler
         #: entries read per XREADGROUP; 0: each slot adapts it to the work
         self.batch = batch
         #: tokens a slot claims per round trip; 0: each slot adapts it to the work
@@ -241,7 +241,7 @@ class Worker:
                 self.redis.close()
                 self._bind(self.q.name, connect_when_ready(
                     self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
-                    max_connections=min(self.concurrency, 64) * 2 + 4 + _WAKER_CONNECTIONS))
+                    max_connections=self._pool_size))
             wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
         except ConnectionFailed:
             if self.stopping.is_set() and self.fatal is None:
@@ -360,6 +360,12 @@ class Worker:
             return max(0, int(e.delay_s * 1000))
         delay = min(self.retry_cap_s, self.retry_base_s * 2 ** (attempt - 1))
         return int(delay * 1000 * random.uniform(0.5, 1.0))
+
+    @property
+    def _pool_size(self) -> int:
+        """Connections the worker may open: two per slot thread (its calls, and its
+        reads while the heartbeat runs), the main thread's, and the wakers'."""
+        return self.slots * 2 + 4 + _WAKER_CONNECTIONS
 
     def _check_eviction(self) -> None:
         """Refuse a Redis that may evict keys (ConfigError) unless allowed; a transient

@@ -6,6 +6,7 @@ before every test, so never point it at a server holding data you need).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -210,6 +211,26 @@ def queue_name() -> str:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class Subscriber:
+    """``streamq subscribe QUEUE --json`` in a process of its own, subscribed once made
+    (``env``: more of its environment)."""
+
+    def __init__(self, url: str, queue: str, **env: str) -> None:
+        full_env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT), **env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamq", "subscribe", queue, "--json", "--timeout", "60"],
+            env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)  # subscribed by now (a refusal would have exited)
+        assert self.proc.poll() is None, self.proc.communicate()
+        self.stderr = ""
+
+    def stop(self) -> set[str]:
+        """Stop it; the jobs whose completion it printed (one JSON object per line)."""
+        self.proc.terminate()
+        out, self.stderr = self.proc.communicate(timeout=20)
+        return {json.loads(line)["job_id"] for line in out.splitlines()}
 
 
 class Procs:

@@ -7,7 +7,7 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
@@ -15,6 +15,7 @@ from conftest import Procs, settled_completions, wait_until
 
 from streamq import JobState, NonRetryable, Queue, Worker, current_task
 from streamq.keys import JobKeys
+from streamq.models import Task
 
 StartWorker = Callable[..., Worker]
 
@@ -40,22 +41,30 @@ class Gauge:
             self.now[job] -= 1
             self.total -= 1
 
+    def handler(self, seconds: float, result: Callable[[Any, Task], Any]
+                ) -> Callable[[Any], Awaitable[Any]]:
+        """An async handler that is counted in flight while it waits ``seconds`` (as on
+        the network), then returns ``result(payload, task)``."""
+
+        async def handler(p: Any) -> Any:
+            task = current_task()
+            assert task is not None
+            self.enter(task.job_id)
+            try:
+                await asyncio.sleep(seconds)
+            finally:
+                self.leave(task.job_id)
+            return result(p, task)
+
+        return handler
+
 
 def test_an_async_handler_runs_tens_of_sub_requests_at_once_by_default(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
     # Given 96 one-entry jobs whose async handler waits 0.2 s (as on the network)
     gauge = Gauge()
-
-    async def handler(p: Any) -> Any:
-        task = current_task()
-        assert task is not None
-        gauge.enter(task.job_id)
-        try:
-            await asyncio.sleep(0.2)
-        finally:
-            gauge.leave(task.job_id)
-        return {"n": p["n"], "index": task.index, "job": task.job_id}
+    handler = gauge.handler(0.2, lambda p, t: {"n": p["n"], "index": t.index, "job": t.job_id})
 
     q = Queue(queue_name, redis_url)
     jobs = q.submit_many([[{"n": i}] for i in range(96)])
@@ -77,16 +86,7 @@ def test_an_async_handler_keeps_each_job_within_its_concurrency(
 ) -> None:
     # Given two jobs of 60 sub-requests, limited to 3 and 5 in flight
     gauge = Gauge()
-
-    async def handler(p: Any) -> Any:
-        task = current_task()
-        assert task is not None
-        gauge.enter(task.job_id)
-        try:
-            await asyncio.sleep(0.01)
-        finally:
-            gauge.leave(task.job_id)
-        return p * 2
+    handler = gauge.handler(0.01, lambda p, _: p * 2)
 
     q = Queue(queue_name, redis_url)
     a = q.submit(list(range(60)), concurrency=3)
@@ -197,16 +197,7 @@ def test_an_async_workers_concurrency_caps_a_larger_prefetch(
 ) -> None:
     # Given an async worker of concurrency 6 asked to claim 50 tokens per round trip
     gauge = Gauge()
-
-    async def handler(p: Any) -> Any:
-        task = current_task()
-        assert task is not None
-        gauge.enter(task.job_id)
-        try:
-            await asyncio.sleep(0.05)
-        finally:
-            gauge.leave(task.job_id)
-        return p
+    handler = gauge.handler(0.05, lambda p, _: p)
 
     q = Queue(queue_name, redis_url)
     jobs = q.submit_many([[i] for i in range(60)])

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs
+from conftest import Procs, Subscriber
 from typer.testing import CliRunner, Result
 
 from streamq import JobState, NonRetryable, Queue, Worker
@@ -441,13 +441,8 @@ def test_subscribe_exit_codes_and_plain_stream(redis_url: str, queue_name: str,
 def test_subscribe_before_the_queue_was_ever_used(redis_url: str, queue_name: str,
                                                   procs: Procs) -> None:
     # Given a subscriber of a queue nothing was submitted to yet
-    env = dict(os.environ, STREAMQ_REDIS_URL=redis_url, PYTHONPATH=str(ROOT))
-    sub = subprocess.Popen([sys.executable, "-m", "streamq", "subscribe", queue_name, "--json",
-                            "--timeout", "20"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    sub = Subscriber(redis_url, queue_name)
     try:
-        time.sleep(1.5)  # subscribed (a refusal would have exited by now)
-        assert sub.poll() is None, sub.communicate()
         # When the queue's first jobs are submitted and run
         q = Queue(queue_name, redis_url)
         jobs = [q.submit([i]) for i in range(4)]
@@ -456,11 +451,9 @@ def test_subscribe_before_the_queue_was_ever_used(redis_url: str, queue_name: st
             assert j.wait(timeout=30).state is JobState.SUCCEEDED
         time.sleep(0.5)
     finally:
-        sub.terminate()
-        out, err = sub.communicate(timeout=20)
+        heard = sub.stop()
     # Then the subscriber printed each completion, one JSON object per line
-    seen = {json.loads(line)["job_id"] for line in out.splitlines()}
-    assert seen == {j.id for j in jobs}, err
+    assert heard == {j.id for j in jobs}, sub.stderr
 
 
 # -- watch in a real terminal --------------------------------------------------------------

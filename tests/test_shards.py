@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import Subscriber
 from redis.crc import key_slot
 from typer.testing import CliRunner
 
@@ -248,21 +249,10 @@ def test_shard_tags_land_on_distinct_masters(topology: str, redis_url: str, r: A
 def test_a_subscriber_started_before_the_first_use_hears_every_shard(
     redis_url: str, topology: str, queue_name: str, workers: StartWorker
 ) -> None:
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
     # Given a subscriber of a queue not used yet (its shards are not stored)
-    env = dict(os.environ, STREAMQ_REDIS_URL=redis_url, PYTHONPATH=str(root),
-               STREAMQ_SHARDS=str(expected(topology)) if topology != "cluster" else "")
-    sub = subprocess.Popen([sys.executable, "-m", "streamq", "subscribe", queue_name, "--json",
-                            "--timeout", "30"], env=env, cwd=root, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    sub = Subscriber(redis_url, queue_name,
+                     STREAMQ_SHARDS=str(expected(topology)) if topology != "cluster" else "")
     try:
-        time.sleep(1.5)
-        assert sub.poll() is None, sub.communicate()
         # When the first use stores the default shards and jobs land on every one
         q = Queue(queue_name, redis_url, shards=asked(topology))
         jobs = [job_on(q, k, "sub") for k in range(len(q.shards))]
@@ -273,8 +263,7 @@ def test_a_subscriber_started_before_the_first_use_hears_every_shard(
             assert q.wait(jid, timeout=30).state is JobState.SUCCEEDED
         time.sleep(0.5)
     finally:
-        sub.terminate()
-        out, err = sub.communicate(timeout=20)
+        heard = sub.stop()
     # Then it heard the completion of the job on every shard
-    assert {json.loads(line)["job_id"] for line in out.splitlines()} == set(jobs), err
+    assert heard == set(jobs), sub.stderr
     q.close()
