@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import config, deadletters
+from . import config, deadletters, lane
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -85,6 +85,8 @@ class Queue(Following):
         self.retention_ms = int(retention_s * 1000)
         self.max_payload_bytes = max_payload_bytes
         self.events_maxlen = events_maxlen
+        #: most sub-requests of a job submitted on the small-job lane (0: none is)
+        self.lane_limit = lane.lane_limit()
 
     def close(self) -> None:
         self.redis.close()
@@ -185,6 +187,11 @@ class Queue(Following):
         """
         self._options(priority, concurrency, client, max_deliveries)
         entries = self._encode_all(payloads)
+        if job_id is None and dedup_key is None and 0 < len(entries) <= self.lane_limit:
+            # a small job rides its shard's lane: one script, one round trip
+            jid = uuid.uuid4().hex
+            lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
+            return Job(self, jid)
         jid = self._job_id(job_id, dedup_key)
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
         qk = self.shard_for(jid, dedup_key)
@@ -231,14 +238,22 @@ class Queue(Following):
         client: str = config.DEFAULT_CLIENT,
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
     ) -> list[Job]:
-        """Submit many jobs, pipelined: two round trips for any number of small jobs.
+        """Submit many jobs, pipelined: one round trip for any number of one-entry jobs
+        (the small-job lane, :mod:`streamq.lane`), two for other small jobs.
 
         Job ids are generated. Every payload of every job is validated first.
         A job of more than ``ADD_CHUNK`` sub-requests is submitted on its own.
         """
         self._options(priority, concurrency, client, max_deliveries)
         encoded = [self._encode_all(p) for p in jobs]
-        small = [i for i, e in enumerate(encoded) if len(e) <= config.ADD_CHUNK]
+        limit = self.lane_limit
+        laned = [i for i, e in enumerate(encoded) if 0 < len(e) <= limit]
+        lane_ids = dict(zip(laned, _new_ids(len(laned))))
+        if lane_ids:
+            lane.submit(self, [(lane_ids[i], encoded[i][0]) for i in laned], priority, client,
+                        max_deliveries)
+        small = [i for i, e in enumerate(encoded)
+                 if len(e) <= config.ADD_CHUNK and i not in lane_ids]
         ids = dict(zip(small, _new_ids(len(small))))
         shards = self.shards
         by_shard: dict[int, list[int]] = {}
@@ -265,7 +280,9 @@ class Queue(Following):
             self.register(jobs_k, shards[k])
         handles: list[Job] = []
         for i, entries in enumerate(encoded):
-            if i in ids:
+            if i in lane_ids:
+                handles.append(Job(self, lane_ids[i]))
+            elif i in ids:
                 handles.append(Job(self, ids[i]))
             else:
                 handles.append(self._submit_encoded(entries, priority, concurrency, client,

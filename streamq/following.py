@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from . import config
+from . import config, lane
 from .codec import decode_result
 from .connection import Client, is_transient
 from .errors import JobNotFound, WaitTimeout
@@ -31,6 +31,10 @@ class Following:
     def shard_of(self, tag: str) -> QueueKeys:
         raise NotImplementedError
 
+    def lane_shard(self, job_id: str) -> QueueKeys:
+        """The shard a small job (:mod:`streamq.lane`) of id ``job_id`` lives on."""
+        return lane.shard_of_job(self.known_shards, job_id)
+
     @wrap_connection_errors
     def status(self, job_id: str) -> JobStatus:
         """The job's status; JobNotFound for an unknown job."""
@@ -44,8 +48,11 @@ class Following:
         pipe.xlen(jk.tasks)
         pipe.zcard(jk.retry)
         pipe.exists(jk.tasks)
-        meta_raw, xlen, retries, has_stream = pipe.execute()
+        pipe.hget(self.lane_shard(job_id).ljobs, job_id)
+        meta_raw, xlen, retries, has_stream, lane_rec = pipe.execute()
         if not meta_raw:
+            if lane_rec is not None:
+                return lane.status(job_id, lane.parse(lane_rec))
             raise JobNotFound(job_id)
         meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
         pending = 0
@@ -76,6 +83,9 @@ class Following:
         """The stored results by sub-request index (decoded)."""
         jk = JobKeys(check_name("job id", job_id))
         if not self.redis.exists(jk.meta):
+            qk = self.lane_shard(job_id)
+            if self.redis.hexists(qk.ljobs, job_id):
+                return lane.results(self.redis, qk, job_id)
             raise JobNotFound(job_id)
         raw = self.redis.hscan_iter(jk.results, count=1000)
         return {int(k): decode_result(v) for k, v in raw}
@@ -107,6 +117,8 @@ class Following:
         qk = self.keys
         if tag is not None and shard_queue(tag.decode()) == self.name:
             qk = self.shard_of(tag.decode())
+        elif tag is None:
+            qk = self.lane_shard(job_id)  # a small job's shard is the one its id names
         with Notices(self.redis) as notices:
             notices.subscribe(qk.job_channel(job_id))
             while True:

@@ -190,12 +190,15 @@ class JobScripts(ScriptsBase):
         return bool(self.run("record_start", (jk.tasks, jk.inflight, jk.meta),
                              (entry_id, consumer)))
 
-    def delete_consumers(self, jk: JobKeys, names: Sequence[str], min_idle_ms: int) -> int:
+    def delete_consumers(self, jk: JobKeys | str, names: Sequence[str], min_idle_ms: int
+                         ) -> int:
         """Delete those of ``names`` that have nothing pending and were idle at least
-        ``min_idle_ms``, each checked in the same call; return how many were deleted."""
+        ``min_idle_ms``, each checked in the same call; return how many were deleted.
+        ``jk`` is a job, or the key of a stream (a small-job lane's)."""
         if not names:
             return 0
-        return int(self.run("delete_consumers", (jk.tasks,), [GROUP, min_idle_ms, *names]))
+        stream = jk if isinstance(jk, str) else jk.tasks
+        return int(self.run("delete_consumers", (stream,), [GROUP, min_idle_ms, *names]))
 
     def expire_orphan(self, jk: JobKeys, retention_ms: int) -> int:
         """Give the keys of a job without meta a lifetime; return how many had none."""

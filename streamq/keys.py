@@ -180,6 +180,51 @@ class QueueKeys:
         """STRING with a TTL: the same as :meth:`replayed`, by the :attr:`dead` entry id."""
         return self._k(f"replayed-id:{entry_id}")
 
+    # -- the small-job lane (streamq.lane): jobs of one sub-request, kept in this slot --
+
+    @cached_property
+    def lanes(self) -> str:
+        """ZSET ``<priority>|<client>`` -> priority: the lane streams of this shard."""
+        return self._k("lanes")
+
+    def lane(self, priority: int, client: str) -> str:
+        """STREAM (+ consumer group) of the small jobs of one priority and client."""
+        return self._k(f"lane:{priority}:{client}")
+
+    def lane_retry(self, priority: int, client: str) -> str:
+        """ZSET ``<attempts>|<job>|<type><payload>`` -> due ms: retries of one lane."""
+        return self._k(f"lane:{priority}:{client}:retry")
+
+    @cached_property
+    def ljobs(self) -> str:
+        """HASH job id -> JSON record of a small job (settings, state, counters)."""
+        return self._k("ljobs")
+
+    @cached_property
+    def lresults(self) -> str:
+        """HASH job id -> encoded result of a small job."""
+        return self._k("lresults")
+
+    @cached_property
+    def lerrors(self) -> str:
+        """HASH job id -> JSON error record of a dead-lettered small job."""
+        return self._k("lerrors")
+
+    @cached_property
+    def lactive(self) -> str:
+        """ZSET job id -> submit ms: the unfinished small jobs."""
+        return self._k("lactive")
+
+    @cached_property
+    def ldone(self) -> str:
+        """ZSET job id -> forget-after ms: finished small jobs kept for their retention."""
+        return self._k("ldone")
+
+    @cached_property
+    def lstarts(self) -> str:
+        """HASH lane entry id -> consumer: starts recorded before a suspect entry ran."""
+        return self._k("lstarts")
+
     @cached_property
     def channel(self) -> str:
         """Pub/sub channel announcing every completion of the queue."""
@@ -279,6 +324,17 @@ def parse_intent(member: str) -> tuple[str, str]:
     """(job id, dedup key or "") of a :attr:`QueueKeys.creating` member."""
     job, _, dedup = member.partition("|")
     return job, dedup
+
+
+def lane_member(priority: int, client: str) -> str:
+    """A lane's member of :attr:`QueueKeys.lanes` (priorities never hold ``|``)."""
+    return f"{priority}|{client}"
+
+
+def parse_lane_member(member: str) -> tuple[int, str]:
+    """(priority, client) of a :attr:`QueueKeys.lanes` member."""
+    prio, _, client = member.partition("|")
+    return int(prio), client
 
 
 def token(job_id: str, i: int) -> str:

@@ -138,6 +138,7 @@ class LeaseKeeper:
             return
         pipe = self.w.redis.pipeline(transaction=False)
         for job, ids in held:
-            pipe.xclaim(JobKeys(job).tasks, config.GROUP, self.w.id, 0, list[Any](ids),
-                        justid=True)
+            # a small-job lane's entries are held by stream key ("{" is in no job id)
+            stream = job if "{" in job else JobKeys(job).tasks
+            pipe.xclaim(stream, config.GROUP, self.w.id, 0, list[Any](ids), justid=True)
         pipe.execute(raise_on_error=False)

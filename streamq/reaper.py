@@ -23,6 +23,7 @@ from .connection import Client, is_access_error, is_transient, server_ms
 from .deadletters import announce
 from .errors import StreamqError
 from .keys import JobKeys, parse_intent
+from .lane_reaper import recover_lanes
 from .metrics import ReaperMetrics
 from .scripts import JobReply
 
@@ -62,6 +63,8 @@ class PassReport:
     job_errors: list[str] = field(default_factory=list)
     #: sub-requests waiting for delivery (stream lag plus scheduled retries), by priority
     backlog: dict[int, int] = field(default_factory=dict)
+    #: unfinished small jobs (:mod:`streamq.lane`)
+    lane_active: int = 0
 
 
 class Reaper:
@@ -117,7 +120,8 @@ class Reaper:
         m.reclaimed.inc(report.reclaimed)
         m.dead_lettered.inc(report.dead_lettered)
         m.leases_returned.inc(report.leases_returned)
-        m.active_jobs.set(report.jobs_checked - report.finished - report.orphans)
+        m.active_jobs.set(report.jobs_checked - report.finished - report.orphans
+                          + report.lane_active)
         m.backlog.clear()
         for prio, n in report.backlog.items():
             m.backlog.labels(queue=m.queue, priority=str(prio)).set(n)
@@ -139,6 +143,7 @@ class Reaper:
             report.dead_workers = sorted({*report.dead_workers, *dead})
             self.recover_intents(report)
             self.recover_jobs(report)
+            recover_lanes(self, report)
             self.announce_owed(report)
             self.trim()
         finally:
@@ -294,15 +299,16 @@ class Reaper:
             return int(lag) if lag is not None else int(self.redis.xlen(jk.tasks))
         return 0
 
-    def _delete_idle_consumers(self, jk: JobKeys, alive: set[str]) -> int:
+    def _delete_idle_consumers(self, jk: JobKeys | str, alive: set[str]) -> int:
         """Delete consumers of dead workers (and the reaper's own) once nothing is pending.
 
         The list read here only picks candidates; ``delete_consumers`` checks again,
         in the call that deletes, that each has nothing pending and was idle for
         ``min_idle``, so an entry read under a candidate's name meanwhile is kept.
         """
+        stream = jk if isinstance(jk, str) else jk.tasks
         try:
-            consumers: Any = self.redis.xinfo_consumers(jk.tasks, config.GROUP)
+            consumers: Any = self.redis.xinfo_consumers(stream, config.GROUP)
         except redis.ResponseError as e:
             if is_transient(e) or is_access_error(e):
                 raise

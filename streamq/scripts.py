@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .dead_scripts import DeadLetterScripts
 from .job_scripts import JobScripts
+from .lane_scripts import LaneCtx, LaneScripts
 from .queue_scripts import QueueScripts
 from .replies import (
     AckReply,
@@ -27,10 +28,10 @@ from .replies import (
 )
 
 __all__ = [
-    "AckReply", "Call", "CreateReply", "JobMeta", "JobReply", "PromoteReply", "ScriptErrorCode",
+    "AckReply", "Call", "LaneCtx", "CreateReply", "JobMeta", "JobReply", "PromoteReply", "ScriptErrorCode",
     "Scripts", "SettleReply", "new_token", "raise_for_code",
 ]
 
 
-class Scripts(JobScripts, QueueScripts, DeadLetterScripts):
+class Scripts(JobScripts, QueueScripts, DeadLetterScripts, LaneScripts):
     """Every Lua entry point of streamq, bound to one Redis client."""

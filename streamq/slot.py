@@ -25,6 +25,7 @@ from . import config
 from .connection import is_access_error, is_transient, pipelined
 from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
+from .lane_work import LANE_DUE, LaneEntry, LaneWork
 from .scripts import JobReply
 
 if TYPE_CHECKING:
@@ -79,6 +80,14 @@ class Slot:
         #: entries each read asks for: the worker's batch, or, when that is 0, adapted
         #: to the work by :meth:`adapt_batch`
         self.read_n = worker.batch or config.AUTO_BATCH_START
+        #: the small-job lane's reads, runs and acknowledgements (:mod:`streamq.lane_work`)
+        self.lane = LaneWork(self)
+        #: the last lane read filled a batch, or found a lane it did not cover
+        self._lane_more = False
+        #: the last settle acknowledged small jobs (the after_ack fault point)
+        self._lane_acked = False
+        #: the priority of the job whose tokens the last settle claimed
+        self._claimed_prio = 0
 
     def run(self) -> None:
         w = self.w
@@ -94,16 +103,16 @@ class Slot:
         pause = _PAUSE_FIRST_S
         while True:
             stopping = w.stopping.is_set()
-            if stopping and not settled and not finishes and not acks:
+            if stopping and not settled and not finishes and not acks and not self.lane.acks:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             spec, follow = ([] if stopping else follow), []
             try:
-                claimed, due, preread = self.settle(settled, finishes,
-                                                    0 if stopping else self.claim_n, spec, acks)
+                claimed, due, preread, lanes = self.settle(
+                    settled, finishes, 0 if stopping else self.claim_n, spec, acks)
                 settled = []
-                if acks:
+                if acks or self._lane_acked:
                     acks = []
                     w.fault("after_ack")
                 pause = _PAUSE_FIRST_S
@@ -115,18 +124,28 @@ class Slot:
                     continue
                 if due:
                     self.promote(due)
-                if not claimed:
-                    if not due and not self._ready_seen:
+                if not claimed and not lanes:
+                    if not due and not self._ready_seen and not self._lane_more:
                         self.idle()
                     continue
-                w.fault("after_claim")
+                if claimed:
+                    w.fault("after_claim")
                 started = time.perf_counter()
                 try:
-                    settled, follow, acks = self.work(claimed, finishes, preread)
+                    # lane entries as urgent as the claimed tokens' job, or more, run first
+                    prio = self._claimed_prio if claimed else config.MAX_PRIORITY + 1
+                    cut = next((n for n, e in enumerate(lanes) if e.priority > prio), len(lanes))
+                    if cut:
+                        self.lane.run(self.qk, lanes[:cut])
+                    if claimed:
+                        settled, follow, acks = self.work(claimed, finishes, preread)
+                    if cut < len(lanes):
+                        self.lane.run(self.qk, lanes[cut:])
                 finally:
                     w.leases.untrack(self.hold)
                 if not w.batch:
-                    self.read_n = self.adapt_batch(time.perf_counter() - started, bool(follow))
+                    self.read_n = self.adapt_batch(time.perf_counter() - started,
+                                                   bool(follow) or self._lane_more)
                 if not w.prefetch and not w.is_async:
                     self.claim_n = self.adapt(len(claimed), bool(follow))
                 with w.stats.lock:  # once per round
@@ -196,20 +215,22 @@ class Slot:
 
     def settle(self, settled: list[tuple[str, str]], finishes: list[Finish],
                claim: int, follow: Sequence[str] = (), acks: Sequence[Batch] = ()
-               ) -> tuple[list[str], list[str], dict[str, Any]]:
+               ) -> tuple[list[str], list[str], dict[str, Any], list[LaneEntry]]:
         """Acknowledge ``acks``, finish the completed jobs in ``finishes``, settle the
         held tokens and claim up to ``claim`` new ones, then read the next batch of each
         job in ``follow``: one round trip. ``finishes`` is left holding the jobs those
         acknowledgements completed (finished with the next settle).
 
         Returns the claimed tokens, the jobs whose retries are due and, for each
-        followed job of which a token was claimed, its raw read. Entries read for a job
+        followed job of which a token was claimed, its raw read, and the entries a read
+        of the shard's small-job lanes got (when claiming). Entries read for a job
         of which no token was claimed (a more urgent job took the slot) are handed back
-        at once, as a drain does.
+        at once, as a drain does. The lane's waiting acknowledgements go first.
         """
         w = self.w
         old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
-        calls = [w.scripts.ack_call(jk, done) for jk, done in acks]
+        lane_acks = list(self.lane.acks)
+        calls = [*lane_acks, *(w.scripts.ack_call(jk, done) for jk, done in acks)]
         sent = len(finishes)
         released = [t for t, _ in settled]
         if finishes:
@@ -236,15 +257,29 @@ class Slot:
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
                  for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
+        lane_reads = self.lane.commands(new, self.read_n) if claim > 0 else []
         replies, reads = w.scripts.run_then(calls, [*(self.read(JobKeys(j)) for j in follow),
-                                                    *peeks])
+                                                    *peeks, *lane_reads])
         self._calls += 1
+        self._lane_acked = bool(lane_acks)
+        if lane_acks:
+            self.lane.acked(replies[: len(lane_acks)])
+            del self.lane.acks[: len(lane_acks)]
+            replies = replies[len(lane_acks):]
+        lanes: list[LaneEntry] = []
+        self._lane_more = False
+        if lane_reads:
+            lane_replies = reads[len(reads) - len(lane_reads):]
+            reads = reads[: len(reads) - len(lane_reads)]
+            lanes, self._lane_more = self.lane.parse(new, lane_replies, self.read_n)
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)
         finishes.extend((job, r, old) for job, r in acked)
         reply = w.scripts.parse_settle(replies[-1])
         claimed = [t for t, _ in reply.claimed]
+        if reply.claimed:
+            self._claimed_prio = int(min(float(sc) for _, sc in reply.claimed) // 1e12)
         self.qk = new
         w.leases.settled(self.hold, released, claimed, new)
         if claim > 0:
@@ -260,7 +295,7 @@ class Slot:
                 entries = [] if isinstance(read, Exception) else _entries(read)
                 if entries:
                     self.run_entries.requeue(job, [e[0] for e in entries])
-        return claimed, reply.due, preread
+        return claimed, reply.due, preread, lanes
 
     def choose(self, heads: list[Any], claimed: bool) -> tuple[QueueKeys, bool]:
         """The shard to claim from next, from the head of every shard's ready set read
@@ -285,6 +320,10 @@ class Slot:
         """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
         unpark the jobs that got work and note when each next retry is due."""
         w = self.w
+        lanes = [j for j in jobs if j.startswith(LANE_DUE)]
+        if lanes:
+            self.lane.promote(self.qk, lanes)
+            jobs = [j for j in jobs if not j.startswith(LANE_DUE)]
         replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
         calls = []
         for job, raw in zip(jobs, replies):

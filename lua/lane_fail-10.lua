@@ -1,0 +1,71 @@
+--[[
+  A handler failed on a small job's entry (streamq.lane), or the entry is
+  malformed: schedule its next attempt after a delay, or dead-letter it when
+  its attempts reached the job's max_deliveries or the failure is final (the
+  job then completes as failed). Only an entry XACK acknowledged is acted on,
+  so a failure reported twice counts once.
+
+  Input:
+    KEYS[1]  lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
+    KEYS[2]  retry    sq:{<shard>}:lane:<prio>:<client>:retry  ZSET
+             "<attempts>|<job>|<type><payload>" -> due ms
+    KEYS[3]  ljobs    sq:{<shard>}:ljobs     HASH
+    KEYS[4]  lerrors  sq:{<shard>}:lerrors   HASH
+    KEYS[5]  lstarts  sq:{<shard>}:lstarts   HASH
+    KEYS[6]  lactive  sq:{<shard>}:lactive   ZSET
+    KEYS[7]  ldone    sq:{<shard>}:ldone     ZSET
+    KEYS[8]  events   sq:{<shard>}:events    STREAM
+    KEYS[9]  dead     sq:{<shard>}:dead      STREAM of dead letters
+    KEYS[10] retries  sq:{<shard>}:retries   ZSET "lane|<prio>|<client>" -> due ms of
+             the lane's earliest retry (live workers promote it then)
+    ARGV[1]  consumer group name
+    ARGV[2]  cap on the events stream length (approximate)
+    ARGV[3]  events retention, ms
+    ARGV[4]  queue channel
+    ARGV[5]  job channel prefix
+    ARGV[6]  publish command
+    ARGV[7]  queue name
+    ARGV[8]  cap on the dead stream's length (approximate)
+    ARGV[9]  lane member "<prio>|<client>"
+    ARGV[10] entry id
+    ARGV[11] job id ("" for an entry without one)
+    ARGV[12] attempts made, counting this one
+    ARGV[13] retry delay, ms after Redis's clock now; -1 to dead-letter at once
+    ARGV[14] error text
+    ARGV[15] payload type letter
+    ARGV[16] payload bytes
+
+  Output:
+    0 the entry was settled already, 1 retry scheduled, 2 dead-lettered
+]]
+local rcall = redis.call
+local retryKey, deadKey, retriesKey = KEYS[2], KEYS[9], KEYS[10]
+local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = KEYS[4],
+             lstarts = KEYS[5], lactive = KEYS[6], ldone = KEYS[7], events = KEYS[8],
+             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
+             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
+local group, entryId, job = ARGV[1], ARGV[10], ARGV[11]
+local attempts, delay = tonumber(ARGV[12]), tonumber(ARGV[13])
+
+--- @include "includes/now_ms"
+--- @include "includes/lane_complete"
+
+if rcall("XACK", ctx.lane, group, entryId) == 0 then return 0 end
+rcall("XDEL", ctx.lane, entryId)
+rcall("HDEL", ctx.lstarts, entryId)
+local nowMs = now_ms()
+local rec = nil
+if job ~= "" then
+  local raw = rcall("HGET", ctx.ljobs, job)
+  if raw then rec = cjson.decode(raw) end
+end
+if rec and rec["state"] == "active" and delay >= 0 and
+    attempts < tonumber(rec["max_deliveries"] or 1) then
+  local due = nowMs + delay
+  rcall("ZADD", retryKey, due, attempts .. "|" .. job .. "|" .. ARGV[15] .. ARGV[16])
+  rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[9])
+  return 1
+end
+lane_dead(ctx, deadKey, ARGV[8], job, rec, entryId, ARGV[14], attempts, ARGV[15], ARGV[16],
+          nowMs)
+return 2

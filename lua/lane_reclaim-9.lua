@@ -1,0 +1,103 @@
+--[[
+  Recover a lane's stalled small jobs (streamq.lane): entries pending longer
+  than `min_idle` (their worker died or hangs; a live worker keeps its
+  entries fresh). One XAUTOCLAIM call scans a bounded slice of the pending
+  list; the caller loops on the returned cursor. Each stalled entry is
+  re-added for another worker, marked suspect ("s" = 1, so the next worker
+  records its start). An entry whose start was recorded (it was inside a
+  handler when its worker died) counts one attempt; one read but never
+  started counts none. An entry whose attempts reached its job's
+  max_deliveries is dead-lettered and its job completes as failed.
+  Finished jobs whose retention passed are forgotten (a bounded number per
+  call), so a shard nobody acknowledges on still lets them go. Ids
+  XAUTOCLAIM reports as deleted are acknowledged. An entry without a job,
+  type or payload, or whose job has no record, is dead-lettered as malformed.
+
+  Input:
+    KEYS[1] lane     sq:{<shard>}:lane:<prio>:<client>  STREAM
+    KEYS[2] ljobs    sq:{<shard>}:ljobs     HASH
+    KEYS[3] lerrors  sq:{<shard>}:lerrors   HASH
+    KEYS[4] lstarts  sq:{<shard>}:lstarts   HASH
+    KEYS[5] lactive  sq:{<shard>}:lactive   ZSET
+    KEYS[6] ldone    sq:{<shard>}:ldone     ZSET
+    KEYS[7] events   sq:{<shard>}:events    STREAM
+    KEYS[8] dead     sq:{<shard>}:dead      STREAM
+    KEYS[9] lresults sq:{<shard>}:lresults  HASH job -> encoded result
+    ARGV[1]  consumer group name
+    ARGV[2]  cap on the events stream length (approximate)
+    ARGV[3]  events retention, ms
+    ARGV[4]  queue channel
+    ARGV[5]  job channel prefix
+    ARGV[6]  publish command
+    ARGV[7]  queue name
+    ARGV[8]  cap on the dead stream's length (approximate)
+    ARGV[9]  consumer name the reaper claims as
+    ARGV[10] min idle, ms
+    ARGV[11] XAUTOCLAIM cursor ("0-0" to start)
+    ARGV[12] XAUTOCLAIM COUNT
+    ARGV[13] max deliveries override, 0 to use each job's own
+
+  Output:
+    {next cursor, re-added, dead-lettered}; a lane whose stream is gone replies
+    {"0-0", 0, 0}
+]]
+local rcall = redis.call
+local deadKey = KEYS[8]
+local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[9], lerrors = KEYS[3],
+             lstarts = KEYS[4], lactive = KEYS[5], ldone = KEYS[6], events = KEYS[7],
+             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
+             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
+local group, override = ARGV[1], tonumber(ARGV[13])
+
+--- @include "includes/now_ms"
+--- @include "includes/lane_complete"
+
+local nowMs = now_ms()
+lane_trim(ctx, nowMs, 1000)
+if rcall("EXISTS", ctx.lane) == 0 then return {"0-0", 0, 0} end
+local claimed = rcall("XAUTOCLAIM", ctx.lane, group, ARGV[9], ARGV[10], ARGV[11],
+                      "COUNT", tonumber(ARGV[12]))
+local cursor, entries, deleted = claimed[1], claimed[2], claimed[3] or {}
+local readded, dead = 0, 0
+
+for _, id in ipairs(deleted) do
+  rcall("XACK", ctx.lane, group, id)
+  rcall("HDEL", ctx.lstarts, id)
+end
+
+for _, entry in ipairs(entries) do
+  local id, list = entry[1], entry[2]
+  local f = {}
+  for k = 1, #list, 2 do f[list[k]] = list[k + 1] end
+  local attempts = tonumber(f["a"] or "0") or 0
+  if rcall("HDEL", ctx.lstarts, id) == 1 then attempts = attempts + 1 end
+  rcall("XACK", ctx.lane, group, id)
+  rcall("XDEL", ctx.lane, id)
+  local job, rec = f["j"], nil
+  if job then
+    local raw = rcall("HGET", ctx.ljobs, job)
+    if raw then rec = cjson.decode(raw) end
+  end
+  if not (rec and f["t"] and f["p"]) then
+    if rec and rec["state"] ~= "active" then rec = nil end
+    lane_dead(ctx, deadKey, ARGV[8], job, rec, id,
+              "malformed entry: missing job, type or payload, or a job without a record",
+              attempts, f["t"], f["p"], nowMs)
+    dead = dead + 1
+  elseif rec["state"] ~= "active" then
+    -- settled before (its job completed): nothing to run
+  else
+    local maxDeliveries = tonumber(rec["max_deliveries"] or 1)
+    if override > 0 and override < maxDeliveries then maxDeliveries = override end
+    if attempts >= maxDeliveries then
+      lane_dead(ctx, deadKey, ARGV[8], job, rec, id,
+                "worker lost while running it (killed or crashed) " .. attempts .. " times",
+                attempts, f["t"], f["p"], nowMs)
+      dead = dead + 1
+    else
+      rcall("XADD", ctx.lane, "*", "j", job, "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+      readded = readded + 1
+    end
+  end
+end
+return {cursor, readded, dead}

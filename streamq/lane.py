@@ -1,0 +1,89 @@
+"""The small-job lane: jobs of one sub-request on shared streams, settled by one script.
+
+A job of one sub-request does not need a stream, a consumer group and tokens of
+its own. On the lane it is one entry (fields ``j`` job id, ``t`` type, ``p``
+payload; ``a`` attempts and ``s`` suspect after a retry or a recovery) of its
+shard's lane stream for its priority and client, ``sq:{<shard>}:lane:<p>:<c>``,
+and one JSON record in the shard's ``ljobs`` hash. A worker reads every lane of
+a shard with one XREADGROUP (a fair share of each client's stream), runs the
+entries in priority order, and one ``lane_ack`` call per stream acknowledges
+them, stores their results, completes the jobs and records and publishes each
+completion once: everything of a small job lives in its shard's slot, so there
+is no cross-slot step and no token. A submit is one script in one round trip.
+
+Lane jobs have generated ids: a job's shard is the one its id names, which is
+how readers find it (:func:`find`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import config
+from .codec import decode_result
+from .keys import QueueKeys, shard_queue
+from .models import JobState, JobStatus
+from .shards import shard_index
+
+if TYPE_CHECKING:
+    from .client import Queue
+    from .connection import Client
+
+
+def lane_limit() -> int:
+    """Most sub-requests of a lane job (``STREAMQ_LANE=0`` turns the lane off)."""
+    return 0 if os.environ.get("STREAMQ_LANE", "1") == "0" else config.LANE_MAX_ENTRIES
+
+
+def record(tag: str, priority: int, client: str, retention_ms: int,
+           max_deliveries: int) -> str:
+    """A lane job's record as submitted (``lane_submit`` adds ``created``)."""
+    return json.dumps({"state": "active", "queue": tag, "priority": priority, "client": client,
+                       "retention": retention_ms, "max_deliveries": max_deliveries,
+                       "done": 0, "failed": 0}, separators=(",", ":"))
+
+
+def submit(q: Queue, jobs: Sequence[tuple[str, tuple[bytes, bytes]]], priority: int,
+           client: str, max_deliveries: int) -> None:
+    """Submit lane jobs (id, encoded payload), grouped by shard, in one round trip."""
+    shards = q.shards
+    by_shard: dict[int, list[tuple[str, str, bytes, bytes]]] = {}
+    records: dict[int, str] = {}
+    for jid, (kind, payload) in jobs:
+        k = shard_index(jid, len(shards))
+        if k not in records:
+            records[k] = record(shards[k].tag, priority, client, q.retention_ms, max_deliveries)
+        by_shard.setdefault(k, []).append((jid, records[k], kind, payload))
+    calls = [q.scripts.lane_submit_call(shards[k], priority, client,
+                                        group[s : s + config.LANE_SUBMIT_CHUNK])
+             for k, group in by_shard.items()
+             for s in range(0, len(group), config.LANE_SUBMIT_CHUNK)]
+    q.scripts.run_many(calls)
+
+
+def shard_of_job(shards: Sequence[QueueKeys], job_id: str) -> QueueKeys:
+    return shards[shard_index(job_id, len(shards))]
+
+
+def parse(raw: Any) -> dict[str, Any]:
+    return dict(json.loads(raw))
+
+
+def status(job_id: str, rec: dict[str, Any]) -> JobStatus:
+    """A lane job's status from its record."""
+    active = rec.get("state") == JobState.ACTIVE.value
+    finished = rec.get("finished")
+    return JobStatus(
+        job_id=job_id, queue=shard_queue(str(rec["queue"])), state=JobState(rec["state"]),
+        priority=int(rec["priority"]), concurrency=1, client=str(rec["client"]), total=1,
+        done=int(rec.get("done", 0)), failed=int(rec.get("failed", 0)), in_flight=0,
+        queued=1 if active else 0, created_ms=int(rec.get("created", 0)),
+        finished_ms=int(finished) if finished else None)
+
+
+def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:
+    raw: Any = client.hget(qk.lresults, job_id)
+    return {} if raw is None else {0: decode_result(raw)}

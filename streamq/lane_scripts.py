@@ -1,0 +1,102 @@
+"""The scripts of the small-job lane (:mod:`streamq.lane`): one typed method each.
+
+Every lane script runs in one queue shard's slot: the lane streams, the small
+jobs' records, results and errors, the events and the dead letters all carry
+the shard's hash tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
+from .keys import QueueKeys, lane_member
+from .replies import Call
+from .script_base import ScriptsBase
+
+
+@dataclass(frozen=True)
+class LaneCtx:
+    """What every lane script that completes jobs is told: where completions go."""
+
+    queue: str
+    events_maxlen: int
+    events_retention_ms: int
+    sharded: bool
+    dead_maxlen: int = DEFAULT_DEAD_MAXLEN
+
+    def args(self, qk: QueueKeys) -> list[Any]:
+        return [GROUP, self.events_maxlen, self.events_retention_ms, qk.channel,
+                qk.job_channel(""), "SPUBLISH" if self.sharded else "PUBLISH", self.queue]
+
+
+class LaneScripts(ScriptsBase):
+    """Lane scripts (keys of :class:`streamq.keys.QueueKeys`)."""
+
+    @staticmethod
+    def lane_submit_call(qk: QueueKeys, priority: int, client: str,
+                         jobs: Sequence[tuple[str, str, bytes, bytes]]) -> Call:
+        """Submit small jobs into one lane: (job id, JSON record, type, payload) each;
+        the reply is Redis's clock, then 1 per job submitted now, 0 per job recorded
+        before. See lane_submit-5.lua."""
+        args: list[Any] = [GROUP, lane_member(priority, client), priority, WAKE_CAP]
+        for job, record, kind, payload in jobs:
+            args += [job, record, kind, payload]
+        return Call("lane_submit",
+                    (qk.lane(priority, client), qk.lanes, qk.ljobs, qk.lactive, qk.wake), args)
+
+    @staticmethod
+    def lane_ack_call(qk: QueueKeys, stream: str, ctx: LaneCtx,
+                      done: Sequence[tuple[str, str, bytes]]) -> Call:
+        """Acknowledge and complete small jobs of one lane stream: (entry id, job id,
+        encoded result) each; replies {acknowledged, completed}. See lane_ack-8.lua."""
+        args = ctx.args(qk)
+        for eid, job, result in done:
+            args += [eid, job, result]
+        return Call("lane_ack", (stream, qk.ljobs, qk.lresults, qk.lerrors, qk.lstarts,
+                                 qk.lactive, qk.ldone, qk.events), args)
+
+    @staticmethod
+    def lane_fail_call(qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *, entry_id: str,
+                       job: str, attempts: int, delay_ms: int, error: str, kind: bytes,
+                       payload: bytes) -> Call:
+        """Report a failed attempt of a small job: a retry after ``delay_ms`` (-1: dead
+        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. See
+        lane_fail-10.lua."""
+        prio, client = lane
+        return Call("lane_fail",
+                    (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lerrors,
+                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries),
+                    [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
+                     attempts, delay_ms, error, kind, payload])
+
+    @staticmethod
+    def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:
+        """Move a lane's due retries back into its stream; replies {moved, ms until the
+        next is due or -1}. See lane_promote-4.lua."""
+        prio, client = lane
+        return Call("lane_promote",
+                    (qk.lane_retry(prio, client), qk.lane(prio, client), qk.retries, qk.wake),
+                    (limit, lane_member(prio, client), WAKE_CAP))
+
+    def lane_reclaim(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *,
+                     consumer: str, min_idle_ms: int, cursor: str, count: int,
+                     max_deliveries: int = 0) -> tuple[str, int, int]:
+        """One XAUTOCLAIM slice of a lane's stalled entries; (next cursor, re-added,
+        dead-lettered). Also forgets finished jobs past their retention. See
+        lane_reclaim-9.lua."""
+        prio, client = lane
+        r = self.run("lane_reclaim",
+                     (qk.lane(prio, client), qk.ljobs, qk.lerrors, qk.lstarts, qk.lactive,
+                      qk.ldone, qk.events, qk.dead, qk.lresults),
+                     [*ctx.args(qk), ctx.dead_maxlen, consumer, min_idle_ms, cursor, count,
+                      max_deliveries])
+        nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
+        return nxt, int(r[1]), int(r[2])
+
+    def lane_start(self, qk: QueueKeys, stream: str, entry_id: str, consumer: str) -> bool:
+        """Record the start of a suspect lane entry; False when it was settled already.
+        See lane_start-2.lua."""
+        return bool(self.run("lane_start", (stream, qk.lstarts), (entry_id, consumer)))

@@ -1,0 +1,331 @@
+"""A worker slot's share of the small-job lane (:mod:`streamq.lane`).
+
+Each round trip of a slot's settle also reads the lanes of the shard it claims
+from: the shard's registry of lanes (for the next round) and one XREADGROUP
+over every lane stream it knows, so each client's stream gives a fair share.
+The entries are run in priority order, around the claimed tokens' work (a
+more urgent lane runs first), and their results are acknowledged by one
+``lane_ack`` call per stream, sent in the slot's next settle: that one script
+acks, stores the results, completes the jobs and records and publishes each
+completion. A failure is reported at once (``lane_fail``: a retry with backoff,
+or a dead letter). A suspect entry (re-added by the reaper, or a retry) has
+its start recorded first, so a kill inside its handler counts an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import redis
+
+from .cluster import is_cluster
+from .codec import decode, encode_result
+from .config import GROUP
+from .connection import is_transient
+from .entries import _current, _fields
+from .errors import PayloadError
+from .keys import QueueKeys, parse_lane_member
+from .replies import Call
+from .scripts import LaneCtx
+
+if TYPE_CHECKING:
+    from .slot import Slot
+
+log = logging.getLogger("streamq.worker")
+
+#: the prefix of a lane's member in a shard's ``retries`` (never a job id: ``|``)
+LANE_DUE = "lane|"
+
+
+class LaneEntry(NamedTuple):
+    """One entry read from a lane stream."""
+
+    priority: int
+    client: str
+    stream: str
+    eid: str
+    flat: list[bytes]
+
+
+def _entries(reply: Any) -> list[tuple[str, list[tuple[bytes, list[bytes]]]]]:
+    """(stream, entries) of a raw XREADGROUP reply over several streams (RESP2 list
+    or RESP3 map; nil when nothing was read)."""
+    if not reply:
+        return []
+    pairs = reply.items() if isinstance(reply, dict) else [(s[0], s[1]) for s in reply]
+    out = []
+    for stream, entries in pairs:
+        name = stream.decode() if isinstance(stream, bytes) else str(stream)
+        out.append((name, [(eid, flat or []) for eid, flat in entries]))
+    return out
+
+
+class LaneWork:
+    """The lane reads, runs and acknowledgements of one slot."""
+
+    def __init__(self, slot: Slot) -> None:
+        self.s = slot
+        self.w = w = slot.w
+        #: lane_ack calls of results not yet acknowledged (sent with the next settle)
+        self.acks: list[Call] = []
+        #: the lanes of each shard, as its registry said in the last read
+        self.lanes: dict[str, list[tuple[int, str]]] = {}
+        self.ctx = LaneCtx(queue=w.q.name, events_maxlen=w.q.events_maxlen,
+                           events_retention_ms=w.q.retention_ms, sharded=is_cluster(w.redis))
+
+    # -- reading -----------------------------------------------------------------------
+
+    def commands(self, qk: QueueKeys, count: int) -> list[tuple[Any, ...]]:
+        """The commands of a lane read on shard ``qk``: its registry, then an
+        XREADGROUP of ``count`` entries of each lane known (none known: none)."""
+        out: list[tuple[Any, ...]] = [("ZRANGE", qk.lanes, 0, -1)]
+        lanes = self.lanes.get(qk.tag, [])
+        if lanes:
+            streams = [qk.lane(p, c) for p, c in lanes]
+            out.append(("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", count,
+                        "STREAMS", *streams, *(">" for _ in streams)))
+        return out
+
+    def parse(self, qk: QueueKeys, replies: Sequence[Any], count: int
+              ) -> tuple[list[LaneEntry], bool]:
+        """The entries a lane read of ``count`` per stream got, sorted by priority
+        (stable), and whether more is likely waiting: a stream gave a full batch, or a
+        lane appeared that the read did not cover."""
+        registry, *read = replies
+        known = self.lanes.get(qk.tag, [])
+        if isinstance(registry, Exception):
+            if is_transient(registry):
+                raise registry
+            lanes = known
+        else:
+            lanes = [parse_lane_member(m.decode() if isinstance(m, bytes) else m)
+                     for m in registry]
+            self.lanes[qk.tag] = lanes
+        out: list[LaneEntry] = []
+        full = False
+        if read:
+            reply = read[0]
+            if isinstance(reply, redis.ResponseError):
+                if is_transient(reply):
+                    raise reply
+                # NOGROUP: a lane stream removed under us; the registry is read again
+                log.warning("lane read failed on %s: %s", qk.tag, reply)
+                reply = None
+            elif isinstance(reply, Exception):
+                raise reply
+            by_stream = {qk.lane(p, c): (p, c) for p, c in known}
+            for stream, entries in _entries(reply):
+                p, c = by_stream.get(stream, (0, ""))
+                full = full or len(entries) >= count
+                out.extend(LaneEntry(p, c, stream, eid.decode(), flat) for eid, flat in entries)
+        out.sort(key=lambda e: e.priority)
+        return out, full or any(lane not in known for lane in lanes)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, qk: QueueKeys, entries: list[LaneEntry]) -> None:
+        """Run lane entries in order; their results wait in :attr:`acks` for the next
+        settle (a failure is reported at once)."""
+        w = self.w
+        waits: list[float] = []
+        durations: list[float] = []
+        held = w.leases.track(self.s.hold, _by_stream(entries))
+        unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
+        done: dict[str, list[tuple[str, str, bytes]]] = {}
+        w.fault("after_read")
+        if w.loop is not None and not any(_suspect(e.flat) for e in entries):
+            self._run_async(qk, entries, done, unacked, waits, durations)
+        else:
+            self._run_sync(qk, entries, done, unacked, waits, durations)
+        w.entries.observe(waits, durations)
+        self.acks.extend(self._ack_calls(qk, done))
+
+    def _ack_calls(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]
+                   ) -> list[Call]:
+        return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
+                for stream, items in done.items() for i in range(0, len(items), 500)]
+
+    def _prepare(self, qk: QueueKeys, e: LaneEntry, unacked: dict[str, set[str]]
+                 ) -> tuple[str, bytes, bytes, int, Any] | None:
+        """(job, type, payload, attempt, decoded payload) of an entry, or None when it
+        was dead-lettered as malformed."""
+        f = _fields(e.flat)
+        job = f.get(b"j", b"").decode("utf-8", "replace")
+        kind, raw = f.get(b"t"), f.get(b"p")
+        try:
+            attempt = int(f.get(b"a", b"0")) + 1
+        except ValueError:
+            attempt = 1
+        try:
+            if not job or kind is None or raw is None:
+                raise PayloadError("missing job 'j', type 't' or payload 'p' field")
+            return job, kind, raw, attempt, decode(kind, raw)
+        except PayloadError as err:
+            log.error("small job %s entry %s is malformed: %s", job or "?", e.eid, err)
+            self._fail(qk, e, job, 1, -1, f"malformed entry: {err}", kind or b"b", raw or b"")
+            unacked[e.stream].discard(e.eid)
+            return None
+
+    def _run_sync(self, qk: QueueKeys, entries: list[LaneEntry],
+                  done: dict[str, list[tuple[str, str, bytes]]],
+                  unacked: dict[str, set[str]], waits: list[float],
+                  durations: list[float]) -> None:
+        w, runner, clock = self.w, self.w.entries, time.perf_counter
+        to_wall = time.time() - clock()
+        for n, e in enumerate(entries):
+            if w.stopping.is_set():
+                self._requeue(entries[n:])
+                return
+            prepared = self._prepare(qk, e, unacked)
+            if prepared is None:
+                continue
+            job, kind, raw, attempt, payload = prepared
+            if _suspect(e.flat):
+                # what is done is acknowledged first, so a kill inside this handler
+                # counts an attempt for this entry alone
+                self.flush(qk, done)
+                if not w.scripts.lane_start(qk, e.stream, e.eid, w.id):
+                    unacked[e.stream].discard(e.eid)
+                    continue
+            if w.fault_at is not None:
+                w.fault("in_handler")
+            started = clock()
+            wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
+            waits.append(wait if wait > 0.0 else 0.0)
+            task = (w.q.name, job, 0, e.eid, attempt)
+            try:
+                if w.loop is None:
+                    reset = _current.set(task)
+                    try:
+                        value = w.handler(payload)
+                    finally:
+                        _current.reset(reset)
+                else:
+                    value = runner.call_async(task, payload)
+                result = encode_result(value)
+            except Exception as err:  # noqa: BLE001 - reported as a failed attempt
+                durations.append(clock() - started)
+                runner.observe(waits, durations)
+                self._failed(qk, e, job, attempt, err, kind, raw)
+                unacked[e.stream].discard(e.eid)
+                continue
+            durations.append(clock() - started)
+            done.setdefault(e.stream, []).append((e.eid, job, result))
+
+    def _run_async(self, qk: QueueKeys, entries: list[LaneEntry],
+                   done: dict[str, list[tuple[str, str, bytes]]],
+                   unacked: dict[str, set[str]], waits: list[float],
+                   durations: list[float]) -> None:
+        """Run the entries of an ``async def`` handler, up to the slot's share of the
+        worker's concurrency at once."""
+        w = self.w
+        assert w.loop is not None
+        ready = []
+        for e in entries:
+            prepared = self._prepare(qk, e, unacked)
+            if prepared is not None:
+                ready.append((e, prepared))
+        share = max(1, w.slot_share)
+        to_wall = time.time() - time.perf_counter()
+        for start in range(0, len(ready), share):
+            chunk = ready[start : start + share]
+            if w.stopping.is_set():
+                self._requeue([e for e, _ in ready[start:]])
+                return
+            outcomes = asyncio.run_coroutine_threadsafe(
+                _gather([((w.q.name, p[0], 0, e.eid, p[3]), p[4]) for e, p in chunk], w),
+                w.loop).result()
+            for (e, (job, kind, raw, attempt, _)), (ok, value, started, ended) in zip(
+                    chunk, outcomes):
+                wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
+                waits.append(wait if wait > 0.0 else 0.0)
+                durations.append(ended - started)
+                if ok:
+                    try:
+                        done.setdefault(e.stream, []).append((e.eid, job, encode_result(value)))
+                        continue
+                    except Exception as err:  # noqa: BLE001 - a result that cannot be encoded
+                        value = err
+                w.entries.observe(waits, durations)
+                self._failed(qk, e, job, attempt, value, kind, raw)
+                unacked[e.stream].discard(e.eid)
+
+    # -- settling ----------------------------------------------------------------------
+
+    def flush(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]) -> None:
+        """Acknowledge now what waits in :attr:`acks` and in ``done``."""
+        self.acks.extend(self._ack_calls(qk, done))
+        done.clear()
+        if self.acks:
+            self.acked(self.w.scripts.run_many(self.acks))
+            self.acks = []
+
+    def acked(self, replies: Sequence[Any]) -> None:
+        """Count the replies of lane_ack calls."""
+        n = sum(int(r[0]) for r in replies)
+        self.w.metrics.processed.inc(n)
+        with self.w.stats.lock:
+            self.w.stats.processed += n
+
+    def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
+                kind: bytes, raw: bytes) -> None:
+        w = self.w
+        w.metrics.failed.inc()
+        with w.stats.lock:
+            w.stats.failed += 1
+        delay = w._retry_delay(err, attempt)
+        log.warning("job %s attempt %d failed: %s: %s", job, attempt, type(err).__name__, err)
+        self._fail(qk, e, job, attempt, delay, f"{type(err).__name__}: {err}", kind, raw)
+
+    def _fail(self, qk: QueueKeys, e: LaneEntry, job: str, attempts: int, delay_ms: int,
+              error: str, kind: bytes, raw: bytes) -> None:
+        w = self.w
+        call = w.scripts.lane_fail_call(qk, (e.priority, e.client), self.ctx, entry_id=e.eid,
+                                        job=job, attempts=attempts, delay_ms=delay_ms,
+                                        error=error[:2000], kind=kind, payload=raw)
+        outcome = int(w.scripts.run(call.name, call.keys, call.args))
+        if outcome == 1:
+            w.metrics.retried.inc()
+        elif outcome == 2:
+            w.metrics.dead_lettered.inc()
+            w.fault("after_dead_letter")
+
+    def _requeue(self, entries: Sequence[LaneEntry]) -> None:
+        """Hand back entries read but never started (the worker is stopping)."""
+        for stream, ids in _by_stream(entries):
+            self.w.scripts.run("requeue", (stream,), [GROUP, self.w.id, *ids])
+
+    def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
+        """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""
+        calls = [self.w.scripts.lane_promote_call(qk, parse_lane_member(m[len(LANE_DUE):]))
+                 for m in members]
+        self.w.scripts.run_many(calls)
+
+
+def _suspect(flat: list[bytes]) -> bool:
+    return b"s" in flat[0::2]
+
+
+def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:
+    out: dict[str, list[str]] = {}
+    for e in entries:
+        out.setdefault(e.stream, []).append(e.eid)
+    return list(out.items())
+
+
+async def _gather(items: list[tuple[tuple[str, str, int, str, int], Any]], w: Any
+                  ) -> list[tuple[bool, Any, float, float]]:
+    async def one(task: tuple[str, str, int, str, int], payload: Any
+                  ) -> tuple[bool, Any, float, float]:
+        _current.set(task)
+        started = time.perf_counter()
+        try:
+            return True, await w.handler(payload), started, time.perf_counter()
+        except Exception as e:  # noqa: BLE001 - reported as a failed attempt
+            return False, e, started, time.perf_counter()
+
+    return list(await asyncio.gather(*(one(t, p) for t, p in items)))

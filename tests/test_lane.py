@@ -1,0 +1,378 @@
+"""The small-job lane: one-entry jobs on shared streams keep every promise.
+
+Each scenario runs against a real Redis (standalone and cluster) with real
+worker and reaper processes where a crash is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from conftest import Procs, Subscriber, completions_of, wait_until
+
+from streamq import JobState, Queue, Worker, current_task
+from streamq.keys import JobKeys, QueueKeys
+from streamq.reaper import Reaper
+
+StartWorker = Callable[..., Worker]
+
+
+def starts(r: redis.Redis, jobs: list[str]) -> list[int]:
+    pipe = r.pipeline(transaction=False)  # keys of many slots: one GET each
+    for j in jobs:
+        pipe.get(f"starts:{j}:0")
+    return [int(v or 0) for v in pipe.execute()]
+
+
+def assert_each_done_once(q: Queue, r: redis.Redis, jobs: list[str], n_of: Any) -> None:
+    """Every job succeeded with its one result, and has exactly one completion record."""
+    for j in jobs:
+        st = q.status(j)
+        assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, 1, 1, 0), j
+        assert q.results(j) == {0: n_of(j) * 2}
+    done = completions_of(r, q.name)
+    assert {j: done[j] for j in jobs} == {j: 1 for j in jobs}
+    assert r.zcard(QueueKeys(q.name).lactive) == 0
+
+
+def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a one-entry job submitted with the defaults, and a subscriber
+    qk = QueueKeys(queue_name)
+    sub = Subscriber(redis_url, queue_name)
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"x": 1}])
+    # Then it is a record and one entry of the shard's lane: no stream, meta or token
+    assert r.exists(JobKeys(job.id).meta, JobKeys(job.id).tasks) == 0
+    assert r.hexists(qk.ljobs, job.id) and r.xlen(qk.lane(50, "default")) == 1
+    assert r.zcard(qk.ready) == 0
+    st = q.status(job.id)
+    assert (st.state, st.total, st.queued, st.concurrency) == (JobState.ACTIVE, 1, 1, 1)
+    # When a worker serves the queue
+    workers(queue_name, lambda p: {"got": p}, concurrency=2)
+    st = q.wait(job.id, timeout=30)
+    # Then it succeeded, with its result, one completion record and one publication
+    assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 1, 0)
+    assert st.finished_ms is not None and st.finished_ms >= st.created_ms
+    assert q.results(job.id) == {0: {"got": {"x": 1}}}
+    assert completions_of(r, queue_name) == {job.id: 1}
+    time.sleep(0.5)
+    assert sub.stop() == {job.id}
+    # and its acknowledged entry is gone from the lane
+    assert r.xlen(qk.lane(50, "default")) == 0
+    assert r.xpending(qk.lane(50, "default"), "workers")["pending"] == 0
+    q.close()
+
+
+@pytest.mark.standalone
+def test_a_lane_submit_is_one_round_trip_and_one_script(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a queue used once (its shard configuration is stored on first use)
+    q = Queue(queue_name, redis_url)
+    q.submit([0])
+
+    # When one small job is submitted while MONITOR lists what clients send
+    seen: list[str] = []
+    with redis.Redis.from_url(redis_url) as marker, r.monitor() as m:
+        q.submit([{"one": 1}])
+        marker.echo("end-of-submit")
+        while True:
+            c = m.next_command()
+            if "end-of-submit" in c["command"]:
+                break
+            if c.get("client_type") != "lua" and not c["command"].startswith("HELLO"):
+                seen.append(c["command"])  # (HELLO: the marker's connection opening)
+    # Then the client sent one command, and it was a script
+    assert len(seen) == 1 and seen[0].startswith("EVALSHA"), seen
+    q.close()
+
+
+def test_a_lane_submit_sent_twice_enqueues_once(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a lane submit whose reply was lost, so the client sends it again
+    from streamq import lane
+
+    q = Queue(queue_name, redis_url)
+    qk = q.shards[0]
+    rec = lane.record(qk.tag, 50, "default", q.retention_ms, 3)
+    call = q.scripts.lane_submit_call(qk, 50, "default", [("j1", rec, b"j", b"1")])
+    first = q.scripts.run(call.name, call.keys, call.args)
+    again = q.scripts.run(call.name, call.keys, call.args)
+    # Then the job is recorded and enqueued once
+    assert (first[1:], again[1:]) == ([1], [0])
+    assert r.xlen(qk.lane(50, "default")) == 1 and r.zcard(qk.lactive) == 1
+    q.close()
+
+
+def test_lane_jobs_of_many_submitters_and_a_big_job_all_complete(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given 2,000 small jobs of two clients and two priorities, and one big job
+    q = Queue(queue_name, redis_url)
+    small = q.submit_many([[{"n": i}] for i in range(1000)], client="a")
+    small += q.submit_many([[{"n": i}] for i in range(1000, 2000)], client="b", priority=10)
+    big = q.submit([{"n": i} for i in range(300)], concurrency=2)
+    # When two workers serve the queue
+    for _ in range(2):
+        workers(queue_name, lambda p: p["n"] * 2, concurrency=3)
+    q.wait(big.id, timeout=60)
+    for j in small:
+        q.wait(j.id, timeout=60)
+    # Then every small job completed once with its result, and so did the big one
+    by_id = {j.id: i for i, j in enumerate(small)}
+    assert_each_done_once(q, r, [j.id for j in small], lambda j: by_id[j])
+    assert q.results(big.id) == {i: i * 2 for i in range(300)}
+    assert completions_of(r, queue_name)[big.id] == 1
+    q.close()
+
+
+def test_lane_priority_and_fairness_with_one_slot(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given, before any worker runs, a flood of one client's jobs at priority 50, a
+    # lone job of another client at the same priority, and two urgent small jobs
+    q = Queue(queue_name, redis_url)
+    q.submit_many([[("flood", i)] for i in range(300)], client="flood")
+    lone = q.submit([("lone", 0)], client="lone")
+    urgent = q.submit_many([[("urgent", 0)], [("urgent", 1)]], priority=0)
+    started: list[str] = []
+    # When one worker of one slot reads 10 entries of each lane at a time
+    workers(queue_name, lambda p: started.append(p[0]), concurrency=1, batch=10)
+    for j in [lone, *urgent]:
+        j.wait(timeout=30)
+    # Then the urgent jobs ran first, and the lone client's job came with the
+    # flood's first batch, not after it
+    assert started[:2] == ["urgent", "urgent"]
+    assert started.index("lone") <= 2 + 10
+    q.close()
+
+
+def test_a_failing_small_job_is_retried_with_backoff_then_succeeds(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given small jobs whose first attempt asks to be retried 0.3 s later
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[{"n": i, "delay": 0.3}] for i in range(20)], max_deliveries=3)
+    by_id = {j.id: i for i, j in enumerate(jobs)}
+    t0 = time.monotonic()
+    procs.worker(queue_name, "tests.handlers:fail_once", "--concurrency", "2")
+    for j in jobs:
+        q.wait(j.id, timeout=30)
+    # Then each ran twice, succeeded on its second attempt, no sooner than the delay
+    assert time.monotonic() - t0 >= 0.3
+    assert starts(r, list(by_id)) == [2] * 20
+    assert_each_done_once(q, r, list(by_id), lambda j: by_id[j])
+    q.close()
+
+
+def test_a_poison_small_job_is_dead_lettered_once_and_can_be_replayed(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a small job that always fails, with 3 attempts allowed
+    q = Queue(queue_name, redis_url)
+    calls: Counter[str] = Counter()
+    fixed: list[bool] = []
+
+    def handler(p: Any) -> Any:
+        task = current_task()
+        assert task is not None
+        calls[task.job_id] += 1
+        if not fixed:
+            raise ValueError("bad payload")
+        return "mended"
+
+    job = q.submit([{"bad": True}], max_deliveries=3)
+    workers(queue_name, handler, concurrency=1, retry_base_s=0.01)
+    st = q.wait(job.id, timeout=30)
+    # Then it failed after exactly 3 attempts, with one dead letter that says why
+    assert (st.state, st.done, st.failed) == (JobState.FAILED, 0, 1)
+    assert calls[job.id] == 3
+    dead = q.dead_letters(job_id=job.id)
+    assert [(d.index, d.attempts) for d in dead] == [("0", 3)]
+    assert "ValueError: bad payload" in dead[0].error
+    assert completions_of(r, queue_name) == {job.id: 1}
+    # When the handler is mended and the dead letter replayed
+    fixed.append(True)
+    target = q.replay_dead(dead[0].id)
+    # Then it runs again in a new job, and a second replay of it is refused
+    assert q.wait(target, timeout=30).state is JobState.SUCCEEDED
+    assert q.results(target) == {0: "mended"}
+    with pytest.raises(Exception, match="replayed"):
+        q.replay_dead(dead[0].id)
+    q.close()
+
+
+def test_a_malformed_lane_entry_is_dead_lettered_and_the_worker_goes_on(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a lane holding an entry without a payload, one of invalid JSON, and a
+    # good job after them
+    q = Queue(queue_name, redis_url)
+    good = q.submit([1])
+    qk = q.shards[0]
+    lane = qk.lane(50, "default")
+    r.xadd(lane, {"j": "ghost"})
+    r.xadd(lane, {"j": "nojson", "t": "j", "p": b"{not json"})
+    good2 = q.submit([2])
+    # When a worker serves the lane
+    workers(queue_name, lambda p: p, concurrency=1)
+    # Then both good jobs complete and both bad entries are dead letters with a reason
+    assert q.wait(good.id, timeout=30).state is JobState.SUCCEEDED
+    assert q.wait(good2.id, timeout=30).state is JobState.SUCCEEDED
+    wait_until(lambda: len(q.dead_letters()) == 2, 10, "two dead letters")
+    assert all("malformed" in d.error for d in q.dead_letters())
+    assert r.xpending(lane, "workers")["pending"] == 0
+    q.close()
+
+
+def test_finished_small_jobs_are_forgotten_after_their_retention(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given small jobs kept 1 s after they finish
+    q = Queue(queue_name, redis_url, retention_s=1)
+    jobs = q.submit_many([[i] for i in range(50)])
+    workers(queue_name, lambda p: p, concurrency=2, retention_s=1)
+    for j in jobs:
+        q.wait(j.id, timeout=30)
+    qk = q.shards[0]
+    assert r.hlen(qk.ljobs) == 50 and r.hlen(qk.lresults) == 50
+    # When their retention passed and the reaper ran
+    time.sleep(1.2)
+    Reaper(queue_name, redis_url, retention_s=1).run_once()
+    # Then nothing of them is left: no record, result, registry entry or key
+    assert r.exists(qk.ljobs, qk.lresults, qk.lerrors, qk.ldone, qk.lactive) == 0
+    with pytest.raises(Exception, match="not found|unknown|no job"):
+        q.status(jobs[0].id)
+    q.close()
+
+
+# -- crashes ------------------------------------------------------------------------------
+
+
+def test_sigkill_mid_run_loses_no_small_job_and_counts_each_once(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given 1,000 small jobs, two workers and a reaper
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[{"n": i, "sleep": 0.002}] for i in range(1000)])
+    by_id = {j.id: i for i, j in enumerate(jobs)}
+    victim = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+    procs.reaper(queue_name)
+    # When one worker is SIGKILLed midway
+    wait_until(lambda: sum(completions_of(r, queue_name).values()) >= 200, 60, "200 done")
+    victim.send_signal(signal.SIGKILL)
+    # Then every job completes once with its result; each ran at least once
+    for j in jobs:
+        q.wait(j.id, timeout=60)
+    assert_each_done_once(q, r, list(by_id), lambda j: by_id[j])
+    assert all(s >= 1 for s in starts(r, list(by_id)))
+    q.close()
+
+
+@pytest.mark.parametrize("point", ["after_read:3", "in_handler:25", "after_ack:3"])
+def test_kill_between_worker_steps_on_the_lane(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs, point: str
+) -> None:
+    # Given 200 small jobs and a worker that kills itself at one step of its loop
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[{"n": i}] for i in range(200)], max_deliveries=2)
+    by_id = {j.id: i for i, j in enumerate(jobs)}
+    crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "1",
+                           "--batch", "10", env={"STREAMQ_FAULT": point})
+    assert crasher.wait(30) == -signal.SIGKILL
+    # When a healthy worker and the reaper take over
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--batch", "10")
+    procs.reaper(queue_name)
+    for j in jobs:
+        q.wait(j.id, timeout=60)
+    # Then nothing was lost or counted twice (entries read but never started burned
+    # no attempt, so none was dead-lettered with max_deliveries 2)
+    assert_each_done_once(q, r, list(by_id), lambda j: by_id[j])
+    assert q.dead_letters() == []
+    q.close()
+
+
+def test_reaper_killed_mid_lane_pass_then_another_finishes(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a dead worker's stalled small jobs
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[{"n": i}] for i in range(60)], client="a")
+    jobs += q.submit_many([[{"n": i}] for i in range(60, 120)], client="b")
+    by_id = {j.id: i for i, j in enumerate(jobs)}
+    crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
+                           env={"STREAMQ_FAULT": "after_read:2"})
+    assert crasher.wait(30) == -signal.SIGKILL
+    time.sleep(2.2)  # the dead worker's entries are now stalled
+    # When a reaper is killed in the middle of its pass over the lanes
+    reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
+    assert reaper.wait(30) == -signal.SIGKILL
+    procs.reaper(queue_name)
+    procs.worker(queue_name, "tests.handlers:count")
+    # Then every job completes once
+    for j in jobs:
+        q.wait(j.id, timeout=60)
+    assert_each_done_once(q, r, list(by_id), lambda j: by_id[j])
+    q.close()
+
+
+def test_a_small_job_that_kills_its_worker_is_dead_lettered_after_max_deliveries(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a small job whose handler kills its worker every time, and a good one
+    q = Queue(queue_name, redis_url)
+    bad = q.submit([{"n": 0, "kill": True}], max_deliveries=2)
+    good = q.submit([{"n": 1}])
+    procs.reaper(queue_name, "--min-idle", "1")
+    # When workers keep being restarted
+    deadline = time.monotonic() + 90
+    while not q.status(bad.id).terminal:
+        assert time.monotonic() < deadline
+        w = procs.worker(queue_name, "tests.handlers:poison", "--concurrency", "1")
+        while w.poll() is None and not q.status(bad.id).terminal:
+            time.sleep(0.05)
+        w.kill()
+    procs.worker(queue_name, "tests.handlers:poison")
+    # Then it is dead-lettered after its attempts, each recorded start counted
+    st = q.wait(bad.id, timeout=30)
+    assert (st.state, st.failed) == (JobState.FAILED, 1)
+    assert starts(r, [bad.id]) == [2] or starts(r, [bad.id])[0] <= 3
+    dead = q.dead_letters(job_id=bad.id)
+    assert len(dead) == 1 and "worker lost" in dead[0].error
+    assert q.wait(good.id, timeout=30).state is JobState.SUCCEEDED
+    assert completions_of(r, queue_name) == {bad.id: 1, good.id: 1}
+    q.close()
+
+
+@pytest.mark.sharded
+def test_small_jobs_on_a_queue_of_many_shards(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a queue of 3 shards and 600 small jobs spread over them
+    q = Queue(queue_name, redis_url, shards=3)
+    jobs = q.submit_many([[{"n": i}] for i in range(600)])
+    by_id = {j.id: i for i, j in enumerate(jobs)}
+    assert all(r.hlen(qk.ljobs) > 0 for qk in q.shards)
+    # When a worker serves it
+    procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")
+    # Then every job completes once, found by id on its own shard
+    for j in jobs:
+        assert q.wait(j.id, timeout=60).state is JobState.SUCCEEDED
+    for j in jobs[:50]:
+        assert q.results(j.id) == {0: by_id[j.id] * 2}
+    done: Counter[str] = Counter()
+    for qk in q.shards:
+        done.update(json.loads(json.dumps(f[b"job"].decode())) for _, f in r.xrange(qk.events))
+    assert done == {j.id: 1 for j in jobs}
+    q.close()
