@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from . import config, deadletters
+from . import config, deadletters, lane
 from .connection import Client
 from .connection import server_ms as connection_server_ms
 from .deadletters import DeadLetter
@@ -58,7 +58,7 @@ def queue_exists(r: Client, shards: Shards) -> bool:
     """True when any key of the queue exists (a queue is nothing but its keys)."""
     for qk in _shards(shards):
         keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
-                qk.workers, qk.events, qk.dead, qk.fair, qk.dedup)
+                qk.workers, qk.events, qk.dead, qk.fair, qk.dedup, qk.lanes, qk.ljobs)
         if int(r.exists(*keys)) > 0:
             return True
     return False
@@ -217,6 +217,8 @@ def overview(r: Client, shards: Shards) -> Overview:
     require_queue(r, shards)
     t = server_ms(r, qk)
     active = ready = leased = parked = dead_letters = 0
+    #: small jobs (streamq.lane) by priority: (queued, in flight, retrying)
+    lanes: dict[int, tuple[int, int, int]] = {}
     live_ids: set[bytes] = set()
     dead_ids: set[bytes] = set()
     for shard in shards:
@@ -226,27 +228,38 @@ def overview(r: Client, shards: Shards) -> Overview:
         pipe.zrangebyscore(shard.workers, t, "+inf")
         pipe.zrangebyscore(shard.workers, "-inf", f"({t}")
         pipe.xlen(shard.dead)
-        a, rd, le, pa, live, dead_w, dl = pipe.execute()
+        pipe.zcard(shard.lactive)
+        a, rd, le, pa, live, dead_w, dl, small = pipe.execute()
         active, ready, leased, parked, dead_letters = (
-            active + a, ready + rd, leased + le, parked + pa, dead_letters + dl)
+            active + a + small, ready + rd, leased + le, parked + pa, dead_letters + dl)
         live_ids.update(live)
         dead_ids.update(dead_w)
+        for p, counts in lane.backlog(r, shard).items():
+            if not any(counts):
+                continue  # an idle lane (dropped by the reaper's next pass)
+            have = lanes.get(p, (0, 0, 0))
+            lanes[p] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2])
     # a worker registers on every shard: counted once, live when live on any
     live, dead_w = len(live_ids), len(dead_ids - live_ids)
     rows = job_rows(r, active_job_ids(r, shards))
     prio: dict[int, list[JobRow]] = {}
     for row in rows:
         prio.setdefault(row.priority, []).append(row)
-    by_priority = [PriorityRow(p, len(js), sum(j.queued for j in js),
-                               sum(j.in_flight for j in js), sum(j.retrying for j in js))
-                   for p, js in sorted(prio.items())]
+    by_priority = []
+    for p in sorted({*prio, *lanes}):
+        js = prio.get(p, [])
+        queued, flying, retrying = lanes.get(p, (0, 0, 0))
+        by_priority.append(PriorityRow(
+            p, len(js) + queued + flying + retrying, sum(j.queued for j in js) + queued + retrying,
+            sum(j.in_flight for j in js) + flying, sum(j.retrying for j in js) + retrying))
     idles = [row.oldest_idle_ms for row in rows if row.oldest_idle_ms is not None]
     count, done = recent_completions(r, shards, now=t)
     return Overview(
         queue=qk.name, shards=len(shards), at_ms=t, active_jobs=int(active), by_priority=by_priority,
         ready=int(ready), leased=int(leased), parked=int(parked), workers_live=int(live),
         workers_dead=int(dead_w), dead_letters=int(dead_letters),
-        in_flight=sum(row.in_flight for row in rows), queued=sum(row.queued for row in rows),
+        in_flight=sum(row.in_flight for row in by_priority),
+        queued=sum(row.queued for row in by_priority),
         oldest_pending_idle_ms=max(idles) if idles else None,
         completions_last_minute=count, throughput_per_s=round(done / (RATE_WINDOW_MS / 1000), 3),
         jobs=rows)

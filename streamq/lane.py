@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import config
 from .codec import decode_result
-from .keys import QueueKeys, shard_queue
+from .keys import QueueKeys, parse_lane_member, shard_queue
 from .models import JobState, JobStatus
 from .shards import shard_index
 
@@ -87,3 +87,27 @@ def status(job_id: str, rec: dict[str, Any]) -> JobStatus:
 def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:
     raw: Any = client.hget(qk.lresults, job_id)
     return {} if raw is None else {0: decode_result(raw)}
+
+
+def backlog(client: Client, qk: QueueKeys) -> dict[int, tuple[int, int, int]]:
+    """Per priority, the shard's small jobs (queued, in flight, retrying): entries not
+    delivered yet, delivered and not acknowledged, and waiting for their retry."""
+    members: Any = client.zrange(qk.lanes, 0, -1)
+    if not members:
+        return {}
+    lanes = [parse_lane_member(m.decode() if isinstance(m, bytes) else m) for m in members]
+    pipe = client.pipeline(transaction=False)
+    for p, c in lanes:
+        pipe.xlen(qk.lane(p, c))
+        pipe.xpending(qk.lane(p, c), config.GROUP)
+        pipe.zcard(qk.lane_retry(p, c))
+    got = pipe.execute(raise_on_error=False)
+    out: dict[int, tuple[int, int, int]] = {}
+    for n, (p, _) in enumerate(lanes):
+        length, summary, retrying = got[3 * n : 3 * n + 3]
+        pending = int(summary["pending"]) if isinstance(summary, dict) else 0
+        length = int(length) if isinstance(length, int) else 0
+        retrying = int(retrying) if isinstance(retrying, int) else 0
+        q, f, rt = out.get(p, (0, 0, 0))
+        out[p] = (q + max(0, length - pending), f + pending, rt + retrying)
+    return out

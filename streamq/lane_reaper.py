@@ -3,7 +3,10 @@
 For every lane of the shard: promote its due retries, hand its stalled entries
 to other workers or dead-letter them (``lane_reclaim``: by idle time and
 attempts, a read but never started entry burning none), count its backlog, and
-delete the consumers of dead workers once nothing is pending with them.
+delete the consumers of dead workers once nothing is pending with them, and
+drop a lane left with no entry and no retry (``lane_drop``: its stream and its
+registry entry; the next submit or retry makes it again), so workers read only
+lanes with work and a (priority, client) pair used once costs nothing after.
 ``lane_reclaim`` also forgets finished small jobs whose retention passed.
 """
 
@@ -71,5 +74,7 @@ def recover_lanes(reaper: Reaper, report: PassReport) -> None:
         waiting = _lag(client, stream) + int(client.zcard(qk.lane_retry(*lane)))
         report.backlog[lane[0]] = report.backlog.get(lane[0], 0) + waiting
         report.consumers_deleted += reaper._delete_idle_consumers(stream, alive)
+        if not waiting:
+            scripts.lane_drop(qk, lane)  # idle: workers stop reading it (made again on use)
         if reaper._fault_at:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -75,11 +75,20 @@ class LaneScripts(ScriptsBase):
     @staticmethod
     def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:
         """Move a lane's due retries back into its stream; replies {moved, ms until the
-        next is due or -1}. See lane_promote-4.lua."""
+        next is due or -1}. See lane_promote-5.lua."""
         prio, client = lane
         return Call("lane_promote",
-                    (qk.lane_retry(prio, client), qk.lane(prio, client), qk.retries, qk.wake),
-                    (limit, lane_member(prio, client), WAKE_CAP))
+                    (qk.lane_retry(prio, client), qk.lane(prio, client), qk.retries, qk.wake,
+                     qk.lanes),
+                    (limit, lane_member(prio, client), WAKE_CAP, GROUP))
+
+    def lane_drop(self, qk: QueueKeys, lane: tuple[int, str]) -> bool:
+        """Drop a lane with no entry and no retry (stream, group, registry entry); False
+        when it has work. See lane_drop-3.lua."""
+        prio, client = lane
+        return bool(self.run("lane_drop", (qk.lane(prio, client), qk.lane_retry(prio, client),
+                                           qk.lanes),
+                             (GROUP, lane_member(prio, client))))
 
     def lane_reclaim(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *,
                      consumer: str, min_idle_ms: int, cursor: str, count: int,

@@ -25,7 +25,7 @@ import redis
 from .cluster import is_cluster
 from .codec import decode, encode_result
 from .config import GROUP
-from .connection import is_transient
+from .connection import is_transient, pipelined
 from .entries import _current, _fields
 from .errors import PayloadError
 from .keys import QueueKeys, parse_lane_member
@@ -81,30 +81,72 @@ class LaneWork:
 
     def commands(self, qk: QueueKeys, count: int) -> list[tuple[Any, ...]]:
         """The commands of a lane read on shard ``qk``: its registry, then an
-        XREADGROUP of ``count`` entries of each lane known (none known: none)."""
+        XREADGROUP of ``count`` entries of each lane of the most urgent priority known
+        (none known: none)."""
         out: list[tuple[Any, ...]] = [("ZRANGE", qk.lanes, 0, -1)]
-        lanes = self.lanes.get(qk.tag, [])
-        if lanes:
-            streams = [qk.lane(p, c) for p, c in lanes]
-            out.append(("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", count,
-                        "STREAMS", *streams, *(">" for _ in streams)))
-        return out
+        tiers = _tiers(self.lanes.get(qk.tag, []))
+        return [*out, self.read_command(qk, tiers[0], count)] if tiers else out
 
-    def parse(self, qk: QueueKeys, replies: Sequence[Any], count: int
-              ) -> tuple[list[LaneEntry], bool]:
-        """The entries a lane read of ``count`` per stream got, sorted by priority
-        (stable), and whether more is likely waiting: a stream gave a full batch, or a
-        lane appeared that the read did not cover."""
-        registry, *read = replies
+    def read_command(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
+                     ) -> tuple[Any, ...]:
+        """XREADGROUP of ``count`` new entries of each of ``lanes``."""
+        streams = [qk.lane(p, c) for p, c in lanes]
+        return ("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", count,
+                "STREAMS", *streams, *(">" for _ in streams))
+
+    def take(self, qk: QueueKeys, replies: Sequence[Any], count: int
+             ) -> tuple[list[LaneEntry], bool]:
+        """The entries to run this round, from a lane read (:meth:`commands`) of
+        ``count`` per stream, and whether more is likely waiting (a stream gave a full
+        batch).
+
+        Priority holds across lanes: a read covers the lanes of one priority (every
+        client's lane of it, each giving at most ``count``: a fair share); when the
+        most urgent priority has nothing new, the next is read, one round trip each,
+        until one gives entries. Lanes the registry shows since the last read are read
+        at once: entries of those more urgent than what was read run first."""
         known = self.lanes.get(qk.tag, [])
+        read_tier = _tiers(known)[0] if known else []
+        entries, more = self.parse(qk, replies, count, read_tier)
+        now = self.lanes.get(qk.tag, [])
+        new = [lane for lane in now if lane not in known]
+        if new and (not read_tier or new[0][0] <= read_tier[0][0]):
+            # a lane as urgent as what was read, or more, appeared: read it now
+            urgent = min(p for p, _ in new)
+            got, more_new = self._read(qk, [x for x in new if x[0] == urgent], count)
+            entries, more = got + entries, more or more_new
+        if not entries:
+            for tier in _tiers(now):
+                if tier == read_tier:
+                    continue
+                if read_tier and tier[0][0] < read_tier[0][0]:
+                    continue  # more urgent than the tier read (empty at that time)
+                entries, more = self._read(qk, tier, count)
+                if entries:
+                    break
+        entries.sort(key=lambda e: e.priority)
+        return entries, more
+
+    def _read(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
+              ) -> tuple[list[LaneEntry], bool]:
+        """One XREADGROUP of ``lanes`` (a round trip of its own)."""
+        reply = pipelined(self.w.redis, [self.read_command(qk, lanes, count)])
+        return self.parse(qk, [None, *reply], count, lanes)
+
+    def parse(self, qk: QueueKeys, replies: Sequence[Any], count: int,
+              read_lanes: Sequence[tuple[int, str]]) -> tuple[list[LaneEntry], bool]:
+        """The entries a lane read of ``count`` per stream of ``read_lanes`` got
+        (``replies``: the registry's, None for none, then the read's, if any), and
+        whether a stream gave a full batch. The registry's reply replaces the shard's
+        known lanes."""
+        registry, *read = replies
+        known = list(read_lanes)
         if isinstance(registry, Exception):
             if is_transient(registry):
                 raise registry
-            lanes = known
-        else:
-            lanes = [parse_lane_member(m.decode() if isinstance(m, bytes) else m)
-                     for m in registry]
-            self.lanes[qk.tag] = lanes
+        elif registry is not None:
+            self.lanes[qk.tag] = [parse_lane_member(m.decode() if isinstance(m, bytes) else m)
+                                  for m in registry]
         out: list[LaneEntry] = []
         full = False
         if read:
@@ -122,8 +164,7 @@ class LaneWork:
                 p, c = by_stream.get(stream, (0, ""))
                 full = full or len(entries) >= count
                 out.extend(LaneEntry(p, c, stream, eid.decode(), flat) for eid, flat in entries)
-        out.sort(key=lambda e: e.priority)
-        return out, full or any(lane not in known for lane in lanes)
+        return out, full
 
     # -- running -----------------------------------------------------------------------
 
@@ -304,6 +345,14 @@ class LaneWork:
         calls = [self.w.scripts.lane_promote_call(qk, parse_lane_member(m[len(LANE_DUE):]))
                  for m in members]
         self.w.scripts.run_many(calls)
+
+
+def _tiers(lanes: Sequence[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+    """``lanes`` grouped by priority, most urgent first."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for lane in sorted(lanes):
+        out.setdefault(lane[0], []).append(lane)
+    return list(out.values())
 
 
 def _suspect(flat: list[bytes]) -> bool:

@@ -271,7 +271,7 @@ class Slot:
         if lane_reads:
             lane_replies = reads[len(reads) - len(lane_reads):]
             reads = reads[: len(reads) - len(lane_reads)]
-            lanes, self._lane_more = self.lane.parse(new, lane_replies, self.read_n)
+            lanes, self._lane_more = self.lane.take(new, lane_replies, self.read_n)
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)

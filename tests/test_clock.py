@@ -180,7 +180,7 @@ def test_a_skewed_process_clock_moves_no_deadline(
 
     # When the worker claims a token: its lease runs lease_ms from Redis's clock
     t0 = redis_ms(r)
-    claimed, _, _ = Slot(w, 0).settle([], [], 1)  # the slot holds what it claimed
+    claimed, _, _, _ = Slot(w, 0).settle([], [], 1)  # the slot holds what it claimed
     t1 = redis_ms(r)
     (tok,) = claimed
     assert t0 + lease_ms <= r.zscore(qk.leased, tok) <= t1 + lease_ms

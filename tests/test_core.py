@@ -112,10 +112,16 @@ def test_priority_order_with_one_worker(
     assert started == sorted(prios)
 
 
+@pytest.mark.parametrize("lane", ["job", "small"])
 def test_an_urgent_job_takes_the_slot_and_the_batch_read_ahead_goes_back(
-    redis_url: str, queue_name: str, workers: StartWorker
+    redis_url: str, queue_name: str, workers: StartWorker, monkeypatch: pytest.MonkeyPatch,
+    lane: str,
 ) -> None:
     # Given one worker of one slot reading 5 entries at a time, serving a job of 20
+    # (the urgent job below is a token of its own on the job lane, an entry of the
+    # small-job lane otherwise)
+    if lane == "job":
+        monkeypatch.setenv("STREAMQ_LANE", "0")
     q = Queue(queue_name, redis_url)
     started: list[tuple[str, int]] = []
     urgent: list[Job] = []
@@ -134,8 +140,13 @@ def test_an_urgent_job_takes_the_slot_and_the_batch_read_ahead_goes_back(
     # the first job, read in the same round trip as the settle that gave the slot to
     # the urgent job, was handed back (to the end of its stream), not run
     assert started[5] == ("b", 0)
-    assert started[6:11] == [("a", i) for i in range(10, 15)]
-    assert started[-5:] == [("a", i) for i in range(5, 10)]
+    if lane == "job":
+        assert started[6:11] == [("a", i) for i in range(10, 15)]
+        assert started[-5:] == [("a", i) for i in range(5, 10)]
+    else:
+        # a small job needs no token: the slot keeps the first job's token, runs the
+        # urgent entry first, then the batch it read ahead, in order
+        assert started[6:] == [("a", i) for i in range(5, 20)]
     # and every sub-request ran exactly once, its result stored
     assert sorted(x for x in started if x[0] == "a") == [("a", i) for i in range(20)]
     assert st.done == 20 and q.results(job.id) == {i: ["a", i] for i in range(20)}
@@ -156,8 +167,11 @@ def test_a_slot_holding_several_tokens_of_one_job_loses_no_read_ahead(
 
 
 def test_the_default_prefetch_claims_small_jobs_by_the_dozen_and_a_big_job_token_by_token(
-    redis_url: str, queue_name: str, workers: StartWorker
+    redis_url: str, queue_name: str, workers: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given 400 one-entry jobs queued, and a worker of one slot with the default prefetch
     # (and reads of 10)
     q = Queue(queue_name, redis_url)
@@ -379,10 +393,14 @@ def test_async_handler_and_current_task(
     assert job.results() == {0: [job.id, 0, "a"], 1: [job.id, 1, "b"], 2: [job.id, 2, "c"]}
 
 
+@pytest.mark.parametrize("lane", ["small", "job"])
 def test_finished_jobs_leave_only_results_and_records(
-    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker,
+    monkeypatch: pytest.MonkeyPatch, lane: str,
 ) -> None:
-    # Given 20,000 one-entry jobs, finished
+    # Given 20,000 one-entry jobs, finished, on the small-job lane or on the job lane
+    if lane == "job":
+        monkeypatch.setenv("STREAMQ_LANE", "0")
     q = Queue(queue_name, redis_url)
     workers(queue_name, lambda p: p, concurrency=4, prefetch=20, batch=10)
     jobs = []
@@ -390,7 +408,7 @@ def test_finished_jobs_leave_only_results_and_records(
         jobs += q.submit_many([[i] for i in range(start, start + 1000)])
     qk = QueueKeys(queue_name)
     deadline = time.monotonic() + 120
-    while r.zcard(qk.active):
+    while r.zcard(qk.active) or r.zcard(qk.lactive):
         assert time.monotonic() < deadline, "jobs did not finish"
         time.sleep(0.1)
     # Then their streams are gone (acknowledged entries deleted, stream dropped at completion)
@@ -398,15 +416,26 @@ def test_finished_jobs_leave_only_results_and_records(
     for j in jobs:
         pipe.exists(JobKeys(j.id).tasks)
     assert sum(pipe.execute()) == 0
-    # and the keys left are results and job records, with a time to live, and queue bookkeeping
     job_keys = [k.decode() for k in r.scan_iter(count=5000)
                 if not k.decode().startswith(f"sq:{{{queue_name}}}:")]
-    assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
     queue_keys = {k.decode() for k in r.scan_iter(match=f"sq:{{{queue_name}}}:*", count=5000)}
-    assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake, qk.config,
-                          *(qk.worker(w.id) for w in [])} | {
-                              k for k in queue_keys if k.startswith(qk.worker(""))}
-    assert r.xlen(qk.events) == 20_000 and r.zcard(qk.finished) == 20_000
+    workers_keys = {k for k in queue_keys if k.startswith(qk.worker(""))}
+    assert r.xlen(qk.events) == 20_000
+    if lane == "small":
+        # and what is left is one record and one result per job in the shard's hashes,
+        # kept for the retention (ldone), an empty lane, and queue bookkeeping
+        assert job_keys == []
+        lane_stream = qk.lane(50, "default")
+        assert queue_keys <= {qk.events, qk.ljobs, qk.lresults, qk.ldone, qk.lanes, lane_stream,
+                              qk.workers, qk.wake, qk.config} | workers_keys
+        assert (r.hlen(qk.ljobs), r.hlen(qk.lresults), r.zcard(qk.ldone)) == (20_000,) * 3
+        assert (r.xlen(lane_stream), r.exists(qk.lactive)) == (0, 0)
+        return
+    # and the keys left are results and job records, with a time to live, and queue bookkeeping
+    assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
+    assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake,
+                          qk.config} | workers_keys
+    assert r.zcard(qk.finished) == 20_000
     pipe = r.pipeline(transaction=False)
     for j in jobs[::100]:
         pipe.ttl(JobKeys(j.id).meta)

@@ -270,7 +270,11 @@ def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url
     q.close()
 
 
-def test_a_client_arriving_late_takes_turns_with_the_rest(r: redis.Redis, redis_url: str) -> None:
+def test_a_client_arriving_late_takes_turns_with_the_rest(
+    r: redis.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given client A's ten jobs, five of them already claimed
     q = Queue("q-fair-clock", redis_url)
     qk = q.keys

@@ -60,8 +60,11 @@ def stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 def test_a_token_moving_between_slots_of_one_worker_keeps_its_lease(
-    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, procs: Procs
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, procs: Procs,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given a worker of two slots with short leases, and a reaper returning lapsed ones
     running: Counter[str] = Counter()
     peak: Counter[str] = Counter()
@@ -142,8 +145,11 @@ def test_a_token_moving_between_slots_of_one_worker_keeps_its_lease(
 
 @pytest.mark.standalone
 def test_a_settle_resent_after_a_lost_reply_claims_nothing_more(
-    r: redis.Redis, redis_url: str, queue_name: str
+    r: redis.Redis, redis_url: str, queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given two ready jobs, and a client whose connection loses the next reply
     q = Queue(queue_name, redis_url)
     q.submit([1])
@@ -166,8 +172,11 @@ def test_a_settle_resent_after_a_lost_reply_claims_nothing_more(
 
 
 def test_a_settle_sent_again_never_releases_a_token_claimed_since(
-    r: redis.Redis, redis_url: str, queue_name: str
+    r: redis.Redis, redis_url: str, queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given slot 0 of a worker holding a job's only token
     q = Queue(queue_name, redis_url)
     q.submit([1])

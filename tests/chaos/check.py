@@ -1,7 +1,8 @@
 """The invariants a chaos run must end with, checked on Redis and on the handlers' logs.
 
 Every job of the queue in Redis (found by SCAN of ``sq:{*}:meta``, so jobs of an
-interrupted ``submit_many`` count too) and every job a producer confirmed:
+interrupted ``submit_many`` count too, and in each shard's ``ljobs``: the small
+jobs of the lane) and every job a producer confirmed:
 
 - terminal (``stuck`` otherwise, with its meta, stream and registry state);
 - every sub-request 0..total-1 has a stored result or a dead letter, not both
@@ -107,6 +108,19 @@ def job_ids_in_redis(r: redis.Redis, queue: str,
     return out
 
 
+def lane_jobs(r: redis.Redis, shards: list[QueueKeys]) -> dict[str, dict[str, str]]:
+    """Every small job (streamq.lane) of the queue's shards, its record read as a meta
+    (``lane`` names the shard tag)."""
+    out: dict[str, dict[str, str]] = {}
+    for qk in shards:
+        for jid, raw in r.hscan_iter(qk.ljobs, count=1000):
+            rec = json.loads(raw)
+            meta = {k: str(v) for k, v in rec.items()}
+            meta.update(total="1", lane=qk.tag)
+            out[_s(jid)] = meta
+    return out
+
+
 def _dead_at(r: redis.Redis, jk: JobKeys, idx: str) -> str:
     raw = r.hget(jk.errors, idx)
     try:
@@ -165,6 +179,7 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
     f = Findings()
     shards = [QueueKeys(queue, t) for t in tags]
     metas = job_ids_in_redis(r, queue, tags)
+    metas.update(lane_jobs(r, shards))
     runs = read_runs(workdir)
     events: dict[str, list[dict[str, str]]] = defaultdict(list)
     dead: Counter[tuple[str, str]] = Counter()
@@ -193,12 +208,20 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         total, done, failed = (int(meta.get(k, -1)) for k in ("total", "done", "failed"))
         f.counts["sub-requests"] += total
         if state not in TERMINAL:
-            f.bad("stuck jobs", _stuck_detail(r, QueueKeys(queue, meta["queue"]), jid, meta))
+            detail = (f"small job {jid} {meta}" if meta.get("lane") else
+                      _stuck_detail(r, QueueKeys(queue, meta["queue"]), jid, meta))
+            f.bad("stuck jobs", detail)
             continue
         f.counts[f"state {state}"] += 1
         jk = JobKeys(jid)
-        results = {int(_s(k)): v for k, v in r.hgetall(jk.results).items()}  # type: ignore[union-attr]
-        errors = {_s(k) for k in r.hkeys(jk.errors)}  # type: ignore[union-attr]
+        if meta.get("lane"):
+            lqk = QueueKeys(queue, meta["lane"])
+            result: Any = r.hget(lqk.lresults, jid)
+            results = {} if result is None else {0: result}
+            errors = {"0"} if r.hexists(lqk.lerrors, jid) else set()
+        else:
+            results = {int(_s(k)): v for k, v in r.hgetall(jk.results).items()}  # type: ignore[union-attr]
+            errors = {_s(k) for k in r.hkeys(jk.errors)}  # type: ignore[union-attr]
         f.counts["results"] += len(results)
         f.counts["dead letters"] += len(errors)
         for i in range(total):
@@ -309,7 +332,8 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
             for t in r.zrange(key, 0, -1):  # type: ignore[union-attr]
                 if token_job(_s(t)) not in live:
                     f.bad("tokens left", f"{key} holds {_s(t)}")
-        for jid in (_s(j) for j in r.zrange(qk.active, 0, -1)):  # type: ignore[union-attr]
+        registered = [*r.zrange(qk.active, 0, -1), *r.zrange(qk.lactive, 0, -1)]  # type: ignore[misc]
+        for jid in (_s(j) for j in registered):
             if jid not in live:
                 f.bad("stuck jobs", f"{jid} still registered in {qk.tag}'s active (state "
                                     f"{metas.get(jid, {}).get('state', 'gone')})")

@@ -10,15 +10,20 @@
     KEYS[2] lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
     KEYS[3] retries  sq:{<shard>}:retries  ZSET "lane|<prio>|<client>" -> due ms
     KEYS[4] wake     sq:{<shard>}:wake     LIST of wake-up signals
+    KEYS[5] lanes    sq:{<shard>}:lanes    ZSET "<prio>|<client>" -> priority
     ARGV[1] most entries to move in this call
     ARGV[2] lane member "<prio>|<client>"
     ARGV[3] cap on wake-up signals
+    ARGV[4] consumer group name
+  A lane dropped while idle (lane_drop) is made again, group and registry
+  entry, before an entry goes back into it.
 
   Output:
     {moved, ms until the lane's next retry is due (0: due now), or -1 when none waits}
 ]]
 local rcall = redis.call
-local retryKey, laneKey, retriesKey, wakeKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local retryKey, laneKey, retriesKey, wakeKey, lanesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5]
 local member = "lane|" .. ARGV[2]
 
 --- @include "includes/now_ms"
@@ -26,6 +31,10 @@ local member = "lane|" .. ARGV[2]
 local nowMs = now_ms()
 local moved = 0
 local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
+if #due > 0 and rcall("EXISTS", laneKey) == 0 then
+  rcall("XGROUP", "CREATE", laneKey, ARGV[4], "0", "MKSTREAM")
+  rcall("ZADD", lanesKey, tonumber(string.match(ARGV[2], "^(%d+)|")), ARGV[2])
+end
 for _, m in ipairs(due) do
   local a, job, t, p = string.match(m, "^(%d+)|([^|]+)|(%a)(.*)$")
   if a then
