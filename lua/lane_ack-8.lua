@@ -39,24 +39,46 @@ local group = ARGV[1]
 --- @include "includes/lane_complete"
 
 local nowMs = now_ms()
-local acked, completed, ids = 0, 0, {}
+ctx.done = lane_done()
+local acked, completed, ids, jobs = 0, 0, {}, {}
 local starts = rcall("EXISTS", ctx.lstarts) == 1
+-- one XACK of every id (chunked); when it acknowledged them all (the usual case)
+-- each counts; otherwise some were settled before this call, and since every
+-- script that settles a lane entry deletes it in the same call, the ones this
+-- call acknowledged are those still in the stream
+for j = 8, #ARGV, 3 do ids[#ids + 1] = ARGV[j] end
+local ackedNow = 0
+for i = 1, #ids, 500 do
+  ackedNow = ackedNow + rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
+end
+local all = ackedNow == #ids
+local mine = {}
 for j = 8, #ARGV, 3 do
-  local id, job = ARGV[j], ARGV[j + 1]
-  if rcall("XACK", ctx.lane, group, id) == 1 then
-    acked = acked + 1
-    ids[#ids + 1] = id
-    local raw = rcall("HGET", ctx.ljobs, job)
-    if raw then
-      local rec = cjson.decode(raw)
-      if rec["state"] == "active" then
-        rcall("HSET", ctx.lresults, job, ARGV[j + 2])
-        lane_complete(ctx, job, rec, "succeeded", 1, 0, nowMs)
-        completed = completed + 1
-      end
-    end
+  if all or #rcall("XRANGE", ctx.lane, ARGV[j], ARGV[j]) > 0 then
+    mine[#mine + 1] = j
+    jobs[#jobs + 1] = ARGV[j + 1]
   end
 end
+-- the records read with one command, the results stored with one
+local records, results = {}, {}
+for i = 1, #jobs, 500 do
+  local got = rcall("HMGET", ctx.ljobs, unpack(jobs, i, math.min(i + 499, #jobs)))
+  for k = 1, #got do records[i + k - 1] = got[k] end
+end
+ids = {}
+for n, j in ipairs(mine) do
+  acked = acked + 1
+  ids[#ids + 1] = ARGV[j]
+  local raw = records[n]
+  if lane_active(raw) then
+    results[#results + 1] = ARGV[j + 1]
+    results[#results + 1] = ARGV[j + 2]
+    lane_complete(ctx, ARGV[j + 1], raw, "succeeded", 1, 0, nowMs)
+    completed = completed + 1
+  end
+end
+chunked("HSET", ctx.lresults, results)
+lane_flush(ctx)
 chunked("XDEL", ctx.lane, ids)
 if starts then chunked("HDEL", ctx.lstarts, ids) end
 lane_trim(ctx, nowMs, 100)

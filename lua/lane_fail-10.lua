@@ -54,18 +54,19 @@ if rcall("XACK", ctx.lane, group, entryId) == 0 then return 0 end
 rcall("XDEL", ctx.lane, entryId)
 rcall("HDEL", ctx.lstarts, entryId)
 local nowMs = now_ms()
-local rec = nil
+ctx.done = lane_done()
+local raw = nil
 if job ~= "" then
-  local raw = rcall("HGET", ctx.ljobs, job)
-  if raw then rec = cjson.decode(raw) end
+  raw = rcall("HGET", ctx.ljobs, job)
+  if not lane_active(raw) then raw = nil end
 end
-if rec and rec["state"] == "active" and delay >= 0 and
-    attempts < tonumber(rec["max_deliveries"] or 1) then
+if raw and delay >= 0 and attempts < lane_field(raw, "max_deliveries") then
   local due = nowMs + delay
   rcall("ZADD", retryKey, due, attempts .. "|" .. job .. "|" .. ARGV[15] .. ARGV[16])
   rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[9])
   return 1
 end
-lane_dead(ctx, deadKey, ARGV[8], job, rec, entryId, ARGV[14], attempts, ARGV[15], ARGV[16],
+lane_dead(ctx, deadKey, ARGV[8], job, raw, entryId, ARGV[14], attempts, ARGV[15], ARGV[16],
           nowMs)
+lane_flush(ctx)
 return 2

@@ -53,6 +53,7 @@ local group, override = ARGV[1], tonumber(ARGV[13])
 --- @include "includes/lane_complete"
 
 local nowMs = now_ms()
+ctx.done = lane_done()
 lane_trim(ctx, nowMs, 1000)
 if rcall("EXISTS", ctx.lane) == 0 then return {"0-0", 0, 0} end
 local claimed = rcall("XAUTOCLAIM", ctx.lane, group, ARGV[9], ARGV[10], ARGV[11],
@@ -73,24 +74,21 @@ for _, entry in ipairs(entries) do
   if rcall("HDEL", ctx.lstarts, id) == 1 then attempts = attempts + 1 end
   rcall("XACK", ctx.lane, group, id)
   rcall("XDEL", ctx.lane, id)
-  local job, rec = f["j"], nil
-  if job then
-    local raw = rcall("HGET", ctx.ljobs, job)
-    if raw then rec = cjson.decode(raw) end
-  end
-  if not (rec and f["t"] and f["p"]) then
-    if rec and rec["state"] ~= "active" then rec = nil end
-    lane_dead(ctx, deadKey, ARGV[8], job, rec, id,
+  local job, raw = f["j"], nil
+  if job then raw = rcall("HGET", ctx.ljobs, job) end
+  if not (raw and f["t"] and f["p"]) then
+    if not lane_active(raw) then raw = nil end
+    lane_dead(ctx, deadKey, ARGV[8], job, raw, id,
               "malformed entry: missing job, type or payload, or a job without a record",
               attempts, f["t"], f["p"], nowMs)
     dead = dead + 1
-  elseif rec["state"] ~= "active" then
+  elseif not lane_active(raw) then
     -- settled before (its job completed): nothing to run
   else
-    local maxDeliveries = tonumber(rec["max_deliveries"] or 1)
+    local maxDeliveries = lane_field(raw, "max_deliveries")
     if override > 0 and override < maxDeliveries then maxDeliveries = override end
     if attempts >= maxDeliveries then
-      lane_dead(ctx, deadKey, ARGV[8], job, rec, id,
+      lane_dead(ctx, deadKey, ARGV[8], job, raw, id,
                 "worker lost while running it (killed or crashed) " .. attempts .. " times",
                 attempts, f["t"], f["p"], nowMs)
       dead = dead + 1
@@ -100,4 +98,5 @@ for _, entry in ipairs(entries) do
     end
   end
 end
+lane_flush(ctx)
 return {cursor, readded, dead}

@@ -26,6 +26,7 @@ local laneKey, lanesKey, ljobsKey, lactiveKey, wakeKey = KEYS[1], KEYS[2], KEYS[
 local group, member, cap = ARGV[1], ARGV[2], tonumber(ARGV[4])
 
 --- @include "includes/now_ms"
+--- @include "includes/chunked"
 
 local nowMs = now_ms()
 if rcall("EXISTS", laneKey) == 0 then
@@ -34,17 +35,33 @@ end
 rcall("ZADD", lanesKey, ARGV[3], member)
 local out, added = {nowMs}, 0
 local created = ',"created":' .. nowMs .. '}'
-for j = 5, #ARGV, 4 do
-  local job = ARGV[j]
-  if rcall("HSETNX", ljobsKey, job, string.sub(ARGV[j + 1], 1, -2) .. created) == 1 then
-    rcall("XADD", laneKey, "*", "j", job, "t", ARGV[j + 2], "p", ARGV[j + 3])
-    rcall("ZADD", lactiveKey, nowMs, job)
+-- the records read with one command (a job recorded before is left alone), the new
+-- records and registry entries written with one command each
+local ids = {}
+for j = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[j] end
+local known = {}
+for i = 1, #ids, 500 do
+  local got = rcall("HMGET", ljobsKey, unpack(ids, i, math.min(i + 499, #ids)))
+  for k = 1, #got do known[i + k - 1] = got[k] end
+end
+local records, registry, seen = {}, {}, {}
+for n, j in ipairs(ids) do
+  local at = 5 + (n - 1) * 4
+  if known[n] or seen[j] then
+    out[#out + 1] = 0
+  else
+    seen[j] = true
+    records[#records + 1] = j
+    records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
+    registry[#registry + 1] = nowMs
+    registry[#registry + 1] = j
+    rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3])
     added = added + 1
     out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
   end
 end
+chunked("HSET", ljobsKey, records)
+chunked("ZADD", lactiveKey, registry)
 local have = rcall("LLEN", wakeKey)
 local want = have + added
 if want > cap then want = cap end

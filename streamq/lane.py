@@ -41,9 +41,11 @@ def lane_limit() -> int:
 def record(tag: str, priority: int, client: str, retention_ms: int,
            max_deliveries: int) -> str:
     """A lane job's record as submitted (``lane_submit`` adds ``created``)."""
-    return json.dumps({"state": "active", "queue": tag, "priority": priority, "client": client,
-                       "retention": retention_ms, "max_deliveries": max_deliveries,
-                       "done": 0, "failed": 0}, separators=(",", ":"))
+    # the fields that change come first, in this order: scripts rewrite them as text
+    # (lua/includes/lane_complete.lua)
+    return json.dumps({"state": "active", "done": 0, "failed": 0, "queue": tag,
+                       "priority": priority, "client": client, "retention": retention_ms,
+                       "max_deliveries": max_deliveries}, separators=(",", ":"))
 
 
 def submit(q: Queue, jobs: Sequence[tuple[str, tuple[bytes, bytes]]], priority: int,

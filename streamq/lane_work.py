@@ -272,28 +272,29 @@ class LaneWork:
                 ready.append((e, prepared))
         share = max(1, w.slot_share)
         to_wall = time.time() - time.perf_counter()
-        for start in range(0, len(ready), share):
-            chunk = ready[start : start + share]
-            if w.stopping.is_set():
-                self._requeue([e for e, _ in ready[start:]])
-                return
-            outcomes = asyncio.run_coroutine_threadsafe(
-                _gather([((w.q.name, p[0], 0, e.eid, p[3]), p[4]) for e, p in chunk], w),
-                w.loop).result()
-            for (e, (job, kind, raw, attempt, _)), (ok, value, started, ended) in zip(
-                    chunk, outcomes):
-                wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
-                waits.append(wait if wait > 0.0 else 0.0)
-                durations.append(ended - started)
-                if ok:
-                    try:
-                        done.setdefault(e.stream, []).append((e.eid, job, encode_result(value)))
-                        continue
-                    except Exception as err:  # noqa: BLE001 - a result that cannot be encoded
-                        value = err
-                w.entries.observe(waits, durations)
-                self._failed(qk, e, job, attempt, value, kind, raw)
-                unacked[e.stream].discard(e.eid)
+        # every entry at once on the loop, at most `share` of them running at a time
+        outcomes = asyncio.run_coroutine_threadsafe(
+            _bounded([((w.q.name, p[0], 0, e.eid, p[3]), p[4]) for e, p in ready], w, share),
+            w.loop).result()
+        unstarted = [e for (e, _), o in zip(ready, outcomes) if o is None]
+        for (e, (job, kind, raw, attempt, _)), outcome in zip(ready, outcomes):
+            if outcome is None:
+                continue
+            ok, value, started, ended = outcome
+            wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
+            waits.append(wait if wait > 0.0 else 0.0)
+            durations.append(ended - started)
+            if ok:
+                try:
+                    done.setdefault(e.stream, []).append((e.eid, job, encode_result(value)))
+                    continue
+                except Exception as err:  # noqa: BLE001 - a result that cannot be encoded
+                    value = err
+            w.entries.observe(waits, durations)
+            self._failed(qk, e, job, attempt, value, kind, raw)
+            unacked[e.stream].discard(e.eid)
+        if unstarted:
+            self._requeue(unstarted)  # the worker is stopping: handed back, never started
 
     # -- settling ----------------------------------------------------------------------
 
@@ -366,15 +367,25 @@ def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:
     return list(out.items())
 
 
-async def _gather(items: list[tuple[tuple[str, str, int, str, int], Any]], w: Any
-                  ) -> list[tuple[bool, Any, float, float]]:
+async def _bounded(items: list[tuple[tuple[str, str, int, str, int], Any]], w: Any,
+                   limit: int) -> list[tuple[bool, Any, float, float] | None]:
+    """Run the handler on every item, ``limit`` at a time (each in a task of its own,
+    with its own current task); None for an item not started because the worker is
+    stopping."""
+    gate = asyncio.Semaphore(limit)
+
     async def one(task: tuple[str, str, int, str, int], payload: Any
-                  ) -> tuple[bool, Any, float, float]:
-        _current.set(task)
-        started = time.perf_counter()
-        try:
-            return True, await w.handler(payload), started, time.perf_counter()
-        except Exception as e:  # noqa: BLE001 - reported as a failed attempt
-            return False, e, started, time.perf_counter()
+                  ) -> tuple[bool, Any, float, float] | None:
+        async with gate:
+            if w.stopping.is_set():
+                return None
+            if w.fault_at is not None:
+                w.fault("in_handler")
+            _current.set(task)
+            started = time.perf_counter()
+            try:
+                return True, await w.handler(payload), started, time.perf_counter()
+            except Exception as e:  # noqa: BLE001 - reported as a failed attempt
+                return False, e, started, time.perf_counter()
 
     return list(await asyncio.gather(*(one(t, p) for t, p in items)))

@@ -114,6 +114,36 @@ def test_a_lane_submit_sent_twice_enqueues_once(
     q.close()
 
 
+def test_a_lane_ack_or_failure_sent_twice_counts_once(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given two small jobs read by a worker (by hand: XREADGROUP as consumer "w")
+    from streamq.cluster import is_cluster
+    from streamq.scripts import LaneCtx
+
+    q = Queue(queue_name, redis_url)
+    ok, bad = q.submit_many([[1], [2]], max_deliveries=1)
+    qk, lane = q.shards[0], q.shards[0].lane(50, "default")
+    (_, read), = r.xreadgroup("workers", "w", {lane: ">"}, count=10)
+    ids = {f[b"j"].decode(): eid.decode() for eid, f in read}
+    ctx = LaneCtx(queue_name, 1000, 60_000, is_cluster(r))
+    ack = q.scripts.lane_ack_call(qk, lane, ctx, [(ids[ok.id], ok.id, b"j2")])
+    fail = q.scripts.lane_fail_call(qk, (50, "default"), ctx, entry_id=ids[bad.id], job=bad.id,
+                                    attempts=1, delay_ms=0, error="boom", kind=b"j",
+                                    payload=b"2")
+    # When each is sent twice (a reply lost, the call sent again)
+    first = q.scripts.run_many([ack, fail])
+    again = q.scripts.run_many([ack, fail])
+    # Then the first acknowledged and completed one job and dead-lettered the other,
+    # and the second changed nothing
+    assert [list(first[0]), first[1]] == [[1, 1], 2]
+    assert [list(again[0]), again[1]] == [[0, 0], 0]
+    assert completions_of(r, queue_name) == {ok.id: 1, bad.id: 1}
+    assert q.results(ok.id) == {0: 2} and q.status(bad.id).state is JobState.FAILED
+    assert len(q.dead_letters()) == 1 and r.xlen(lane) == 0
+    q.close()
+
+
 def test_lane_jobs_of_many_submitters_and_a_big_job_all_complete(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:

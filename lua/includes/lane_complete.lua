@@ -1,22 +1,50 @@
 --[[
-  Complete a small job (streamq.lane) in its shard's slot: its record turns
-  terminal, it leaves the registry of unfinished jobs, is kept for its
-  retention in `ldone`, and its completion is recorded in the events stream
-  and published on the job's and the queue's channels, all in the caller's
-  script. `rec` is the decoded job record; `ctx` holds the keys and settings
-  every lane script passes: ljobs, lactive, ldone, events, eventsMax,
-  eventsRetention, queueChannel, jobChannel, publish, queue.
+  A small job's record (streamq.lane) is JSON whose first fields are the ones
+  that change, always in this order, so a script rewrites them as text and
+  reads the rest with a pattern, without decoding the document:
+  {"state":"active","done":0,"failed":0,<the settings>,"created":<ms>} while
+  it runs; {"state":"<terminal>","done":d,"failed":f,"finished":<ms>,<the same>}
+  once it completed. lane_active tells a record that is still running.
+]]
+--- @include "includes/chunked"
+
+local LANE_ACTIVE = '{"state":"active","done":0,"failed":0,'
+
+-- what lane_complete leaves for lane_flush (see below)
+local function lane_done()
+  return {records = {}, jobs = {}, forget = {}}
+end
+
+local function lane_active(raw)
+  return raw ~= nil and raw ~= false and string.sub(raw, 1, #LANE_ACTIVE) == LANE_ACTIVE
+end
+
+local function lane_field(raw, name)
+  return tonumber(string.match(raw, '"' .. name .. '":(%d+)') or "0")
+end
+
+--[[
+  Complete a small job in its shard's slot: its record turns terminal, it
+  leaves the registry of unfinished jobs, is kept for its retention in
+  `ldone`, and its completion is recorded in the events stream and published
+  on the job's and the queue's channels, all in the caller's script. `raw` is
+  the job's active record; `ctx` holds the keys and settings every lane script
+  passes: ljobs, lactive, ldone, events, eventsMax, eventsRetention,
+  queueChannel, jobChannel, publish, queue; and `ctx.done`, the writes to the
+  records, the registry and `ldone`, which lane_flush makes with one command
+  each for every job the call completed (call it before the script returns).
   The caller has made sure this happens once (only the call whose XACK
   acknowledged the job's entry completes it).
 ]]
-local function lane_complete(ctx, job, rec, state, done, failed, nowMs)
-  rec["state"] = state
-  rec["done"] = done
-  rec["failed"] = failed
-  rec["finished"] = nowMs
-  rcall("HSET", ctx.ljobs, job, cjson.encode(rec))
-  rcall("ZREM", ctx.lactive, job)
-  rcall("ZADD", ctx.ldone, nowMs + tonumber(rec["retention"] or 0), job)
+local function lane_complete(ctx, job, raw, state, done, failed, nowMs)
+  local rest = string.sub(raw, #LANE_ACTIVE + 1)
+  local d = ctx.done
+  d.records[#d.records + 1] = job
+  d.records[#d.records + 1] = '{"state":"' .. state .. '","done":' .. done .. ',"failed":' ..
+    failed .. ',"finished":' .. nowMs .. ',' .. rest
+  d.jobs[#d.jobs + 1] = job
+  d.forget[#d.forget + 1] = nowMs + lane_field(rest, "retention")
+  d.forget[#d.forget + 1] = job
   rcall("XADD", ctx.events, "*", "job", job, "state", state, "total", 1, "done", done,
         "failed", failed, "finished", nowMs)
   local message = '{"job_id":"' .. job .. '","queue":"' .. ctx.queue .. '","state":"' ..
@@ -26,27 +54,37 @@ local function lane_complete(ctx, job, rec, state, done, failed, nowMs)
   rcall(ctx.publish, ctx.queueChannel, message)
 end
 
+local function lane_flush(ctx)
+  local d = ctx.done
+  if #d.jobs == 0 then return end
+  chunked("HSET", ctx.ljobs, d.records)
+  chunked("ZREM", ctx.lactive, d.jobs)
+  chunked("ZADD", ctx.ldone, d.forget)
+  ctx.done = {records = {}, jobs = {}, forget = {}}
+end
+
 --[[
   Dead-letter a small job's entry: its error record in `lerrors`, one entry in
   the queue's dead-letter stream (it is in this slot: no second step), and the
-  job completes as failed. `rec` is nil for an entry whose job has no record
-  (malformed, or its record expired): only the dead letter is written.
+  job completes as failed. `raw` is nil for an entry whose job has no active
+  record (malformed, finished, or its record expired): only the dead letter is
+  written.
 ]]
-local function lane_dead(ctx, dead, deadMax, job, rec, entryId, errText, attempts, kind,
+local function lane_dead(ctx, dead, deadMax, job, raw, entryId, errText, attempts, kind,
                          payload, nowMs)
-  local created = 0
-  if rec then created = tonumber(rec["created"] or 0) end
-  if rec then
+  local created, field = 0, "0"
+  if raw then
+    created = lane_field(raw, "created")
     rcall("HSET", ctx.lerrors, job,
           cjson.encode({error = errText, attempts = tonumber(attempts), at = nowMs, n = 1}))
+  else
+    field = "entry:" .. entryId
   end
-  local field = "0"
-  if not rec then field = "entry:" .. entryId end
   rcall("XADD", dead, "MAXLEN", "~", deadMax, "*", "job", job or "", "index", field,
         "error", errText, "attempts", attempts, "at", nowMs, "t", kind or "b",
         "p", payload or "", "n", 1, "c", created)
-  if rec and rec["state"] == "active" then
-    lane_complete(ctx, job, rec, "failed", 0, 1, nowMs)
+  if raw then
+    lane_complete(ctx, job, raw, "failed", 0, 1, nowMs)
   end
 end
 
