@@ -29,10 +29,12 @@ local group, member, cap = ARGV[1], ARGV[2], tonumber(ARGV[4])
 --- @include "includes/chunked"
 
 local nowMs = now_ms()
+-- a lane stream exists exactly while it is registered (lane_drop removes both in
+-- one call; lane_promote makes both)
 if rcall("EXISTS", laneKey) == 0 then
   rcall("XGROUP", "CREATE", laneKey, group, "0", "MKSTREAM")
+  rcall("ZADD", lanesKey, ARGV[3], member)
 end
-rcall("ZADD", lanesKey, ARGV[3], member)
 local out, added = {nowMs}, 0
 local created = ',"created":' .. nowMs .. '}'
 -- the records read with one command (a job recorded before is left alone), the new

@@ -17,6 +17,7 @@ how readers find it (:func:`find`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ def lane_limit() -> int:
     return 0 if os.environ.get("STREAMQ_LANE", "1") == "0" else config.LANE_MAX_ENTRIES
 
 
+@functools.lru_cache(maxsize=256)
 def record(tag: str, priority: int, client: str, retention_ms: int,
            max_deliveries: int) -> str:
     """A lane job's record as submitted (``lane_submit`` adds ``created``)."""
@@ -53,12 +55,11 @@ def submit(q: Queue, jobs: Sequence[tuple[str, tuple[bytes, bytes]]], priority: 
     """Submit lane jobs (id, encoded payload), grouped by shard, in one round trip."""
     shards = q.shards
     by_shard: dict[int, list[tuple[str, str, bytes, bytes]]] = {}
-    records: dict[int, str] = {}
     for jid, (kind, payload) in jobs:
         k = shard_index(jid, len(shards))
-        if k not in records:
-            records[k] = record(shards[k].tag, priority, client, q.retention_ms, max_deliveries)
-        by_shard.setdefault(k, []).append((jid, records[k], kind, payload))
+        by_shard.setdefault(k, []).append(
+            (jid, record(shards[k].tag, priority, client, q.retention_ms, max_deliveries),
+             kind, payload))
     calls = [q.scripts.lane_submit_call(shards[k], priority, client,
                                         group[s : s + config.LANE_SUBMIT_CHUNK])
              for k, group in by_shard.items()
