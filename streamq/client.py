@@ -85,8 +85,8 @@ class Queue(Following):
         self.retention_ms = int(retention_s * 1000)
         self.max_payload_bytes = max_payload_bytes
         self.events_maxlen = events_maxlen
-        #: most sub-requests of a job submitted on the small-job lane (0: none is)
-        self.lane_limit = lane.lane_limit()
+        #: one-entry jobs with a generated id and no dedup key ride the small-job lane
+        self.lane = lane.enabled()
 
     def close(self) -> None:
         self.redis.close()
@@ -187,7 +187,7 @@ class Queue(Following):
         """
         self._options(priority, concurrency, client, max_deliveries)
         entries = self._encode_all(payloads)
-        if job_id is None and dedup_key is None and 0 < len(entries) <= self.lane_limit:
+        if self.lane and job_id is None and dedup_key is None and len(entries) == 1:
             # a small job rides its shard's lane: one script, one round trip
             jid = os.urandom(16).hex()  # 128 random bits, as _new_ids gives
             lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
@@ -246,8 +246,7 @@ class Queue(Following):
         """
         self._options(priority, concurrency, client, max_deliveries)
         encoded = [self._encode_all(p) for p in jobs]
-        limit = self.lane_limit
-        laned = [i for i, e in enumerate(encoded) if 0 < len(e) <= limit]
+        laned = [i for i, e in enumerate(encoded) if self.lane and len(e) == 1]
         lane_ids = dict(zip(laned, _new_ids(len(laned))))
         if lane_ids:
             lane.submit(self, [(lane_ids[i], encoded[i][0]) for i in laned], priority, client,

@@ -99,10 +99,8 @@ ANNOUNCE_CHUNK = 500
 #: Jobs of the ``owed`` set the reaper repairs per pass.
 OWED_PER_PASS = 1000
 
-#: Small-job lane (:mod:`streamq.lane`): a submitted job of at most this many
-#: sub-requests, with a generated id and no dedup key, rides its shard's shared lane
-#: streams instead of getting a stream, group and tokens of its own. 0 turns the lane
-#: off (``STREAMQ_LANE=0``).
-LANE_MAX_ENTRIES = 1
-#: Jobs per ``lane_submit`` call of a ``submit_many``.
+#: Name the reaper claims stalled entries as, on both lanes (they are re-added in the
+#: same script).
+REAPER_CONSUMER = "streamq-reaper"
+#: Jobs per ``lane_submit`` call of a ``submit_many`` (:mod:`streamq.lane`).
 LANE_SUBMIT_CHUNK = 500

@@ -283,15 +283,20 @@ class EntryRunner:
                kind: bytes, raw: bytes, shard: QueueKeys) -> bool:
         """A handler's failure: count it, log it and report the attempt (:meth:`fail`,
         with the backoff the exception asks for); True when it completed the job."""
+        delay = self.count_failure(job, index, attempt, e)
+        return self.fail(job, eid, index, attempt, delay, f"{type(e).__name__}: {e}", kind, raw,
+                         shard)
+
+    def count_failure(self, job: str, index: int, attempt: int, e: Exception) -> int:
+        """Count and log a handler's failure (either lane); the delay before the next
+        attempt in ms, or -1 to dead-letter at once."""
         w = self.w
         w.metrics.failed.inc()
         with w.stats.lock:
             w.stats.failed += 1
-        delay = w._retry_delay(e, attempt)
         log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
                     attempt, type(e).__name__, e)
-        return self.fail(job, eid, index, attempt, delay, f"{type(e).__name__}: {e}", kind, raw,
-                         shard)
+        return w._retry_delay(e, attempt)
 
     def observe(self, waits: list[float], durations: list[float]) -> None:
         """Add the gathered queue waits and handler durations to the histograms; empty

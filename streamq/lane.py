@@ -12,7 +12,7 @@ completion once: everything of a small job lives in its shard's slot, so there
 is no cross-slot step and no token. A submit is one script in one round trip.
 
 Lane jobs have generated ids: a job's shard is the one its id names, which is
-how readers find it (:func:`find`).
+how readers find it (:func:`shard_of_job`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from .connection import Client
 
 
-def lane_limit() -> int:
-    """Most sub-requests of a lane job (``STREAMQ_LANE=0`` turns the lane off)."""
-    return 0 if os.environ.get("STREAMQ_LANE", "1") == "0" else config.LANE_MAX_ENTRIES
+def enabled() -> bool:
+    """Whether one-entry jobs ride the lane (``STREAMQ_LANE=0`` turns it off)."""
+    return os.environ.get("STREAMQ_LANE", "1") != "0"
 
 
 @functools.lru_cache(maxsize=256)

@@ -16,34 +16,13 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from . import config
-from .cluster import is_cluster
-from .connection import is_access_error, is_transient, server_ms
+from .connection import server_ms
 from .keys import parse_lane_member
 from .scripts import LaneCtx
 
 if TYPE_CHECKING:
     from .reaper import PassReport, Reaper
-
-#: the consumer the reaper claims stalled lane entries as (they are re-added at once)
-LANE_REAPER = "streamq-reaper"
-
-
-def _lag(client: Any, stream: str) -> int:
-    """Entries of a lane not yet delivered to any worker (XINFO GROUPS lag)."""
-    try:
-        groups: Any = client.xinfo_groups(stream)
-    except redis.ResponseError as e:
-        if is_transient(e) or is_access_error(e):
-            raise
-        return 0
-    for g in groups:
-        lag = g.get("lag")
-        return int(lag) if lag is not None else int(client.xlen(stream))
-    return 0
-
 
 def recover_lanes(reaper: Reaper, report: PassReport) -> None:
     """Every lane of the reaper's current shard (``reaper.keys``)."""
@@ -52,8 +31,7 @@ def recover_lanes(reaper: Reaper, report: PassReport) -> None:
     report.lane_active += int(client.zcard(qk.lactive))
     if not members:
         return
-    ctx = LaneCtx(queue=reaper.q.name, events_maxlen=reaper.q.events_maxlen,
-                  events_retention_ms=reaper.q.retention_ms, sharded=is_cluster(client))
+    ctx = LaneCtx.of(reaper.q)
     live: Any = client.zrangebyscore(qk.workers, server_ms(client, qk.workers), "+inf")
     alive = {w.decode() for w in live}
     for member in members:
@@ -64,14 +42,14 @@ def recover_lanes(reaper: Reaper, report: PassReport) -> None:
         cursor = "0-0"
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
             cursor, readded, dead = scripts.lane_reclaim(
-                qk, lane, ctx, consumer=LANE_REAPER, min_idle_ms=reaper.min_idle_ms,
+                qk, lane, ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=reaper.min_idle_ms,
                 cursor=cursor, count=config.RECLAIM_COUNT, max_deliveries=reaper.max_deliveries)
             report.reclaimed += readded
             report.dead_lettered += dead
             if cursor == "0-0":
                 break
         stream = qk.lane(*lane)
-        waiting = _lag(client, stream) + int(client.zcard(qk.lane_retry(*lane)))
+        waiting = reaper._undelivered(stream) + int(client.zcard(qk.lane_retry(*lane)))
         report.backlog[lane[0]] = report.backlog.get(lane[0], 0) + waiting
         report.consumers_deleted += reaper._delete_idle_consumers(stream, alive)
         if not waiting:

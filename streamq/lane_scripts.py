@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .cluster import is_cluster
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
 from .keys import QueueKeys, lane_member
 from .replies import Call
 from .script_base import ScriptsBase
+
+if TYPE_CHECKING:
+    from .client import Queue
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,12 @@ class LaneCtx:
     events_retention_ms: int
     sharded: bool
     dead_maxlen: int = DEFAULT_DEAD_MAXLEN
+
+    @classmethod
+    def of(cls, q: Queue) -> LaneCtx:
+        """The settings of queue client ``q`` (its retention and events cap)."""
+        return cls(queue=q.name, events_maxlen=q.events_maxlen,
+                   events_retention_ms=q.retention_ms, sharded=is_cluster(q.redis))
 
     def args(self, qk: QueueKeys) -> list[Any]:
         return [GROUP, self.events_maxlen, self.events_retention_ms, qk.channel,

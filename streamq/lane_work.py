@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
-from .cluster import is_cluster
 from .codec import decode, encode_result
 from .config import GROUP
 from .connection import is_transient, pipelined
-from .entries import _current, _fields
+from .entries import _current, _fields, is_suspect
 from .errors import PayloadError
 from .keys import QueueKeys, parse_lane_member
 from .replies import Call
@@ -51,7 +50,7 @@ class LaneEntry(NamedTuple):
     flat: list[bytes]
 
 
-def _entries(reply: Any) -> list[tuple[str, list[tuple[bytes, list[bytes]]]]]:
+def streams_read(reply: Any) -> list[tuple[str, list[tuple[bytes, list[bytes]]]]]:
     """(stream, entries) of a raw XREADGROUP reply over several streams (RESP2 list
     or RESP3 map; nil when nothing was read)."""
     if not reply:
@@ -74,8 +73,7 @@ class LaneWork:
         self.acks: list[Call] = []
         #: the lanes of each shard, as its registry said in the last read
         self.lanes: dict[str, list[tuple[int, str]]] = {}
-        self.ctx = LaneCtx(queue=w.q.name, events_maxlen=w.q.events_maxlen,
-                           events_retention_ms=w.q.retention_ms, sharded=is_cluster(w.redis))
+        self.ctx = LaneCtx.of(w.q)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -160,7 +158,7 @@ class LaneWork:
             elif isinstance(reply, Exception):
                 raise reply
             by_stream = {qk.lane(p, c): (p, c) for p, c in known}
-            for stream, entries in _entries(reply):
+            for stream, entries in streams_read(reply):
                 p, c = by_stream.get(stream, (0, ""))
                 full = full or len(entries) >= count
                 out.extend(LaneEntry(p, c, stream, eid.decode(), flat) for eid, flat in entries)
@@ -178,7 +176,7 @@ class LaneWork:
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
-        if w.loop is not None and not any(_suspect(e.flat) for e in entries):
+        if w.loop is not None and not any(is_suspect(e.flat) for e in entries):
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
             self._run_sync(qk, entries, done, unacked, waits, durations)
@@ -225,7 +223,7 @@ class LaneWork:
             if prepared is None:
                 continue
             job, kind, raw, attempt, payload = prepared
-            if _suspect(e.flat):
+            if is_suspect(e.flat):
                 # what is done is acknowledged first, so a kill inside this handler
                 # counts an attempt for this entry alone
                 self.flush(qk, done)
@@ -315,12 +313,7 @@ class LaneWork:
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
-        w = self.w
-        w.metrics.failed.inc()
-        with w.stats.lock:
-            w.stats.failed += 1
-        delay = w._retry_delay(err, attempt)
-        log.warning("job %s attempt %d failed: %s: %s", job, attempt, type(err).__name__, err)
+        delay = self.w.entries.count_failure(job, 0, attempt, err)
         self._fail(qk, e, job, attempt, delay, f"{type(err).__name__}: {err}", kind, raw)
 
     def _fail(self, qk: QueueKeys, e: LaneEntry, job: str, attempts: int, delay_ms: int,
@@ -354,10 +347,6 @@ def _tiers(lanes: Sequence[tuple[int, str]]) -> list[list[tuple[int, str]]]:
     for lane in sorted(lanes):
         out.setdefault(lane[0], []).append(lane)
     return list(out.values())
-
-
-def _suspect(flat: list[bytes]) -> bool:
-    return b"s" in flat[0::2]
 
 
 def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:

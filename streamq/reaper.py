@@ -29,8 +29,7 @@ from .scripts import JobReply
 
 log = logging.getLogger("streamq.reaper")
 
-#: Name the reaper claims stalled entries as (they are re-added in the same script).
-REAPER_CONSUMER = "streamq-reaper"
+REAPER_CONSUMER = config.REAPER_CONSUMER
 #: Most dedup keys and `finished` entries one trim call removes, and calls per pass.
 _TRIM_LIMIT, _TRIM_CALLS = 1000, 10
 #: Most intents one pass finishes.
@@ -286,17 +285,19 @@ class Reaper:
             self.scripts.unpark(self.keys, job, reply.concurrency)
         report.consumers_deleted += self._delete_idle_consumers(jk, alive)
 
-    def _undelivered(self, jk: JobKeys) -> int:
-        """Entries of the job's stream not yet delivered to any worker (XINFO GROUPS lag)."""
+    def _undelivered(self, jk: JobKeys | str) -> int:
+        """Entries of a job's stream (or a lane's, by key) not yet delivered to any
+        worker (XINFO GROUPS lag)."""
+        stream = jk if isinstance(jk, str) else jk.tasks
         try:
-            groups: Any = self.redis.xinfo_groups(jk.tasks)
+            groups: Any = self.redis.xinfo_groups(stream)
         except redis.ResponseError as e:
             if is_transient(e) or is_access_error(e):
                 raise
             return 0  # no stream
         for g in groups:
             lag = g.get("lag")
-            return int(lag) if lag is not None else int(self.redis.xlen(jk.tasks))
+            return int(lag) if lag is not None else int(self.redis.xlen(stream))
         return 0
 
     def _delete_idle_consumers(self, jk: JobKeys | str, alive: set[str]) -> int:

@@ -25,7 +25,7 @@ from . import config
 from .connection import is_access_error, is_transient, pipelined
 from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
-from .lane_work import LANE_DUE, LaneEntry, LaneWork
+from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
 from .scripts import JobReply
 
 if TYPE_CHECKING:
@@ -42,12 +42,8 @@ _PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
 
 def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
     """The entries of a raw XREADGROUP reply of one stream, each an id and its flat
-    field list ``[field, value, ...]``; the reply is a RESP2 list
-    ``[[stream, [[id, [field, value, ...]], ...]]]``, a RESP3 map, or nil."""
-    if not reply:
-        return []
-    streams = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]
-    return [(entry_id, flat or []) for entries in streams for entry_id, flat in entries]
+    field list ``[field, value, ...]`` (see :func:`streamq.lane_work.streams_read`)."""
+    return [entry for _, entries in streams_read(reply) for entry in entries]
 
 
 class Slot:
