@@ -291,9 +291,15 @@ def server_ms(client: Client, key: str | None = None) -> int:
     clock: pass the ``key`` whose times are compared with it, and the master that holds
     that key is asked (the clock its scripts use)."""
     if isinstance(client, RedisCluster) and key is not None:
-        # a script naming the key runs where the key's scripts run (MOVED followed):
+        # a function naming the key runs where the key's scripts run (MOVED followed):
         # never a stale map's old master, whose host clock may differ
-        (reply,) = pipelined(client, [("EVAL", "return redis.call('TIME')", 1, key)])
+        from .functions import ensure, is_missing_function
+        from .luaload import TIME_FUNCTION
+
+        (reply,) = pipelined(client, [("FCALL_RO", TIME_FUNCTION, 1, key)])
+        if is_missing_function(reply):
+            ensure(client)
+            (reply,) = pipelined(client, [("FCALL_RO", TIME_FUNCTION, 1, key)])
         if isinstance(reply, Exception):
             raise reply
         sec, usec = reply

@@ -169,3 +169,70 @@ def bundled() -> dict[str, LuaScript]:
     """:func:`load_all` of the scripts shipped with streamq, assembled once per process
     (every client registers them: a Spark task, a producer, a worker slot)."""
     return load_all()
+
+
+#: The Redis Functions library holding every streamq script (``FUNCTION LOAD``).
+LIBRARY_NAME = "streamq"
+#: A script ``ack`` is the function ``sq_ack`` of the library.
+FUNCTION_PREFIX = "sq_"
+#: Scripts that add new work: refused while Redis is over its ``maxmemory`` (the
+#: producer waits, nothing is half written). Every other function may run then
+#: (``allow-oom``): acks, failures and trims are how a full Redis drains.
+ADDS_WORK = frozenset({
+    "create_job", "add_tasks", "add_keyed", "commit_batch", "lane_submit", "register_jobs",
+    "intend_jobs", "reserve_dedup", "replay",
+})
+#: Functions of the library that are not script files: its version and Redis's clock,
+#: both read-only (``FCALL_RO``, any role).
+VERSION_FUNCTION = FUNCTION_PREFIX + "version"
+TIME_FUNCTION = FUNCTION_PREFIX + "time"
+
+
+@dataclass(frozen=True)
+class LuaLibrary:
+    """Every streamq script as one Redis Functions library."""
+
+    name: str
+    #: the first 12 hex digits of the SHA-1 of the library's scripts: any change to
+    #: any script is a new version
+    version: str
+    source: str
+    #: script name -> function name
+    functions: dict[str, str]
+
+
+def function_name(script: str) -> str:
+    """The library function that runs ``script``."""
+    return FUNCTION_PREFIX + script
+
+
+def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME) -> LuaLibrary:
+    """One library registering each script as a function whose body is the script:
+    ``KEYS`` and ``ARGV`` are the callback's parameters, so a script runs as it would
+    under EVAL. Includes are expanded into each function (no state is shared)."""
+    import hashlib
+
+    bodies: list[str] = []
+    functions: dict[str, str] = {}
+    for script in sorted(scripts.values(), key=lambda s: s.name):
+        fname = function_name(script.name)
+        flags = "" if script.name in ADDS_WORK else "'allow-oom'"
+        bodies.append(
+            f"redis.register_function{{function_name='{fname}', "
+            f"callback=function(KEYS, ARGV)\n{script.source}end, flags={{{flags}}}}}\n")
+        functions[script.name] = fname
+    version = hashlib.sha1("".join(bodies).encode()).hexdigest()[:12]
+    fixed = (
+        f"redis.register_function{{function_name='{VERSION_FUNCTION}', "
+        f"callback=function() return '{version}' end, flags={{'no-writes', 'allow-stale'}}}}\n"
+        f"redis.register_function{{function_name='{TIME_FUNCTION}', "
+        f"callback=function() return redis.call('TIME') end, "
+        f"flags={{'no-writes', 'allow-stale'}}}}\n")
+    source = f"#!lua name={name}\n" + fixed + "".join(bodies)
+    return LuaLibrary(name=name, version=version, source=source, functions=functions)
+
+
+@functools.cache
+def library() -> LuaLibrary:
+    """:func:`build_library` of the scripts shipped with streamq (once per process)."""
+    return build_library(bundled())

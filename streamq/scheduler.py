@@ -13,6 +13,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from .connection import is_access_error, is_transient, wait_for_redis
 from .errors import ConnectionFailed
+from .functions import LibraryMissing, ensure
 from .reaper import Reaper
 
 log = logging.getLogger("streamq.scheduler")
@@ -46,7 +47,7 @@ def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None 
     """
     scheduler = BlockingScheduler(timezone="UTC")
     stop = threading.Event()
-    fatal: list[ConnectionFailed] = []
+    fatal: list[Exception] = []
 
     def halt() -> None:
         stop.set()
@@ -73,7 +74,10 @@ def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None 
         try:
             reaper.run_once()
         except Exception as e:
-            if is_access_error(e):
+            if isinstance(e, LibraryMissing):  # what to run is in its message
+                fatal.append(e)
+                halt()
+            elif is_access_error(e):
                 fatal.append(ConnectionFailed(f"Redis refused access: {e}"))
                 halt()
             elif is_transient(e):
@@ -97,6 +101,12 @@ def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     if wait():
+        try:
+            ensure(reaper.redis)
+        except LibraryMissing:
+            raise
+        except Exception as e:  # a transient error: the first pass meets it again
+            log.warning("could not check streamq's functions library now (%s)", e)
         scheduler.add_job(tick, IntervalTrigger(seconds=interval_s, jitter=interval_s * 0.1),
                           id=_JOB, coalesce=True, max_instances=1,
                           next_run_time=datetime.now().astimezone())

@@ -1,7 +1,9 @@
 """The plumbing of :class:`streamq.scripts.Scripts`: script registration and calls.
 
-Scripts are assembled by :mod:`streamq.luaload`, registered once per client and
-run with EVALSHA, loaded again after NOSCRIPT.
+Scripts are the functions of streamq's library (:func:`streamq.luaload.library`),
+run with FCALL. A server found without the library (a restart without
+persistence, FUNCTION FLUSH, a new master) gets it again when the user may load
+it (:func:`streamq.functions.ensure`); else the call fails with what to run.
 """
 
 from __future__ import annotations
@@ -9,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-from redis.commands.core import Script
-
+from . import functions
 from .connection import Client, InFlight, pipelined
-from .luaload import bundled
+from .luaload import bundled, library
 from .replies import Call
 
 
@@ -22,23 +22,25 @@ class ScriptsBase:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self._scripts: dict[str, Script] = {}
-        self._numkeys: dict[str, int] = {}
-        for name, lua in bundled().items():
-            self._scripts[name] = client.register_script(lua.source)
-            self._numkeys[name] = lua.numkeys
+        self.library = library()
+        self._numkeys = {name: lua.numkeys for name, lua in bundled().items()}
+
+    def function(self, name: str) -> str:
+        """The library function that runs the script ``name`` (the FCALL's first
+        argument)."""
+        return self.library.functions[name]
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run one script (EVALSHA, loading it after NOSCRIPT)."""
+        """Run one script (FCALL)."""
         return self.run_many([Call(name, keys, args)])[0]
 
     def run_many(self, calls: Sequence[Call]) -> list[Any]:
         """Run several scripts in one pipelined round trip; replies in order.
 
-        A script missing from the server's cache (NOSCRIPT, after a restart or
-        SCRIPT FLUSH) did not run: each missing script is loaded once and the
-        calls it failed are run again, in one more round trip (twice at most, in
-        case the cache was flushed again meanwhile). Any other error is raised.
+        A function the server does not have did not run: the library is loaded
+        (:func:`streamq.functions.ensure`, which raises when this user may not)
+        and the calls it failed are run again, in one more round trip (twice at
+        most, in case it was flushed again meanwhile). Any other error is raised.
         """
         return self.run_then(calls)[0]
 
@@ -63,14 +65,13 @@ class ScriptsBase:
         return lambda: self._settled(calls, flight.wait())
 
     def _settled(self, calls: Sequence[Call], replies: list[Any]) -> list[Any]:
-        """Run again the calls whose script was missing (NOSCRIPT), raise errors."""
+        """Run again the calls whose function was missing, raise errors."""
         for _ in range(2):
-            missing = [i for i, r in enumerate(replies)
-                       if isinstance(r, redis.exceptions.NoScriptError)]
+            missing = [i for i, r in enumerate(replies) if functions.is_missing_function(r)]
             if not missing:
                 break
-            for name in dict.fromkeys(calls[i].name for i in missing):
-                self.client.script_load(self._scripts[name].script)
+            self.client.streamq_library = None  # type: ignore[union-attr]
+            functions.ensure(self.client, self.library)
             for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):
                 replies[i] = reply
         for reply in replies:
@@ -83,11 +84,12 @@ class ScriptsBase:
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
-            commands.append(("EVALSHA", self._scripts[c.name].sha, len(c.keys), *c.keys, *c.args))
+            commands.append(("FCALL", self.library.functions[c.name], len(c.keys), *c.keys,
+                             *c.args))
         return commands
 
     def _pipelined(self, calls: Sequence[Call],
                    then: Sequence[Sequence[Any]] = ()) -> list[Any]:
-        """EVALSHA each call, then the commands ``then``, in one round trip; errors are
+        """FCALL each call, then the commands ``then``, in one round trip; errors are
         returned, not raised."""
         return pipelined(self.client, [*self._commands(calls), *then])

@@ -1,7 +1,7 @@
 """The only caller of streamq's Lua: one typed method per script.
 
-Scripts are assembled by :mod:`streamq.luaload`, registered once per client
-(EVALSHA, with a reload after NOSCRIPT), called with the key names of
+Scripts are assembled by :mod:`streamq.luaload` into one functions library,
+run with FCALL (:mod:`streamq.script_base`), called with the key names of
 :mod:`streamq.keys`, and their replies parsed into plain tuples here.
 Negative integer replies are streamq's error codes, mapped to exceptions in
 :func:`raise_for_code`.

@@ -41,7 +41,7 @@ from typing import Any
 
 import redis
 
-from . import config
+from . import config, functions
 from .client import Queue, now_ms
 from .connection import (
     Client,
@@ -249,6 +249,7 @@ class Worker:
                 return
             raise
         self._check_eviction()
+        self._check_library()
         port, addr = self._metrics_at
         if port is not None:
             self.metrics.serve(port, addr)
@@ -376,6 +377,17 @@ class Worker:
             if not is_transient(e):
                 raise
             log.warning("could not check Redis's maxmemory-policy now (%s)", e)
+
+    def _check_library(self) -> None:
+        """Refuse to start (LibraryMissing, saying what to run) when a master lacks
+        streamq's functions library and this user may not load it; a transient error
+        leaves it to the first call."""
+        try:
+            functions.ensure(self.redis)
+        except redis.RedisError as e:
+            if not is_transient(e):
+                raise
+            log.warning("could not check streamq's functions library now (%s)", e)
 
     def fault(self, point: str) -> None:
         """Fault injection for crash tests (STREAMQ_FAULT=point:n kills on the n-th pass)."""

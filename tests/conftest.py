@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 import redis
 
-from streamq import Worker
-from streamq.luaload import load_all
+from streamq import Worker, functions
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -193,14 +192,13 @@ def r(redis_url: str, topology: str) -> Iterator[Any]:
 @pytest.fixture
 def proxy(r: redis.Redis, topology: str) -> Iterator[Any]:
     """A reply-losing proxy in front of the test server (tests/proxy.py). Every script
-    is loaded first: a lost NOSCRIPT reply would be the reply of a command that did
-    not run. Standalone only: a cluster's nodes send clients past a proxy (MOVED)."""
+    is loaded first: a lost "function not found" reply would be the reply of a command that
+    did not run. Standalone only: a cluster's nodes send clients past a proxy (MOVED)."""
     if topology != "standalone":
         pytest.skip("the reply-losing proxy fronts one server; a cluster redirects past it")
     from proxy import ReplyDropProxy  # imported here: tests.chaos imports this module too
 
-    for lua in load_all().values():
-        r.script_load(lua.source)
+    functions.load(r)
     with ReplyDropProxy(r.connection_pool.connection_kwargs["port"]) as p:
         yield p
 

@@ -102,3 +102,18 @@ async def acount(payload: Any) -> Any:
     _start()
     await asyncio.sleep(float(payload.get("sleep", 0)))
     return payload["n"] * 2
+
+
+def hang(payload: Any) -> Any:
+    """Sleep a minute without touching Redis (a worker to kill while it holds work)."""
+    time.sleep(60)
+    return payload
+
+
+def echo_or_refuse(payload: Any) -> Any:
+    """Return the payload; the payload ``"poison"`` fails for good."""
+    from streamq import NonRetryable
+
+    if payload == "poison":
+        raise NonRetryable("poison")
+    return payload

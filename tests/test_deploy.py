@@ -21,7 +21,8 @@ from streamq import ConnectionFailed, JobState, NonRetryable, Queue, Worker
 from streamq.reaper import Reaper
 
 PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
-             "reaper": "reaper-secret", "inspector": "inspector-secret"}
+             "reaper": "reaper-secret", "inspector": "inspector-secret",
+             "admin": "admin-secret"}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,14 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     shutil.copy(ROOT / "deploy" / "users.acl", d / "users.acl")
     proc, url = start_redis(d, "--aclfile", str(d / "users.acl"), ping=False)
     host = url.removeprefix("redis://")
+    urls = {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()}
     try:
-        yield {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()} | {"plain": url}
+        # the admin loads streamq's functions library, as a deployment does
+        setup = subprocess.run([sys.executable, "-m", "streamq", "setup", "--redis-url",
+                                urls["admin"]], capture_output=True, text=True, timeout=60,
+                               cwd=ROOT)
+        assert setup.returncode == 0, setup.stderr
+        yield urls | {"plain": url}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -65,8 +72,9 @@ def test_each_acl_user_does_its_job(acl_redis: dict[str, str], queue_name: str) 
         bad = producer.submit(["bad"], max_deliveries=1)
         assert bad.wait(timeout=20).state is JobState.FAILED
         assert reaper.run_once().skipped is False
-        [dead] = producer.dead_letters()
-        again = producer.replay_dead(dead.id)
+        admin = Queue(queue_name, acl_redis["admin"])  # replay is the admin's
+        [dead] = admin.dead_letters()
+        again = admin.replay_dead(dead.id)
         assert producer.wait(again, timeout=20).state is JobState.FAILED
         assert reaper.run_once().skipped is False
         inspector = Queue(queue_name, acl_redis["inspector"])

@@ -15,11 +15,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import streamq.script_base
-from streamq import Queue, Worker
+from streamq import Queue, Worker, functions
 from streamq.connection import connect
 from streamq.errors import ConnectionFailed
 from streamq.keys import JobKeys, QueueKeys
-from streamq.luaload import load_all
 from streamq.models import JobState
 from streamq.reaper import Reaper
 
@@ -31,7 +30,7 @@ def dying_producer(queue: str, proxy: ReplyDropProxy) -> Queue:
     """A producer whose connection breaks after the create's reply and that never
     retries: what a producer killed right after its create leaves behind."""
     q = Queue(queue, client=connect(proxy.url, retry=Retry(NoBackoff(), 0)))
-    proxy.drop_reply_to(q.scripts._scripts["create_job"].sha.encode())
+    proxy.drop_reply_to(q.scripts.function("create_job").encode())
     return q
 
 
@@ -158,19 +157,18 @@ def test_the_intent_costs_no_round_trip_of_its_own(
     # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
     monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given every script in the server's cache and a count of round trips
-    for lua in load_all().values():
-        r.script_load(lua.source)
+    functions.load(r)
     sent: list[list[bytes]] = []
     real = streamq.script_base.pipelined
 
     def counting(client: Any, commands: Any) -> Any:
-        sent.append([c[1] if c[0] == "EVALSHA" else c[0] for c in commands])
+        sent.append([c[1] if c[0] == "FCALL" else c[0] for c in commands])
         return real(client, commands)
 
     monkeypatch.setattr(streamq.script_base, "pipelined", counting)
     q = Queue(queue_name, redis_url)
     qk = QueueKeys(queue_name)
-    sha = {name: q.scripts._scripts[name].sha for name in ("intend_jobs", "create_job",
+    sha = {name: q.scripts.function(name) for name in ("intend_jobs", "create_job",
                                                           "register_jobs", "reserve_dedup")}
     # When jobs are submitted and opened
     # Then a submit is one round trip carrying the intent and the create, then the

@@ -92,7 +92,7 @@ def test_a_lane_submit_is_one_round_trip_and_one_script(
             if c.get("client_type") != "lua" and not c["command"].startswith("HELLO"):
                 seen.append(c["command"])  # (HELLO: the marker's connection opening)
     # Then the client sent one command, and it was a script
-    assert len(seen) == 1 and seen[0].startswith("EVALSHA"), seen
+    assert len(seen) == 1 and seen[0].startswith("FCALL"), seen
     q.close()
 
 

@@ -21,7 +21,7 @@ StartWorker = Callable[..., Worker]
 
 
 def sha(q: Queue, script: str) -> bytes:
-    return q.scripts._scripts[script].sha.encode()
+    return q.scripts.function(script).encode()
 
 
 def test_a_resent_streaming_add_adds_once(

@@ -9,10 +9,10 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from streamq import Queue
+from streamq import Queue, functions
 from streamq.errors import JobClosed
 from streamq.keys import JobKeys, QueueKeys
-from streamq.luaload import load_all
+from streamq.luaload import library, load_all
 from streamq.scripts import Call, CreateReply, JobReply, Scripts
 
 SCRIPTS = load_all()
@@ -23,6 +23,25 @@ def test_every_script_loads_into_redis(r: redis.Redis) -> None:
     for name, lua in SCRIPTS.items():
         sha = r.script_load(lua.source)
         assert r.script_exists(sha) == [True], name
+
+
+def test_the_library_loads_every_script_as_a_function(r: redis.Redis) -> None:
+    # Given the functions library built from every script
+    lib = library()
+    # When it is loaded on every master
+    functions.load(r)
+    # Then on each master every script is a function of it, and its version function
+    # says its version
+    for _name, node in functions._nodes(r):
+        (entry,) = functions._call(r, node, "FUNCTION", "LIST", "LIBRARYNAME", lib.name)
+        fields = dict(zip(entry[::2], entry[1::2])) if isinstance(entry, list) else entry
+        listed = fields.get(b"functions", fields.get("functions"))
+        names = set()
+        for f in listed:
+            ff = dict(zip(f[::2], f[1::2])) if isinstance(f, list) else f
+            names.add(ff.get(b"name", ff.get("name")).decode())
+        assert names == {*lib.functions.values(), "sq_version", "sq_time"}
+        assert functions.installed(r, node) == lib.version
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -111,26 +130,26 @@ def test_a_create_or_finalize_sent_again_is_told_apart_from_another(r: redis.Red
     assert create("t1").job.completed  # a resent create of a terminal job: finish it
 
 
-def test_run_many_reloads_after_script_flush(r: redis.Redis) -> None:
+def test_run_many_reloads_after_function_flush(r: redis.Redis) -> None:
     s = Scripts(r)
     jk = JobKeys("j-flush")
-    r.script_flush()
+    r.function_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                              max_deliveries=3, retention_ms=1000, dedup="",
                              mode="open", entries=[(b"s", b"x")])
     (raw,) = s.run_many([call])
     assert s.parse_create(raw).created
-    r.script_flush()
+    r.function_flush()
     assert s.add_tasks(jk, [(b"s", b"y")], expect_total=1) == 2
 
 
 def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
-    # Given a script cache flushed (the scripts' first attempt fails with NOSCRIPT)
+    # Given the library flushed (the functions' first attempt fails: not found)
     s = Scripts(r)
     jk = JobKeys("j-then")
     r.delete("then:n")
     r.set("then:s", "x")
-    r.script_flush()
+    r.function_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                              max_deliveries=3, retention_ms=1000, dedup="",
                              mode="open", entries=[(b"s", b"x")])
@@ -146,9 +165,9 @@ def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
 
 
 @pytest.mark.standalone
-def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Redis) -> None:
+def test_run_many_after_function_flush_loads_once_and_reruns_together(r: redis.Redis) -> None:
     s = Scripts(r)
-    r.script_flush()
+    r.function_flush()
     r.config_resetstat()
     calls = [s.create_job_call(JobKeys(f"j-flush-{i}"), queue="q", priority=1, concurrency=1,
                                client="c", max_deliveries=3, retention_ms=1000,
@@ -157,10 +176,10 @@ def test_run_many_after_script_flush_loads_once_and_reruns_together(r: redis.Red
     replies = s.run_many(calls)
     assert all(s.parse_create(raw).created for raw in replies)
     stats = r.info("commandstats")
-    assert stats["cmdstat_script|load"]["calls"] == 1  # one script, loaded once
-    # 50 that failed with NOSCRIPT, then 50 that ran: none run one at a time
-    assert stats["cmdstat_evalsha"]["calls"] == 100
-    assert stats["cmdstat_evalsha"]["failed_calls"] + stats["cmdstat_evalsha"].get(
+    assert stats["cmdstat_function|load"]["calls"] == 1  # the library, loaded once
+    # 50 that failed (no such function), then 50 that ran: none run one at a time
+    assert stats["cmdstat_fcall"]["calls"] == 100
+    assert stats["cmdstat_fcall"]["failed_calls"] + stats["cmdstat_fcall"].get(
         "rejected_calls", 0) == 50
 
 

@@ -8,6 +8,7 @@ submit     ``submit``
 read       ``status``, ``pending``, ``workers``, ``health``
 dlq        ``dlq list|show|replay|purge``
 live       ``subscribe``, ``watch``
+admin      ``setup``
 =========  ==========================================================
 
 Errors a command lets through become one ``streamq: ...`` line on stderr and
@@ -27,7 +28,7 @@ from .. import __version__
 from .common import ExitCode, app, fail
 
 # importing a command module registers its commands, in this order in --help
-from . import submit, read, live, dlq  # isort: skip  # noqa: F401, E402
+from . import submit, read, live, dlq, admin  # isort: skip  # noqa: F401, E402
 from .run import load_handler  # isort: skip  # noqa: E402
 
 __all__ = ["ExitCode", "app", "load_handler", "main"]

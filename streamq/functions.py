@@ -1,0 +1,101 @@
+"""streamq's Redis Functions library on a server: is it there, which version, load it.
+
+Every state change of streamq runs as a function of one library (``streamq``,
+built by :func:`streamq.luaload.library`), called with FCALL. The library is
+loaded once per server (``streamq setup``, the admin role; FUNCTION LOAD on
+every master of a cluster); Redis keeps it in its RDB/AOF and replicates it.
+Runtime roles may not load code: a process whose user may not run FUNCTION LOAD
+and that finds the library missing or of another version stops with one line
+saying what to run. A user that may load it (a development server's default
+user, the admin) loads it on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+from .cluster import is_cluster
+from .connection import Client
+from .errors import ConfigError
+from .luaload import VERSION_FUNCTION, LuaLibrary, library
+
+__all__ = ["LibraryMissing", "ensure", "installed", "is_missing_function", "load"]
+
+log = logging.getLogger("streamq.functions")
+
+
+class LibraryMissing(ConfigError):
+    """Raised when a server lacks the functions library this streamq needs, and the
+    caller's Redis user may not load it."""
+
+
+def is_missing_function(reply: Any) -> bool:
+    """True for the error of an FCALL whose function the server does not have."""
+    return isinstance(reply, redis.ResponseError) and "Function not found" in str(reply)
+
+
+def _nodes(client: Client) -> list[tuple[str, Any]]:
+    """(name, target) of every master: the library must be on each."""
+    if is_cluster(client):
+        return [(n.name, n) for n in client.get_primaries()]  # type: ignore[union-attr]
+    kw = client.connection_pool.connection_kwargs  # type: ignore[union-attr]
+    return [(f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}", None)]
+
+
+def _call(client: Client, node: Any, *args: Any) -> Any:
+    if node is None:
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+    return client.execute_command(*args, target_nodes=node)  # type: ignore[no-untyped-call]
+
+
+def installed(client: Client, node: Any = None) -> str | None:
+    """The version of streamq's library on one server (a cluster's ``node``), None when
+    it has none."""
+    try:
+        raw = _call(client, node, "FCALL_RO", VERSION_FUNCTION, 0)
+    except redis.ResponseError as e:
+        if is_missing_function(e):
+            return None
+        raise
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def load(client: Client, lib: LuaLibrary | None = None) -> list[tuple[str, str | None]]:
+    """Load (or replace) the library on every master; returns (node, version it had)."""
+    lib = library() if lib is None else lib
+    done: list[tuple[str, str | None]] = []
+    for name, node in _nodes(client):
+        before = installed(client, node)
+        if before != lib.version:
+            _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
+        done.append((name, before))
+    return done
+
+
+def ensure(client: Client, lib: LuaLibrary | None = None) -> None:
+    """Make sure every master runs this streamq's library: nothing to do when it
+    does; loaded when it is missing or another version and the user may load it;
+    else :class:`LibraryMissing` naming the server and the command to run. Checked
+    once per client."""
+    lib = library() if lib is None else lib
+    if getattr(client, "streamq_library", None) == lib.version:
+        return
+    for name, node in _nodes(client):
+        have = installed(client, node)
+        if have == lib.version:
+            continue
+        try:
+            _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
+        except redis.exceptions.NoPermissionError:
+            found = "is not loaded" if have is None else f"is version {have}"
+            raise LibraryMissing(
+                f"streamq's functions library (version {lib.version}) {found} on {name}, and "
+                "this Redis user may not load it: run `streamq setup` with the admin user's "
+                "URL (it loads the library on every master)") from None
+        if have is not None:
+            log.warning("replaced streamq's functions library %s with %s on %s", have,
+                        lib.version, name)
+    client.streamq_library = lib.version  # type: ignore[union-attr]

@@ -1,0 +1,111 @@
+"""The Redis ACL roles of a streamq deployment, and the ACL rules each gets.
+
+Each role may call its own functions of streamq's library (``+fcall|sq_<name>``,
+a first-argument rule Redis 7.0 accepts for FCALL) and no other code: EVAL,
+EVALSHA, SCRIPT and FUNCTION are the admin's. Redis runs a function's commands
+with the caller's permissions, so a role also holds the commands its functions
+run (read from their Lua here, never listed by hand) plus the few it sends
+itself (reads, XREADGROUP, pub/sub). ``streamq setup --acl`` prints these rules
+as ACL file lines; ``deploy/users.acl`` is that output.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+
+from .luaload import TIME_FUNCTION, VERSION_FUNCTION, bundled, function_name
+
+__all__ = ["DIRECT", "FUNCTIONS", "ROLES", "acl_line", "acl_rules", "commands_of"]
+
+ROLES = ("producer", "worker", "reaper", "inspector", "admin")
+
+#: The scripts each runtime role runs (as functions): its operations.
+FUNCTIONS: dict[str, frozenset[str]] = {
+    # submit (both lanes), open/add/finalize, dedup, the Spark writer and reader
+    "producer": frozenset({
+        "create_job", "add_tasks", "finalize_job", "register_jobs", "intend_jobs",
+        "reserve_dedup", "finish_jobs", "unpark", "lane_submit", "add_keyed", "commit_batch",
+        "abort_job", "expire_keyed",
+    }),
+    # claim, read, ack, fail, retry, heartbeat and its own leases; dead letters it makes
+    "worker": frozenset({
+        "settle", "ack", "requeue", "fail", "record_start", "promote_retries",
+        "schedule_retry", "unpark", "heartbeat", "clear_owed", "announce", "unannounced",
+        "announced", "finish_jobs", "lane_ack", "lane_fail", "lane_promote", "lane_start",
+    }),
+    # recovery of stalled work and dead processes, retention trims
+    "reaper": frozenset({
+        "promote_retries", "reclaim", "delete_consumers", "expire_orphan", "drop_intent",
+        "unpark", "reap_leases", "forget_job", "trim", "unlock", "clear_owed", "announce",
+        "unannounced", "announced", "finish_jobs", "register_jobs", "lane_promote",
+        "lane_drop", "lane_reclaim",
+    }),
+    "inspector": frozenset(),
+}
+
+#: Commands each role sends itself, outside functions.
+_READS = ("get", "hget", "hmget", "hgetall", "hexists", "hlen", "hscan", "exists", "type",
+          "ttl", "pttl", "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups",
+          "xinfo|consumers", "xinfo|stream", "zcard", "zcount", "zrange", "zrangebyscore",
+          "zscore", "zscan", "scard", "smembers", "llen")
+_CONNECT = ("ping", "hello", "auth", "time", "command", "readonly", "asking", "cluster|slots",
+            "cluster|shards", "cluster|nodes", "cluster|info", "wait")
+_SUBSCRIBE = ("subscribe", "unsubscribe", "ssubscribe", "sunsubscribe")
+DIRECT: dict[str, tuple[str, ...]] = {
+    # status, results, wait, subscribe; a queue's first use stores its shards
+    "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx"),
+    # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check,
+    # its own registration removed on exit
+    "worker": (*_CONNECT, *_READS, "hsetnx", "xreadgroup", "blpop", "xclaim", "info", "zrem",
+               "del"),
+    # its pass lock
+    "reaper": (*_CONNECT, *_READS, "hsetnx", "set"),
+    "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),
+}
+
+_CALL_RE = re.compile(r"""\b(?:rcall|redis\.call|redis\.pcall)\(\s*["']([A-Za-z]+)["']"""
+                      r"""(?:\s*,\s*["']([A-Za-z]+)["'])?""")
+_PCALL_RE = re.compile(r"""\bpcall\(\s*rcall\s*,\s*["']([A-Za-z]+)["']"""
+                       r"""(?:\s*,\s*["']([A-Za-z]+)["'])?""")
+#: Commands whose first argument is a subcommand (ACL rules name them ``cmd|sub``).
+_CONTAINERS = frozenset({"xgroup", "xinfo"})
+
+
+@functools.cache
+def commands_of(script: str) -> frozenset[str]:
+    """The Redis commands the script ``script`` (with its includes) can run, as ACL
+    names. A command chosen at run time (PUBLISH or SPUBLISH) is both."""
+    source = bundled()[script].source
+    found: set[str] = set()
+    for regex in (_CALL_RE, _PCALL_RE):
+        for cmd, sub in regex.findall(source):
+            cmd = cmd.lower()
+            found.add(f"{cmd}|{sub.lower()}" if cmd in _CONTAINERS and sub else cmd)
+    if re.search(r"\brcall\(\s*(?:publish|cmd)\b", source):
+        found |= {"publish", "spublish"}
+    return frozenset(found)
+
+
+def acl_rules(role: str) -> str:
+    """The ACL rules of ``role`` (after ``user <name> on <password>``)."""
+    if role == "admin":
+        return "~* &* +@all"
+    if role not in FUNCTIONS:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    scripts = sorted(FUNCTIONS[role])
+    commands = set(DIRECT[role])
+    for script in scripts:
+        commands |= commands_of(script)
+    calls = [f"+fcall|{function_name(s)}" for s in scripts]
+    read_only = [f"+fcall_ro|{VERSION_FUNCTION}", f"+fcall_ro|{TIME_FUNCTION}"]
+    plain = [f"+{c}" for c in sorted(commands)]
+    return " ".join(["resetkeys", "~sq:*", "resetchannels", "&sq:*", "-@all",
+                     *plain, *calls, *read_only])
+
+
+def acl_line(role: str, password: str) -> str:
+    """One ACL file line for ``role``, its password stored as a SHA-256 hash."""
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    return f"user {role} on #{digest} {acl_rules(role)}"

@@ -1,0 +1,276 @@
+"""Roles against a leaked credential: each runtime role runs streamq's functions of its
+own operations and nothing else, and no role but the admin can load or run code.
+
+Every test runs a redis-server loading the ACL file the project ships
+(deploy/users.acl), set up with ``streamq setup`` as the admin user.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from conftest import ROOT, start_redis, wait_until
+
+from streamq import JobState, Queue
+from streamq.luaload import library
+from streamq.reaper import Reaper
+from streamq.roles import DIRECT, FUNCTIONS, acl_rules, commands_of
+
+PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
+             "reaper": "reaper-secret", "inspector": "inspector-secret",
+             "admin": "admin-secret"}
+RUNTIME = ("producer", "worker", "reaper", "inspector")
+
+
+def streamq(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamq", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def _start(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    (tmp / "users.acl").write_text((ROOT / "deploy" / "users.acl").read_text())
+    proc, url = start_redis(tmp, "--aclfile", str(tmp / "users.acl"), ping=False)
+    host = url.removeprefix("redis://")
+    urls = {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()}
+    admin = redis.Redis.from_url(urls["admin"])
+    wait_until(lambda: admin.ping(), 10, "redis-server with the ACL file")
+    admin.close()
+    return proc, urls
+
+
+@pytest.fixture(scope="module")
+def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A redis-server with the shipped ACL file, set up by the admin; a URL per role."""
+    proc, urls = _start(tmp_path_factory.mktemp("roles"))
+    try:
+        done = streamq("setup", "--redis-url", urls["admin"])
+        assert done.returncode == 0, done.stderr
+        yield urls
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_shipped_acl_file_is_what_setup_prints() -> None:
+    # Given the passwords of the compose secrets
+    # When setup prints the ACL lines of the roles
+    printed = streamq("setup", "--acl", str(ROOT / "deploy" / "secrets"), "--acl-only")
+    # Then they are the shipped ACL file, line for line (it cannot drift from the code)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == (ROOT / "deploy" / "users.acl").read_text().splitlines()
+    assert "secret" not in printed.stdout  # hashed, never the password itself
+
+
+def test_setup_loads_the_library_once_and_runtime_roles_are_told_what_to_run(
+    tmp_path: Path, queue_name: str
+) -> None:
+    # Given a fresh server with the shipped roles and no library
+    proc, urls = _start(tmp_path)
+    try:
+        # When a worker and a producer start before setup
+        w = streamq("worker", queue_name, "--handler", "handlers:echo", "--redis-wait", "5",
+                    "--redis-url", urls["worker"],
+                    env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+        # Then the worker stops with one line naming the command to run
+        assert w.returncode == 2, w.stderr
+        assert "streamq setup" in w.stderr and "Traceback" not in w.stderr
+        sub = streamq("submit", queue_name, "--redis-url", urls["producer"], "1")
+        assert sub.returncode == 2 and "streamq setup" in sub.stderr, sub.stderr
+        # When a runtime role runs setup, it is refused: setup is the admin's
+        refused = streamq("setup", "--redis-url", urls["worker"])
+        assert refused.returncode != 0 and "admin" in refused.stderr, refused.stderr
+        # When the admin runs setup twice, then checks
+        first = streamq("setup", "--redis-url", urls["admin"])
+        again = streamq("setup", "--redis-url", urls["admin"], "--json")
+        check = streamq("setup", "--redis-url", urls["admin"], "--check")
+        # Then the first loads the library, the second finds it up to date, the check
+        # passes, and persistence being off is a loud warning
+        assert first.returncode == 0 and "(loaded)" in first.stdout, first.stdout
+        assert "no persistence" in first.stderr
+        assert again.returncode == 0 and '"library_before": "' + library().version in again.stdout
+        assert check.returncode == 0 and "(up to date)" in check.stdout
+        # and the producer's submit now works
+        ok = streamq("submit", queue_name, "--redis-url", urls["producer"], "1")
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_setup_refuses_a_redis_that_may_evict(tmp_path: Path) -> None:
+    proc, urls = _start(tmp_path)
+    try:
+        admin = redis.Redis.from_url(urls["admin"])
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        refused = streamq("setup", "--redis-url", urls["admin"])
+        assert refused.returncode == 2 and "maxmemory-policy" in refused.stderr
+        assert admin.function_list() == []  # nothing loaded
+        allowed = streamq("setup", "--redis-url", urls["admin"], "--allow-eviction")
+        assert allowed.returncode == 0 and "may evict" in allowed.stderr
+        admin.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+#: Code and server administration no runtime role may run.
+CODE_AND_ADMIN = [
+    ("EVAL", "while true do end", "0"),
+    ("EVAL_RO", "return 1", "0"),
+    ("EVALSHA", "0" * 40, "0"),
+    ("SCRIPT", "LOAD", "return 1"),
+    ("SCRIPT", "FLUSH"),
+    ("FUNCTION", "LOAD", "#!lua name=evil\nredis.register_function('spin', "
+                         "function() while true do end end)"),
+    ("FUNCTION", "DELETE", "streamq"),
+    ("FUNCTION", "FLUSH"),
+    ("FUNCTION", "RESTORE", "x"),
+    ("FLUSHALL",),
+    ("FLUSHDB",),
+    ("CONFIG", "GET", "dir"),
+    ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"),
+    ("KEYS", "*"),
+    ("SHUTDOWN",),
+    ("ACL", "SETUSER", "x", "on"),
+    ("HSET", "other:key", "a", "1"),
+    ("PUBLISH", "other-channel", "x"),
+]
+
+
+@pytest.mark.parametrize("role", RUNTIME)
+def test_no_runtime_role_can_run_code_or_administer(acl: dict[str, str], role: str) -> None:
+    c = redis.Redis.from_url(acl[role])
+    try:
+        for command in CODE_AND_ADMIN:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                c.execute_command(*command)
+        # and nothing it may run keeps Redis busy: Redis answers at once afterwards
+        assert c.ping()
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("role", RUNTIME)
+def test_each_role_is_refused_every_other_roles_operations(
+    acl: dict[str, str], role: str
+) -> None:
+    # Given a role's credential
+    c = redis.Redis.from_url(acl[role])
+    own = FUNCTIONS[role]
+    try:
+        # Then every function of the library that is not one of its operations is
+        # refused before it runs (the keys are valid streamq keys)
+        for script, fname in library().functions.items():
+            if script in own:
+                continue
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                c.fcall(fname, 1, "sq:{x}:k")
+        # and every write command its functions and its own work do not need
+        allowed = set(DIRECT[role]).union(*[commands_of(s) for s in own])
+        writes = {
+            "hset": ("HSET", "sq:{x}:results", "0", "forged"),
+            "xadd": ("XADD", "sq:{x}:tasks", "*", "p", "x"),
+            "del": ("DEL", "sq:{x}:meta"),
+            "xack": ("XACK", "sq:{x}:tasks", "workers", "0-1"),
+            "xclaim": ("XCLAIM", "sq:{x}:tasks", "workers", "me", "0", "0-1"),
+            "xreadgroup": ("XREADGROUP", "GROUP", "workers", "me", "STREAMS",
+                           "sq:{x}:tasks", ">"),
+            "xautoclaim": ("XAUTOCLAIM", "sq:{x}:tasks", "workers", "me", "0", "0"),
+            "xgroup|destroy": ("XGROUP", "DESTROY", "sq:{x}:tasks", "workers"),
+            "set": ("SET", "sq:{x}:lock", "me"),
+            "zadd": ("ZADD", "sq:{x}:ready", "0", "j"),
+            "zrem": ("ZREM", "sq:{x}:ready", "j"),
+            "publish": ("PUBLISH", "sq:{x}:done", "forged"),
+            "spublish": ("SPUBLISH", "sq:{x}:done", "forged"),
+            "unlink": ("UNLINK", "sq:{x}:meta"),
+            "rename": ("RENAME", "sq:{x}:meta", "sq:{x}:gone"),
+            "expire": ("EXPIRE", "sq:{x}:meta", "1"),
+            "persist": ("PERSIST", "sq:{x}:meta"),
+            "restore": ("RESTORE", "sq:{x}:meta", "0", "x"),
+        }
+        refused = {name for name in writes if name not in allowed}
+        for name in refused:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                c.execute_command(*writes[name])
+        # (what each role still holds is in docs/operations.md; the inspector holds no
+        # write at all)
+        if role == "inspector":
+            assert refused == set(writes)
+        assert {"unlink", "rename", "expire", "persist", "restore", "xgroup|destroy",
+                "xautoclaim" if role != "reaper" else "unlink"} <= refused
+    finally:
+        c.close()
+
+
+def test_the_acl_rules_name_only_streamq_keys_and_channels() -> None:
+    for role in RUNTIME:
+        rules = acl_rules(role).split()
+        assert [r for r in rules if r.startswith("~")] == ["~sq:*"]
+        assert [r for r in rules if r.startswith("&")] == ["&sq:*"]
+        assert not any(r.lstrip("+").split("|")[0] in ("eval", "evalsha", "script", "function")
+                       for r in rules), role
+
+
+def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
+    acl: dict[str, str], queue_name: str
+) -> None:
+    # Given a producer, worker processes and a reaper, each logged in as its own role
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "STREAMQ_REDIS_URL": acl["worker"]}
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "streamq", "worker", queue_name, "--handler", "handlers:hang",
+         "--heartbeat", "0.3", "--log-level", "WARNING"], cwd=ROOT,
+        env=dict(os.environ, **env), stderr=subprocess.PIPE)
+    producer = Queue(queue_name, acl["producer"])
+    others: list[subprocess.Popen[bytes]] = []
+    try:
+        job = producer.submit([1, 2, 3], concurrency=3)
+        small = producer.submit(["one"])
+        # When the first worker holds the work and is killed with SIGKILL
+        wait_until(lambda: producer.status(job.id).in_flight >= 1, 30, "the work is held")
+        slow.send_signal(signal.SIGKILL)
+        slow.wait(10)
+        # and a healthy worker and the reaper (its own role) take over
+        others.append(subprocess.Popen(
+            [sys.executable, "-m", "streamq", "worker", queue_name, "--handler",
+             "handlers:echo_or_refuse", "--heartbeat", "0.3", "--log-level", "WARNING"],
+            cwd=ROOT, env=dict(os.environ, **env), stderr=subprocess.PIPE))
+        reaper = Reaper(queue_name, acl["reaper"], min_idle_s=1)
+        deadline = time.monotonic() + 60
+        while producer.status(job.id).state is not JobState.SUCCEEDED:
+            assert time.monotonic() < deadline, producer.status(job.id)
+            reaper.run_once()
+            time.sleep(0.5)
+        # Then every job completes, once, read back by the inspector
+        assert producer.wait(small.id, timeout=30).state is JobState.SUCCEEDED
+        inspector = Queue(queue_name, acl["inspector"])
+        assert inspector.results(job.id) == {0: 1, 1: 2, 2: 3}
+        # When a poison job dies and the admin replays its dead letter
+        bad = producer.submit(["poison"], max_deliveries=1)
+        assert producer.wait(bad.id, timeout=30).state is JobState.FAILED
+        reaper.run_once()
+        admin = Queue(queue_name, acl["admin"])
+        [dead] = admin.dead_letters()
+        # (the producer may not replay: that is the admin's)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            producer.replay_dead(dead.id)
+        again = admin.replay_dead(dead.id)
+        assert producer.wait(again, timeout=30).state is JobState.FAILED
+        # (a job lane's completion record follows its terminal state in the shard's slot)
+        wanted = sorted([job.id, small.id, bad.id, again])
+        wait_until(lambda: sorted(c.job_id for c in inspector.completions()) == wanted, 30,
+                   "one completion record per job")
+    finally:
+        for p in [slow, *others]:
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=10)
