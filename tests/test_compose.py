@@ -158,6 +158,12 @@ def compose(tmp_path: Path) -> Iterator[tuple[dict[str, Service], int]]:
             if svc is rs or svc.spec.get("profiles"):  # profiles run only when named
                 continue
             env = service_env(svc.spec, port)
+            if svc.spec.get("restart") == "no":  # a one-shot job: run it to its end first
+                argv = local_command([*entrypoint(), *svc.spec["command"]])
+                done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True,
+                                      timeout=120)
+                assert done.returncode == 0, (svc.name, done.stderr[-2000:])
+                continue
             replica_envs = []
             for n in range(svc.spec.get("deploy", {}).get("replicas", 1)):
                 e = dict(env)
@@ -230,7 +236,7 @@ def test_compose_services_run_jobs_and_stop_within_their_grace(
 def test_every_service_restarts_and_the_worker_checks_its_own_loop() -> None:
     services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     for name, svc in services.items():
-        if name == "cluster-init":  # a one-shot job: it forms the cluster and exits
+        if name in ("cluster-init", "setup", "setup-cluster"):  # one-shot jobs
             assert svc.get("restart") == "no"
             continue
         assert svc.get("restart") in ("always", "unless-stopped", "on-failure"), name
@@ -249,7 +255,8 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
     spec = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     names = [n for n, s in spec.items() if "cluster" in s.get("profiles", [])]
     nodes = sorted(n for n in names if n.startswith("redis-node-"))
-    assert len(nodes) == 6 and {"cluster-init", "worker-cluster", "reaper-cluster"} <= set(names)
+    assert len(nodes) == 6 and {"cluster-init", "setup-cluster", "worker-cluster",
+                                "reaper-cluster"} <= set(names)
     ports = dict(zip(nodes, _free_ports(6)))
     hosts = {f"{n}:6379": f"127.0.0.1:{p}" for n, p in ports.items()}
 
@@ -273,6 +280,13 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
         init = [local(a) for a in spec["cluster-init"]["command"]]
         out = subprocess.run(init, capture_output=True, timeout=120)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        # and the admin's setup loads the library on every master
+        env = dict(os.environ, **{k: local(str(v)) for k, v in
+                                  spec["setup-cluster"]["environment"].items()})
+        setup = subprocess.run(local_command([*entrypoint(), *spec["setup-cluster"]["command"]]),
+                               env=env, cwd=tmp_path, capture_output=True, timeout=120)
+        assert setup.returncode == 0, setup.stderr[-2000:]
+        assert setup.stdout.count(b"(loaded)") == 3, setup.stdout
         # and the cluster worker and reaper start
         for name in ("worker-cluster", "reaper-cluster"):
             env = dict(os.environ, **{k: local(str(v)) for k, v in
@@ -293,6 +307,13 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
         for job, p in zip(jobs, payloads):
             assert job.wait(timeout=90).state is JobState.SUCCEEDED
             assert job.results() == {i: handle(x) for i, x in enumerate(p)}
+        # and on every master the producer's credential runs no code and no other role's
+        # function (tests/test_roles.py has the whole matrix on one server)
+        for node in q.redis.get_primaries():
+            for command in (("EVAL", "while true do end", "0"), ("FUNCTION", "FLUSH"),
+                            ("FCALL", "sq_ack", "1", "sq:{x}:tasks"), ("FLUSHALL",)):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    q.redis.execute_command(*command, target_nodes=node)
         q.close()
         assert all(p.poll() is None for p in procs)
     finally:
