@@ -352,3 +352,26 @@ def test_every_streamq_service_builds_and_the_context_leaves_out_secrets() -> No
     for sources in copied:
         for src in sources.split():
             assert src.rstrip("/") not in ignored, src
+
+
+def test_the_image_is_pinned_the_base_by_digest_and_every_dependency_by_version() -> None:
+    from packaging.requirements import Requirement
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [base] = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
+    assert re.fullmatch(r"python:3\.11[\w.-]*@sha256:[0-9a-f]{64}", base), base
+    assert re.search(r"pip install --constraint constraints\.txt \.", dockerfile)
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not an exact pin: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    # every runtime dependency of pyproject.toml is pinned, at a version it accepts
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dep in map(Requirement, deps):
+        name = dep.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is not in constraints.txt"
+        assert dep.specifier.contains(pins[name]), (name, pins[name], str(dep.specifier))

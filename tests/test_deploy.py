@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -251,6 +252,61 @@ def test_job_over_tls(tmp_path: Path, queue_name: str) -> None:
         # and a plain connection to the TLS port is refused
         with pytest.raises(ConnectionFailed):
             Queue(queue_name, f"redis://127.0.0.1:{port}/0").status("x")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def make_client_cert(d: Path, ca: Path, name: str) -> tuple[Path, Path]:
+    """A client certificate signed by ``ca`` (whose key is ``ca.key`` next to it)."""
+    key, csr, cert = (d / f"{name}.{n}" for n in ("key", "csr", "crt"))
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+        "-keyout", str(key), "-out", str(csr))
+    run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca),
+        "-CAkey", str(ca.with_suffix(".key")), "-CAcreateserial", "-days", "2", "-out", str(cert))
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_mutual_tls_needs_a_client_certificate_of_the_ca(tmp_path: Path, queue_name: str) -> None:
+    # Given a redis-server that asks every client for a certificate of its CA
+    ca, cert, key = make_certs(tmp_path)
+    client_cert, client_key = make_client_cert(tmp_path, ca, "streamq-worker")
+    other = tmp_path / "other"
+    other.mkdir()
+    other_ca, _, _ = make_certs(other)
+    rogue_cert, rogue_key = make_client_cert(other, other_ca, "rogue")
+    port = free_port()
+    proc, _ = start_redis(tmp_path, "--port", "0", "--tls-port", str(port), "--tls-cert-file",
+                          str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+                          "--tls-auth-clients", "yes", ping=False)
+    base = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}&ssl_cert_reqs=required"
+    url = f"{base}&ssl_certfile={client_cert}&ssl_keyfile={client_key}"
+    try:
+        wait_for(url)
+        # When a worker process and a producer connect with the client certificate
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", STREAMQ_REDIS_URL=url)
+        worker = subprocess.Popen([sys.executable, "-m", "streamq", "worker", queue_name,
+                                   "--handler", "handlers:echo", "--log-level", "WARNING"],
+                                  cwd=ROOT, env=env, stderr=subprocess.PIPE)
+        q = Queue(queue_name, url)
+        job = q.submit([1, 2])
+        # Then the job completes over mutual TLS
+        assert job.wait(timeout=30).state is JobState.SUCCEEDED
+        assert job.results() == {0: 1, 1: 2}
+        q.close()
+        worker.terminate()
+        assert worker.wait(30) == 0
+        worker.communicate()
+        # and a client without a certificate, or with one of another CA, is refused with
+        # one line and exit code 3 (Redis unavailable), no traceback
+        for bad in (base, f"{base}&ssl_certfile={rogue_cert}&ssl_keyfile={rogue_key}"):
+            out = subprocess.run([sys.executable, "-m", "streamq", "status", queue_name,
+                                  "--redis-url", bad], capture_output=True, text=True,
+                                 timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            assert out.returncode == 3, out.stderr
+            assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     finally:
         proc.terminate()
         proc.wait(10)
