@@ -5,7 +5,8 @@ a first-argument rule Redis 7.0 accepts for FCALL) and no other code: EVAL,
 EVALSHA, SCRIPT and FUNCTION are the admin's. Redis runs a function's commands
 with the caller's permissions, so a role also holds the commands its functions
 run (read from their Lua here, never listed by hand) plus the few it sends
-itself (reads, XREADGROUP, pub/sub). ``streamq setup --acl`` prints these rules
+itself (reads, XREADGROUP, pub/sub). It may read every ``sq:`` key and write
+only the kinds of key its functions name in KEYS (read from their headers). ``streamq setup --acl`` prints these rules
 as ACL file lines; ``deploy/users.acl`` is that output.
 """
 
@@ -17,7 +18,8 @@ import re
 
 from .luaload import TIME_FUNCTION, VERSION_FUNCTION, bundled, function_name
 
-__all__ = ["DIRECT", "FUNCTIONS", "ROLES", "acl_line", "acl_rules", "commands_of"]
+__all__ = ["DIRECT", "FUNCTIONS", "ROLES", "acl_line", "acl_rules", "commands_of",
+           "keys_of", "write_keys"]
 
 ROLES = ("producer", "worker", "reaper", "inspector", "admin")
 
@@ -65,6 +67,17 @@ DIRECT: dict[str, tuple[str, ...]] = {
     "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),
 }
 
+#: Keys a role writes itself, outside functions (besides those its functions name):
+#: a queue's first use stores its shards in its config hash.
+_DIRECT_WRITES: dict[str, tuple[str, ...]] = {
+    "producer": ("sq:{*}:config",),
+    "worker": ("sq:{*}:config",),
+    "reaper": ("sq:{*}:config",),
+    "inspector": (),
+}
+
+_KEY_RE = re.compile(r"KEYS\[\d+\]\s+\w+\s+(sq:\S+)")
+
 _CALL_RE = re.compile(r"""\b(?:rcall|redis\.call|redis\.pcall)\(\s*["']([A-Za-z]+)["']"""
                       r"""(?:\s*,\s*["']([A-Za-z]+)["'])?""")
 _PCALL_RE = re.compile(r"""\bpcall\(\s*rcall\s*,\s*["']([A-Za-z]+)["']"""
@@ -88,6 +101,23 @@ def commands_of(script: str) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.cache
+def keys_of(script: str) -> frozenset[str]:
+    """The key patterns of a script's KEYS, from its header (``sq:{<job>}:meta`` is
+    ``sq:{*}:meta``): every key a script touches is one of its KEYS."""
+    header = bundled()[script].source.split("]]", 1)[0]
+    return frozenset(re.sub(r"<[^>]*>", "*", k) for k in _KEY_RE.findall(header))
+
+
+def write_keys(role: str) -> list[str]:
+    """The key patterns ``role`` may write: the KEYS of its functions (FCALL needs
+    write access to every key it names) and the keys it writes itself."""
+    found = set(_DIRECT_WRITES[role])
+    for script in FUNCTIONS[role]:
+        found |= keys_of(script)
+    return sorted(found)
+
+
 def acl_rules(role: str) -> str:
     """The ACL rules of ``role`` (after ``user <name> on <password>``)."""
     if role == "admin":
@@ -101,10 +131,12 @@ def acl_rules(role: str) -> str:
     calls = [f"+fcall|{function_name(s)}" for s in scripts]
     read_only = [f"+fcall_ro|{VERSION_FUNCTION}", f"+fcall_ro|{TIME_FUNCTION}"]
     plain = [f"+{c}" for c in sorted(commands)]
-    # the inspector may read streamq's keys and write none: a key selector (Redis 7.0)
-    # refuses a write even to a command that slipped into its list
-    keys = "%R~sq:*" if role == "inspector" else "~sq:*"
-    return " ".join(["resetkeys", keys, "resetchannels", "&sq:*", "-@all",
+    # every role may read streamq's keys and write only the kinds of key its own
+    # operations write (Redis 7.0 key permissions: %R~ read only, ~ read and write: one
+    # pattern must grant all a command needs, FCALL needs both); the inspector
+    # writes none, whatever its command list says
+    keys = ["%R~sq:*", *(f"~{k}" for k in write_keys(role))]
+    return " ".join(["resetkeys", *keys, "resetchannels", "&sq:*", "-@all",
                      *plain, *calls, *read_only])
 
 

@@ -111,9 +111,13 @@ def hang(payload: Any) -> Any:
 
 
 def echo_or_refuse(payload: Any) -> Any:
-    """Return the payload; the payload ``"poison"`` fails for good."""
-    from streamq import NonRetryable
+    """Return the payload; the payload ``"poison"`` fails for good, ``"again"`` asks for
+    a retry on its first attempt."""
+    from streamq import NonRetryable, RetryLater
 
     if payload == "poison":
         raise NonRetryable("poison")
+    task = current_task()
+    if payload == "again" and task is not None and task.attempt <= 1:
+        raise RetryLater(0.2)
     return payload

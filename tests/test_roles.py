@@ -7,6 +7,8 @@ Every test runs a redis-server loading the ACL file the project ships
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +24,7 @@ from conftest import ROOT, start_redis, wait_until
 from streamq import JobState, Queue
 from streamq.luaload import library
 from streamq.reaper import Reaper
-from streamq.roles import DIRECT, FUNCTIONS, acl_rules, commands_of
+from streamq.roles import DIRECT, FUNCTIONS, acl_rules, commands_of, keys_of, write_keys
 
 PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
              "reaper": "reaper-secret", "inspector": "inspector-secret",
@@ -202,6 +204,21 @@ def test_each_role_is_refused_every_other_roles_operations(
         for name in refused:
             with pytest.raises(redis.exceptions.NoPermissionError):
                 c.execute_command(*writes[name])
+        # and, with a write command it holds, every kind of key its operations do not
+        # write (key permissions: it reads every sq: key, writes only its own kinds)
+        kinds = set().union(*[keys_of(s) for s in library().functions])
+        mine = set(write_keys(role))
+        assert mine <= kinds | {"sq:{*}:config"}
+        for pattern in sorted(kinds - mine):
+            key = pattern.replace("*", "x")
+            if any(fnmatch.fnmatchcase(key, p) for p in mine):
+                continue  # (a lane's retry stream is a key of its lane's kind)
+            for name in ("del", "hset", "xadd"):
+                if name in allowed:
+                    command = {"del": ("DEL", key), "hset": ("HSET", key, "f", "forged"),
+                               "xadd": ("XADD", key, "*", "p", "x")}[name]
+                    with pytest.raises(redis.exceptions.NoPermissionError):
+                        c.execute_command(*command)
         # (what each role still holds is in docs/operations.md; the inspector holds no
         # write at all)
         if role == "inspector":
@@ -215,8 +232,9 @@ def test_each_role_is_refused_every_other_roles_operations(
 def test_the_acl_rules_name_only_streamq_keys_and_channels() -> None:
     for role in RUNTIME:
         rules = acl_rules(role).split()
-        keys = [r for r in rules if "~" in r and r != "resetkeys"]
-        assert keys == (["%R~sq:*"] if role == "inspector" else ["~sq:*"])
+        keys = [r for r in rules if "~" in r]
+        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") for k in keys[1:])
+        assert (role == "inspector") == (keys == ["%R~sq:*"])
         assert [r for r in rules if r.startswith("&")] == ["&sq:*"]
         assert not any(r.lstrip("+").split("|")[0] in ("eval", "evalsha", "script", "function")
                        for r in rules), role
@@ -251,6 +269,18 @@ def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
             assert time.monotonic() < deadline, producer.status(job.id)
             reaper.run_once()
             time.sleep(0.5)
+        # and the producer's other ways in (streaming, many small jobs, a dedup key, a
+        # retried small job) complete under the roles too
+        with producer.open() as streaming:
+            streaming.add("a")
+            streaming.add("again")
+        many = producer.submit_many([["m"]] * 20 + [["again"]])
+        keyed = producer.submit([7], dedup_key="only-once")
+        assert producer.submit([7], dedup_key="only-once").id == keyed.id
+        many_ids = [m.id for m in many]
+        for other in (streaming.id, *many_ids, keyed.id):
+            assert producer.wait(other, timeout=60).state is JobState.SUCCEEDED, other
+        assert producer.results(streaming.id) == {0: "a", 1: "again"}
         # Then every job completes, once, read back by the inspector
         assert producer.wait(small.id, timeout=30).state is JobState.SUCCEEDED
         inspector = Queue(queue_name, acl["inspector"])
@@ -267,7 +297,7 @@ def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
         again = admin.replay_dead(dead.id)
         assert producer.wait(again, timeout=30).state is JobState.FAILED
         # (a job lane's completion record follows its terminal state in the shard's slot)
-        wanted = sorted([job.id, small.id, bad.id, again])
+        wanted = sorted([job.id, small.id, bad.id, again, streaming.id, *many_ids, keyed.id])
         wait_until(lambda: sorted(c.job_id for c in inspector.completions()) == wanted, 30,
                    "one completion record per job")
     finally:
@@ -275,3 +305,40 @@ def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
             if p.poll() is None:
                 p.kill()
             p.communicate(timeout=10)
+
+
+def test_a_forged_completion_notice_is_not_taken_for_a_completion(
+    acl: dict[str, str], queue_name: str
+) -> None:
+    # Given a job held by no worker, and a subscriber waiting for it
+    producer = Queue(queue_name, acl["producer"])
+    job = producer.submit([1, 2])
+    sub = subprocess.Popen(
+        [sys.executable, "-m", "streamq", "subscribe", queue_name, job.id, "--until-done",
+         "--timeout", "4", "--json", "--redis-url", acl["inspector"]],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # (it subscribed)
+        # When a credential that may publish on the queue's channels forges its completion
+        from streamq.keys import QueueKeys
+        from streamq.models import Completion
+
+        fake = Completion(job.id, queue_name, JobState.SUCCEEDED, 2, 2, 0, 1).as_dict()
+        qk = producer.shards[0]
+        assert isinstance(qk, QueueKeys)
+        for _ in range(3):
+            producer.redis.publish(qk.channel, json.dumps(fake))
+            producer.redis.publish(qk.job_channel(job.id), json.dumps(fake))
+        out, err = sub.communicate(timeout=30)
+        # Then the subscriber reads the job's durable state and prints nothing: the job
+        # never completed, so it times out (exit 1)
+        assert sub.returncode == 1, err
+        assert out.strip() == "" and "timed out" in err
+        # and wait() is not fooled either
+        assert producer.status(job.id).state is JobState.ACTIVE
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.communicate()
+        producer.close()

@@ -17,6 +17,7 @@ from rich.text import Text
 from .. import inspect
 from ..client import Queue
 from ..connection import CONNECTION_ERRORS, Client
+from ..errors import ConfigError, JobNotFound
 from ..keys import QueueKeys
 from ..models import Completion, JobState
 from ..notices import Notices
@@ -106,7 +107,14 @@ def subscribe(
                 except (ValueError, KeyError, TypeError):
                     continue
                 if (not wanted or c.job_id in wanted) and c.job_id not in outcome:
-                    show(c)
+                    # what is shown is the job's durable state: a notice only says when
+                    # to read it, so a forged publication prints nothing
+                    try:
+                        durable = _from_status(q, c.job_id)
+                    except (JobNotFound, ConfigError):
+                        continue
+                    if durable is not None:
+                        show(durable)
             if until_done and time.monotonic() - checked >= RECHECK_S:
                 checked = time.monotonic()
                 for j in wanted:
