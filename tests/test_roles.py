@@ -16,10 +16,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, start_redis, wait_until
+from redis.cluster import RedisCluster
+from conftest import ROOT, TOPOLOGIES, start_redis, wait_until
 
 from streamq import JobState, Queue
 from streamq.luaload import library
@@ -50,17 +52,46 @@ def _start(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     return proc, urls
 
 
-@pytest.fixture(scope="module")
-def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A redis-server with the shipped ACL file, set up by the admin; a URL per role."""
-    proc, urls = _start(tmp_path_factory.mktemp("roles"))
+def _cluster_with_roles(tmp: Path) -> tuple[Any, dict[str, str]]:
+    """A Redis Cluster of three masters whose nodes each got the shipped ACL file's
+    users (ACL SETUSER, line for line; the default user turned off last)."""
+    from redis_cluster import LocalCluster
+
+    cluster = LocalCluster(tmp, masters=3)
+    cluster.start()
+    lines = (ROOT / "deploy" / "users.acl").read_text().splitlines()
+    for node in cluster.nodes:
+        c = node.client()
+        for line in [*lines[1:], lines[0]]:  # "user default off" last
+            _, name, *rules = line.split()
+            c.execute_command("ACL", "SETUSER", name, "reset", *rules)
+        c.close()
+    host = cluster.nodes[0].addr
+    return cluster, {u: f"redis://{u}:{p}@{host}/0" for u, p in PASSWORDS.items()}
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def acl(request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The shipped roles on a redis-server loading the ACL file, or on a Redis Cluster;
+    set up by the admin; a URL per role."""
+    tmp = tmp_path_factory.mktemp("roles")
+    if request.param == "cluster":
+        cluster, urls = _cluster_with_roles(tmp)
+        stop = cluster.stop
+    else:
+        proc, urls = _start(tmp)
+
+        def stop() -> None:
+            proc.terminate()
+            proc.wait(10)
     try:
         done = streamq("setup", "--redis-url", urls["admin"])
         assert done.returncode == 0, done.stderr
+        assert done.stdout.count("(loaded)") == (3 if request.param == "cluster" else 1)
         yield urls
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop()
 
 
 def test_the_shipped_acl_file_is_what_setup_prints() -> None:
@@ -327,9 +358,11 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
         fake = Completion(job.id, queue_name, JobState.SUCCEEDED, 2, 2, 0, 1).as_dict()
         qk = producer.shards[0]
         assert isinstance(qk, QueueKeys)
+        publish = (producer.redis.spublish if isinstance(producer.redis, RedisCluster)
+                   else producer.redis.publish)
         for _ in range(3):
-            producer.redis.publish(qk.channel, json.dumps(fake))
-            producer.redis.publish(qk.job_channel(job.id), json.dumps(fake))
+            publish(qk.channel, json.dumps(fake))
+            publish(qk.job_channel(job.id), json.dumps(fake))
         out, err = sub.communicate(timeout=30)
         # Then the subscriber reads the job's durable state and prints nothing: the job
         # never completed, so it times out (exit 1)
