@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 from conftest import ROOT, TOPOLOGIES, start_redis, wait_until
+from redis.cluster import RedisCluster
 
 from streamq import JobState, Queue
 from streamq.luaload import library
