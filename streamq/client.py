@@ -7,9 +7,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
-from . import config, deadletters, lane
+from . import config, deadletters, lane, schedule
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -177,6 +178,8 @@ class Queue(Following):
         client: str = config.DEFAULT_CLIENT,
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
         dedup_key: str | None = None,
+        delay: float | None = None,
+        at: datetime | None = None,
     ) -> Job:
         """Submit one job whose sub-requests are ``payloads`` (bytes, str or JSON values).
 
@@ -184,10 +187,19 @@ class Queue(Following):
         PayloadError (or PayloadTooLarge) and enqueues nothing. An existing
         ``job_id``, or a ``dedup_key`` already seen, returns the existing job
         (``job.created`` is False) and enqueues nothing.
+
+        ``delay`` (seconds) or ``at`` (a timezone-aware datetime) schedules the job:
+        it is stored now, its status is ``scheduled``, and its sub-requests become
+        ready at that time by Redis's clock (workers promote them). An ``at`` already
+        past raises ConfigError and submits nothing.
         """
         self._options(priority, concurrency, client, max_deliveries)
+        when = schedule.when(delay, at)
         entries = self._encode_all(payloads)
-        if self.lane and job_id is None and dedup_key is None and len(entries) == 1:
+        if when:
+            schedule.check_future(self.redis, at, self.keys.active)
+        if (self.lane and not when and job_id is None and dedup_key is None
+                and len(entries) == 1):
             # a small job rides its shard's lane: one script, one round trip
             jid = os.urandom(16).hex()  # 128 random bits, as _new_ids gives
             lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
@@ -196,7 +208,8 @@ class Queue(Following):
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
         qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", first, "submit" if rest else "final", qk=qk)
+                                 dedup_key or "", first, "submit" if rest else "final", qk=qk,
+                                 when=when)
         created = self._create(jid, call, dedup_key, qk)
         qk = self._check_queue(jid, created.queue)
         reply = created.job
@@ -336,14 +349,14 @@ class Queue(Following):
 
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
                      max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
-                     mode: str, token: str | None = None, *, qk: QueueKeys | None = None
-                     ) -> Call:
+                     mode: str, token: str | None = None, *, qk: QueueKeys | None = None,
+                     when: str = "") -> Call:
         qk = qk or self.shard_for(jid, dedup or None)
         return self.scripts.create_job_call(
             JobKeys(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
-            token=token)
+            token=token, when=when)
 
     def _create(self, jid: str, call: Call, dedup_key: str | None, qk: QueueKeys
                 ) -> CreateReply:

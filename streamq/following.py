@@ -62,10 +62,15 @@ class Following:
             except redis.ResponseError:
                 pending = 0
         finished = meta.get("finished")
+        state = JobState(meta["state"])
+        due = int(meta.get("due") or 0) or None
+        if (due is not None and state in (JobState.ACTIVE, JobState.OPEN) and int(xlen) == 0
+                and int(meta["done"]) == 0 and int(meta["failed"]) == 0 and int(retries) > 0):
+            state = JobState.SCHEDULED  # none of its sub-requests promoted yet
         return JobStatus(
             job_id=job_id,
             queue=shard_queue(meta["queue"]),
-            state=JobState(meta["state"]),
+            state=state,
             priority=int(meta["priority"]),
             concurrency=int(meta["concurrency"]),
             client=meta["client"],
@@ -76,6 +81,7 @@ class Following:
             queued=max(0, int(xlen) - pending) + int(retries),
             created_ms=int(meta["created"]),
             finished_ms=int(finished) if finished else None,
+            due_ms=due,
         )
 
     @wrap_connection_errors

@@ -41,12 +41,14 @@ class JobScripts(ScriptsBase):
         mode: str,
         entries: Iterable[tuple[bytes, bytes]],
         token: str | None = None,
+        when: str = "",
     ) -> Call:
-        """``mode`` is "final", "open" or "submit"; see create_job-5.lua."""
+        """``mode`` is "final", "open" or "submit"; ``when`` is "" (ready now),
+        "+<ms>" or "@<epoch ms>" (a scheduled job); see create_job-6.lua."""
         return JobScripts.create_job_calls(
             [(jk, entries)], queue=queue, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
-            retention_ms=retention_ms, mode=mode, dedup=dedup, token=token)[0]
+            retention_ms=retention_ms, mode=mode, dedup=dedup, token=token, when=when)[0]
 
     @staticmethod
     def create_job_calls(
@@ -61,6 +63,7 @@ class JobScripts(ScriptsBase):
         mode: str,
         dedup: str = "",
         token: str | None = None,
+        when: str = "",
     ) -> list[Call]:
         """:meth:`create_job_call` for many jobs with the same settings (their arguments
         share one head).
@@ -71,19 +74,22 @@ class JobScripts(ScriptsBase):
         is how create_job tells its own resend (it replies as the creator) from another
         create of the id; a job that exists keeps its own."""
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
-                           token or new_token(), retention_ms, dedup, mode, GROUP]
+                           token or new_token(), retention_ms, dedup, mode, GROUP, when]
         calls = []
         for jk, entries in jobs:
             args = head.copy()
             for kind, data in entries:
                 args.append(kind)
                 args.append(data)
-            calls.append(Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq),
-                              args))
+            calls.append(Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq,
+                                             jk.retry), args))
         return calls
 
     @staticmethod
-    def parse_create(r: Sequence[Any]) -> CreateReply:
+    def parse_create(r: Sequence[Any] | int) -> CreateReply:
+        if isinstance(r, int):  # an error code (ERR_AT_PAST): nothing was created
+            raise_for_code("create_job", r)
+            raise ValueError(f"create_job replied {r!r}")
         return CreateReply(bool(r[0]), s(r[1]), JobReply.parse(r[2:]))
 
     def add_tasks(
@@ -101,7 +107,7 @@ class JobScripts(ScriptsBase):
         args: list[Any] = ["" if expect_total is None else expect_total, batch_id or new_token()]
         for kind, data in entries:
             args += [kind, data]
-        reply = self.run("add_tasks", (jk.meta, jk.tasks, jk.batches), args)
+        reply = self.run("add_tasks", (jk.meta, jk.tasks, jk.batches, jk.retry), args)
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
 

@@ -12,6 +12,9 @@ class JobState(str, enum.Enum):
 
     OPEN = "open"  #: streaming: a producer may still add sub-requests
     ACTIVE = "active"  #: finalized, sub-requests unfinished
+    #: scheduled for later (``submit(delay=...)``/``at=``): none of its sub-requests is
+    #: ready yet; a status only (the job's meta says active or open)
+    SCHEDULED = "scheduled"
     SUCCEEDED = "succeeded"  #: every sub-request has a result
     PARTIAL = "partial"  #: some sub-requests were dead-lettered
     FAILED = "failed"  #: every sub-request was dead-lettered
@@ -39,6 +42,8 @@ class JobStatus:
     queued: int  #: waiting to be delivered (including scheduled retries)
     created_ms: int
     finished_ms: int | None
+    #: a scheduled job's time, ms since the epoch by Redis's clock (None: not scheduled)
+    due_ms: int | None = None
 
     @property
     def terminal(self) -> bool:

@@ -17,14 +17,15 @@ class QueueScripts(ScriptsBase):
 
     @staticmethod
     def register_jobs_call(qk: QueueKeys, jobs: Sequence[tuple[str, JobReply]]) -> Call:
-        """Register jobs (id and the job's own settings); see register_jobs-6.lua."""
+        """Register jobs (id and the job's own settings; a scheduled job parked until
+        it is due); see register_jobs-9.lua."""
         args: list[Any] = [WAKE_CAP]
         for job_id, job in jobs:
             args += [job_id, job.priority, job.client, job.concurrency, job.incarnation,
-                     job.dedup]
+                     job.dedup, job.due_ms]
         return Call("register_jobs",
-                    (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake, qk.creating),
-                    args)
+                    (qk.active, qk.finished, qk.tokens, qk.ready, qk.fair, qk.wake, qk.creating,
+                     qk.parked, qk.retries), args)
 
     @staticmethod
     def intend_jobs_call(qk: QueueKeys, intents: Sequence[str]) -> Call:

@@ -35,7 +35,7 @@ _TRIM_LIMIT, _TRIM_CALLS = 1000, 10
 #: Most intents one pass finishes.
 _INTENT_LIMIT = 500
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
-         "created", "retention", "incarnation", "dead")
+         "created", "retention", "incarnation", "dead", "due")
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .errors import JobClosed, JobNotFound, ScriptError
+from .errors import ConfigError, JobClosed, JobNotFound, ScriptError
 
 
 class ScriptErrorCode(enum.IntEnum):
@@ -25,6 +25,7 @@ class ScriptErrorCode(enum.IntEnum):
     NOT_WRITER = -6
     ROW_CHANGED = -7
     DUPLICATE_ID = -8
+    AT_PAST = -9
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
@@ -35,6 +36,9 @@ def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
         raise JobNotFound(job_id)
     if reply == ScriptErrorCode.JOB_CLOSED:
         raise JobClosed(f"job {job_id!r} is finalized: no sub-request can be added")
+    if reply == ScriptErrorCode.AT_PAST:
+        raise ConfigError("the time the job was scheduled at is already past by Redis's "
+                          "clock: nothing was submitted")
     raise ScriptError(script, reply, f"error code {reply}", job_id)
 
 
@@ -62,18 +66,21 @@ class JobReply(NamedTuple):
     client: str = ""
     created_ms: int = 0
     retention_ms: int = 0
-    #: tells this job from an earlier one of the same id (create_job-5.lua)
+    #: tells this job from an earlier one of the same id (create_job-6.lua)
     incarnation: str = ""
     #: dead letters the job recorded (replayed and malformed ones included): when
     #: above 0, finishing the job marks it as possibly owing announcements
     dead: int = 0
+    #: a scheduled job's time (ms, Redis's clock): its sub-requests wait until then
+    due_ms: int = 0
 
     @classmethod
     def parse(cls, r: Sequence[Any]) -> JobReply:
         return cls(r[0] == 1, s(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), s(r[6]),
                    int(r[7]), s(r[8]), int(r[9]), int(r[10]),
                    s(r[11]) if len(r) > 11 and r[11] is not None else "",
-                   int(r[12] or 0) if len(r) > 12 else 0)
+                   int(r[12] or 0) if len(r) > 12 else 0,
+                   int(r[13] or 0) if len(r) > 13 else 0)
 
 
 class JobMeta(NamedTuple):

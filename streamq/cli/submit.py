@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -108,6 +109,20 @@ def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatu
         notices.close()
 
 
+def parse_at(text: str | None) -> datetime | None:
+    """``--at``: an ISO 8601 time with its UTC offset ("Z" taken for +00:00)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"not an ISO 8601 time: {text!r}", param_hint="--at") from None
+    if value.tzinfo is None:
+        raise typer.BadParameter(f"{text!r} has no UTC offset (add +00:00 or Z)",
+                                 param_hint="--at")
+    return value
+
+
 @app.command(rich_help_panel="Jobs")
 def submit(
     queue: QueueArg,
@@ -130,6 +145,13 @@ def submit(
         config.DEFAULT_MAX_DELIVERIES,
     dedup_key: Annotated[str | None, typer.Option(help="a key seen before returns its job")] =
         None,
+    delay: Annotated[float | None, typer.Option(
+        "--delay", min=0.0, show_default=False,
+        help="seconds from now (Redis's clock) before its sub-requests are ready")] = None,
+    at: Annotated[str | None, typer.Option(
+        "--at", show_default=False, help="when its sub-requests are ready: an ISO 8601 time "
+                                         "with its UTC offset (2026-12-01T09:00:00+00:00)")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job with a progress bar "
                                                       "until it ends; exit 1 unless it "
                                                       "succeeded")] = False,
@@ -138,19 +160,27 @@ def submit(
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
     """Submit one job to QUEUE. Every payload is read and checked before anything is sent."""
+    when = parse_at(at)
     items = read_payloads(payloads or [], file)
     q = Queue(queue, client=client(redis_url))
     job = q.submit(items, job_id=job_id, priority=priority, concurrency=concurrency,
-                   client=client_name, max_deliveries=max_deliveries, dedup_key=dedup_key)
+                   client=client_name, max_deliveries=max_deliveries, dedup_key=dedup_key,
+                   delay=delay, at=when)
     count, prio = len(items), priority
     if not job.created:  # the existing job's own figures, not this call's
         existing = q.status(job.id)
         count, prio = existing.total, existing.priority
     doc: dict[str, Any] = {"job_id": job.id, "queue": queue, "created": job.created,
                            "sub_requests": count}
+    if (delay or when) and job.created:
+        doc["due_ms"] = q.status(job.id).due_ms
     if not json_out:
         what = "submitted" if job.created else "already exists, nothing enqueued:"
-        typer.echo(f"{what} job {job.id} ({count} sub-requests, priority {prio})")
+        due = ""
+        if doc.get("due_ms"):
+            due = ", scheduled for " + datetime.fromtimestamp(
+                doc["due_ms"] / 1000, UTC).isoformat(timespec="milliseconds")
+        typer.echo(f"{what} job {job.id} ({count} sub-requests, priority {prio}{due})")
     if not wait:
         if json_out:
             emit_json(doc)

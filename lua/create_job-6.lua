@@ -14,6 +14,7 @@
     KEYS[3] results  sq:{<job>}:results  HASH
     KEYS[4] errors   sq:{<job>}:errors   HASH
     KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
+    KEYS[6] retry    sq:{<job>}:retry    ZSET a scheduled job's sub-requests, due at its time
     ARGV[1]  queue name
     ARGV[2]  priority (0..99, 0 most urgent)
     ARGV[3]  concurrency (tokens)
@@ -32,22 +33,29 @@
              more sub-requests and then finalizes (stored in meta `mode`, so a
              retried submit can resume it)
     ARGV[10] consumer group name
-    ARGV[11..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
+    ARGV[11] when the sub-requests become ready: "" now; "+<ms>" that long from now;
+             "@<ms since the epoch>" at that time (both by Redis's clock). A scheduled
+             job stores the time in meta `due` and its sub-requests in its retry ZSET
+             (see includes/add_entries); its queue registers it parked, due then
+    ARGV[12..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
 
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:
      completed (0|1), state, total, done, failed, concurrency, dedup, priority,
-     client, created, retention, incarnation, dead letters}
+     client, created, retention, incarnation, dead letters, due}
+    ERR_AT_PAST (-9) when "@<ms>" is already past (nothing is created)
     `created` is Redis's clock at creation, ms since the epoch.
     `completed` is 1 when this call made the job terminal (an empty job
     finalized at once): the caller must then finish it in the queue slot.
 ]]
 local rcall = redis.call
-local metaKey, tasksKey, resultsKey, errorsKey, dlqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local metaKey, tasksKey, resultsKey, errorsKey, dlqKey, retryKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local incarnation, retentionMs = ARGV[6], ARGV[7]
 local finalize = ARGV[9] == "final"
 
 --- @include "includes/now_ms"
+--- @include "includes/errors"
 --- @include "includes/job_reply"
 --- @include "includes/add_entries"
 --- @include "includes/complete_job"
@@ -71,8 +79,17 @@ if existing[1] then
 end
 
 local nowMs = now_ms()
+local due = 0
+local when = ARGV[11]
+if string.sub(when, 1, 1) == "+" then
+  due = nowMs + tonumber(string.sub(when, 2))
+elseif string.sub(when, 1, 1) == "@" then
+  due = tonumber(string.sub(when, 2))
+  if due < nowMs then return ERR_AT_PAST end
+end
+if due <= nowMs then due = 0 end  -- due now: an ordinary job
 rcall("XGROUP", "CREATE", tasksKey, ARGV[10], "0", "MKSTREAM")
-local n = add_entries(tasksKey, 0, ARGV, 11)
+local n = add_entries(tasksKey, 0, ARGV, 12, retryKey, due)
 local remaining = n
 local state = "active"
 if not finalize then
@@ -86,6 +103,7 @@ rcall("HSET", metaKey,
   "retention", retentionMs, "concurrency", ARGV[3], "dedup", ARGV[8], "priority", ARGV[2],
   "client", ARGV[4], "created", nowMs, "queue", ARGV[1], "max_deliveries", ARGV[5],
   "mode", ARGV[9], "incarnation", incarnation)
+if due > 0 then rcall("HSET", metaKey, "due", due) end
 
 -- the reply of a job created here, from what was just written (no read back)
 local completed = 0
@@ -94,4 +112,4 @@ if remaining == 0 then
   completed = 1
 end
 return {1, ARGV[1], completed, state, n, 0, 0, tonumber(ARGV[3]), ARGV[8], tonumber(ARGV[2]),
-        ARGV[4], nowMs, tonumber(retentionMs), incarnation}
+        ARGV[4], nowMs, tonumber(retentionMs), incarnation, 0, due}
