@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import config, deadletters, lane, schedule
+from . import config, deadletters, flow, lane, schedule
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -240,6 +240,26 @@ class Queue(Following):
             except JobClosed:
                 break  # another producer finished the same submit
         return self.scripts.finalize_job(jk)
+
+    @wrap_connection_errors
+    def pause(self, *, wait: bool = True, timeout: float = 30.0) -> flow.PauseReport:
+        """Pause the queue: workers finish what they hold and claim nothing new until
+        :meth:`resume`. With ``wait`` (the default) this returns once every live worker
+        slot has seen the pause, so no sub-request starts after it returns
+        (``report.complete``); a slot still busy at ``timeout`` is listed in
+        ``report.waiting``. Pausing a paused queue keeps its pause."""
+        return flow.pause(self, wait=wait, timeout=timeout)
+
+    @wrap_connection_errors
+    def resume(self) -> bool:
+        """Resume a paused queue (idle workers wake at once); False when it was not
+        paused."""
+        return flow.resume(self) > 0
+
+    @wrap_connection_errors
+    def is_paused(self) -> bool:
+        """True when any shard of the queue is paused."""
+        return flow.paused_shards(self) > 0
 
     @wrap_connection_errors
     def submit_many(

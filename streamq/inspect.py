@@ -187,9 +187,15 @@ class Overview:
     completions_last_minute: int
     throughput_per_s: float  #: sub-requests done per second, from the last minute's completions
     jobs: list[JobRow]
+    #: shards paused (``Queue.pause``): workers claim nothing there until resumed
+    paused_shards: int = 0
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_shards > 0
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "paused": self.paused}
 
 
 def server_ms(r: Client, qk: QueueKeys) -> int:
@@ -216,7 +222,7 @@ def overview(r: Client, shards: Shards) -> Overview:
     qk = shards[0]
     require_queue(r, shards)
     t = server_ms(r, qk)
-    active = ready = leased = parked = dead_letters = 0
+    active = ready = leased = parked = dead_letters = paused = 0
     #: small jobs (streamq.lane) by priority: (queued, in flight, retrying)
     lanes: dict[int, tuple[int, int, int]] = {}
     live_ids: set[bytes] = set()
@@ -229,7 +235,9 @@ def overview(r: Client, shards: Shards) -> Overview:
         pipe.zrangebyscore(shard.workers, "-inf", f"({t}")
         pipe.xlen(shard.dead)
         pipe.zcard(shard.lactive)
-        a, rd, le, pa, live, dead_w, dl, small = pipe.execute()
+        pipe.exists(shard.paused)
+        a, rd, le, pa, live, dead_w, dl, small, ps = pipe.execute()
+        paused += int(ps)
         active, ready, leased, parked, dead_letters = (
             active + a + small, ready + rd, leased + le, parked + pa, dead_letters + dl)
         live_ids.update(live)
@@ -262,7 +270,7 @@ def overview(r: Client, shards: Shards) -> Overview:
         queued=sum(row.queued for row in by_priority),
         oldest_pending_idle_ms=max(idles) if idles else None,
         completions_last_minute=count, throughput_per_s=round(done / (RATE_WINDOW_MS / 1000), 3),
-        jobs=rows)
+        jobs=rows, paused_shards=paused)
 
 
 # -- pending entries -------------------------------------------------------------------

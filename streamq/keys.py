@@ -146,6 +146,11 @@ class QueueKeys:
         return self._k("wake")
 
     @cached_property
+    def paused(self) -> str:
+        """STRING holding the pause's id while the shard is paused (``Queue.pause``)."""
+        return self._k("paused")
+
+    @cached_property
     def events(self) -> str:
         """STREAM of completion records, the durable twin of the pub/sub channels."""
         return self._k("events")

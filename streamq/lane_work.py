@@ -125,6 +125,14 @@ class LaneWork:
         entries.sort(key=lambda e: e.priority)
         return entries, more
 
+    def hand_back(self, qk: QueueKeys, replies: Sequence[Any], count: int) -> None:
+        """Give back, unstarted, what a lane read (:meth:`commands`) got in the round
+        trip whose settle found the queue paused."""
+        known = self.lanes.get(qk.tag, [])
+        entries, _ = self.parse(qk, replies, count, _tiers(known)[0] if known else [])
+        if entries:
+            self._requeue(entries)
+
     def _read(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
               ) -> tuple[list[LaneEntry], bool]:
         """One XREADGROUP of ``lanes`` (a round trip of its own)."""

@@ -65,18 +65,27 @@ class QueueScripts(ScriptsBase):
         return Call(
             "settle",
             (qk.ready, qk.leased, qk.owners, qk.tokens, qk.parked, qk.wake, qk.fair, qk.kick,
-             qk.retries, qk.worker(worker)),
+             qk.retries, qk.worker(worker), qk.paused),
             args,
         )
 
     @staticmethod
     def parse_settle(reply: Sequence[Any]) -> SettleReply:
-        """The claimed tokens and their scores, the jobs whose retries are due, and the
-        ms until the next retry is due (-1: none waits)."""
-        claimed, due, wait = reply
+        """The claimed tokens and their scores, the jobs whose retries are due, the ms
+        until the next retry is due (-1: none waits), and whether the queue is paused."""
+        claimed, due, wait, paused = reply
         return SettleReply([(s(claimed[i]), float(claimed[i + 1]))
                             for i in range(0, len(claimed), 2)],
-                           [s(j) for j in due], int(wait))
+                           [s(j) for j in due], int(wait), paused == 1)
+
+    def pause_queue(self, qk: QueueKeys, pause_id: str, wake: int) -> str:
+        """Pause one shard (idempotent: a paused shard keeps its pause); returns the id of
+        the pause in force. See pause_queue-2.lua."""
+        return s(self.run("pause_queue", (qk.paused, qk.wake), (pause_id, min(wake, WAKE_CAP))))
+
+    def resume_queue(self, qk: QueueKeys, wake: int) -> bool:
+        """Resume one shard; True when it was paused. See resume_queue-2.lua."""
+        return bool(self.run("resume_queue", (qk.paused, qk.wake), (min(wake, WAKE_CAP),)))
 
     def settle(
         self,

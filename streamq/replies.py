@@ -107,6 +107,7 @@ class SettleReply(NamedTuple):
     claimed: list[tuple[str, float]]  #: tokens claimed and their scores
     due: list[str]  #: jobs whose retries are due (taken: promote them)
     wait_ms: int  #: until the next retry is due; -1 when none waits
+    paused: bool = False  #: the queue is paused: nothing was claimed
 
 
 class PromoteReply(NamedTuple):

@@ -84,6 +84,9 @@ class Slot:
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
         self._claimed_prio = 0
+        #: the last settle found the queue paused: claim nothing, read nothing ahead,
+        #: wait on the wake list until it is resumed
+        self.paused = False
 
     def run(self) -> None:
         w = self.w
@@ -103,7 +106,7 @@ class Slot:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
-            spec, follow = ([] if stopping else follow), []
+            spec, follow = ([] if stopping or self.paused else follow), []
             try:
                 claimed, due, preread, lanes = self.settle(
                     settled, finishes, 0 if stopping else self.claim_n, spec, acks)
@@ -117,6 +120,9 @@ class Slot:
                 if stopping:
                     # a resent settle may report tokens claimed before the stop: they are
                     # released, and jobs the last acks completed finished, by one more call
+                    continue
+                if self.paused:
+                    self.idle()  # (a resume wakes it)
                     continue
                 if due:
                     self.promote(due)
@@ -253,7 +259,7 @@ class Slot:
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
                  for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
-        lane_reads = self.lane.commands(new, self.read_n) if claim > 0 else []
+        lane_reads = self.lane.commands(new, self.read_n) if claim > 0 and not self.paused else []
         replies, reads = w.scripts.run_then(calls, [*(self.read(JobKeys(j)) for j in follow),
                                                     *peeks, *lane_reads])
         self._calls += 1
@@ -262,17 +268,21 @@ class Slot:
             self.lane.acked(replies[: len(lane_acks)])
             del self.lane.acks[: len(lane_acks)]
             replies = replies[len(lane_acks):]
+        reply = w.scripts.parse_settle(replies[-1])
+        self.paused = reply.paused
         lanes: list[LaneEntry] = []
         self._lane_more = False
         if lane_reads:
             lane_replies = reads[len(reads) - len(lane_reads):]
             reads = reads[: len(reads) - len(lane_reads)]
-            lanes, self._lane_more = self.lane.take(new, lane_replies, self.read_n)
+            if reply.paused:  # read in the round trip that found the pause: handed back
+                self.lane.hand_back(new, lane_replies, self.read_n)
+            else:
+                lanes, self._lane_more = self.lane.take(new, lane_replies, self.read_n)
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)
         finishes.extend((job, r, old) for job, r in acked)
-        reply = w.scripts.parse_settle(replies[-1])
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:
             self._claimed_prio = int(min(float(sc) for _, sc in reply.claimed) // 1e12)

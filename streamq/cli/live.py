@@ -171,7 +171,10 @@ class Dashboard:
                   f"workers [bold]{ov.workers_live}[/] live, {ov.workers_dead} dead")
         t.add_row(f"tokens ready [bold]{ov.ready}[/]", f"leased [bold]{ov.leased}[/]",
                   f"parked [bold]{ov.parked}[/]")
-        return Panel(t, title=self._title(), title_align="left")
+        title = self._title()
+        if ov.paused:  # workers claim nothing until `streamq resume`
+            title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards)"
+        return Panel(t, title=title, title_align="left")
 
     def _backlog(self, ov: inspect.Overview) -> Table:
         t = Table("priority", "jobs", "queued", "in flight", "retrying",

@@ -82,6 +82,9 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
 
 def print_overview(ov: inspect.Overview) -> None:
     out = console()
+    if ov.paused:
+        out.print(f"[bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards): workers "
+                  "claim nothing until `streamq resume`")
     out.print(f"[bold]queue {ov.queue}[/]  shards {ov.shards}  active jobs {ov.active_jobs}  "
               f"in flight "
               f"{ov.in_flight}  queued {ov.queued}  oldest pending idle "

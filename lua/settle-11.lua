@@ -26,6 +26,7 @@
     KEYS[8]  kick     sq:{<queue>}:kick         HASH token -> 1 when its job got work while leased
     KEYS[9]  retries  sq:{<queue>}:retries      ZSET job id -> due ms of its earliest retry
     KEYS[10] worker   sq:{<queue>}:worker:<id>  HASH describing the worker (holds the last reply)
+    KEYS[11] paused   sq:{<queue>}:paused       STRING the pause's id while the queue is paused
     ARGV[1] owner: "<worker id>/<slot>"
     ARGV[2] call number of this slot (a resend carries the number of the call it repeats)
     ARGV[3] lease length, ms
@@ -35,15 +36,22 @@
     ARGV[7] most due jobs to take
     ARGV[8..] pairs (token, mode) with mode "r" release, "p" park, "d" drop
 
+  While the queue is paused the call settles what it is given and claims
+  nothing, takes no due job, and notes in the worker hash that this slot saw the
+  pause (field "paused:<owner>" = the pause's id): `Queue.pause` waits for that
+  note from every live slot, after which no slot starts new work.
+
   Output:
-    {claimed, due, wait}: claimed = flat list {token1, score1, ...}; due = ids
-    of jobs whose retries are due (taken out of retries); wait = ms until the
-    next retry in retries is due, or -1 when none waits
+    {claimed, due, wait, paused}: claimed = flat list {token1, score1, ...}; due
+    = ids of jobs whose retries are due (taken out of retries); wait = ms until
+    the next retry in retries is due, or -1 when none waits; paused = 1 while
+    the queue is paused
 ]]
 local rcall = redis.call
 local readyKey, leasedKey, ownersKey, tokensKey, parkedKey, wakeKey, fairKey, kickKey,
-      retriesKey, workerKey =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+      retriesKey, workerKey, pausedKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10],
+  KEYS[11]
 local owner, seq, leaseMs, want, cap, keepMs, dueLimit =
   ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6],
   tonumber(ARGV[7])
@@ -85,6 +93,11 @@ end
 local out = {}
 local due = {}
 local wait = -1
+local pause = rcall("GET", pausedKey)
+if pause then
+  want = 0
+  rcall("HSET", workerKey, "paused:" .. owner, pause)
+end
 if want > 0 then
   local popped = rcall("ZPOPMIN", readyKey, want)
   local deadline = tostring(nowMs + leaseMs)  -- formatted once, not once per token
@@ -125,7 +138,7 @@ if want > 0 then
   end
 end
 signal_ready(readyKey, wakeKey, cap)
-local reply = {out, due, wait}
+local reply = {out, due, wait, pause and 1 or 0}
 rcall("HSET", workerKey, memoField, seq .. "\n" .. cjson.encode(reply))
 if rcall("PTTL", workerKey) < 0 then rcall("PEXPIRE", workerKey, keepMs) end
 return reply

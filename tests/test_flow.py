@@ -1,0 +1,159 @@
+"""Pause and resume a queue, with real worker processes: held work finishes, nothing new
+starts once the pause returns, nothing is lost or run twice, and a resume goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from conftest import ROOT, settled_completions, wait_until
+
+from streamq import JobState, Queue
+
+ENV_PATH = f"{ROOT}:{ROOT / 'tests'}"
+
+
+class Workers:
+    """Worker processes of one queue (``handlers:count``), killed at teardown."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.url, self.queue = url, queue
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, STREAMQ_REDIS_URL=self.url, PYTHONPATH=ENV_PATH)
+        p = subprocess.Popen([sys.executable, "-m", "streamq", "worker", self.queue,
+                              "--handler", "handlers:count", "--heartbeat", "0.3",
+                              "--log-level", "WARNING", *args],
+                             cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+
+
+@pytest.fixture
+def procs(redis_url: str, queue_name: str) -> Iterator[Workers]:
+    w = Workers(redis_url, queue_name)
+    yield w
+    w.stop()
+
+
+def starts(r: Any, jobs: dict[str, int]) -> dict[str, int]:
+    """How often each sub-request started (``handlers:count`` counts them)."""
+    keys = [f"starts:{job}:{i}" for job, n in jobs.items() for i in range(n)]
+    pipe = r.pipeline(transaction=False)
+    for k in keys:
+        pipe.get(k)
+    return {k: int(v or 0) for k, v in zip(keys, pipe.execute())}
+
+
+def streamq(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamq", *args, "--redis-url", url],
+                          capture_output=True, text=True, cwd=ROOT, timeout=90,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_a_paused_queue_starts_nothing_until_resumed_and_loses_nothing(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Workers
+) -> None:
+    # Given two worker processes busy with small jobs and a big job
+    q = Queue(queue_name, redis_url)
+    jobs = {q.submit([{"n": i, "sleep": 0.02}]).id: 1 for i in range(150)}
+    big = q.submit([{"n": i, "sleep": 0.02} for i in range(200)], concurrency=4)
+    jobs[big.id] = 200
+    procs.start("--concurrency", "3")
+    procs.start("--concurrency", "3")
+    wait_until(lambda: sum(starts(r, jobs).values()) >= 20, 60, "work under way")
+    # When the queue is paused (and the pause is sent again)
+    report = q.pause(timeout=30)
+    again = q.pause(timeout=30)
+    # Then every live worker slot saw it, the second pause is the same one, and from
+    # the moment it returned no sub-request starts
+    assert report.complete and len(report.acknowledged) == 6, report
+    assert again.pause_id == report.pause_id and again.complete
+    at_pause = starts(r, jobs)
+    time.sleep(2.0)
+    assert starts(r, jobs) == at_pause
+    assert q.is_paused()
+    out = streamq(redis_url, "status", queue_name)
+    assert "PAUSED" in out.stdout, out.stdout + out.stderr
+    assert json.loads(streamq(redis_url, "status", queue_name, "--json").stdout)["paused"]
+    left = sum(1 for v in at_pause.values() if v == 0)
+    assert left > 0  # (there was work left to hold back)
+    # When it is resumed (twice: the second changes nothing)
+    assert q.resume() is True and q.resume() is False
+    # Then every job completes once, every sub-request having started exactly once
+    for job in jobs:
+        assert q.wait(job, timeout=120).state is JobState.SUCCEEDED
+    assert set(starts(r, jobs).values()) == {1}
+    assert settled_completions(r, queue_name) == {job: 1 for job in jobs}
+    q.close()
+
+
+def test_a_worker_killed_while_paused_loses_nothing_and_nothing_starts_before_resume(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Workers
+) -> None:
+    # Given a worker holding slow work, and the queue paused around it
+    q = Queue(queue_name, redis_url)
+    jobs = {q.submit([{"n": i, "sleep": 1.5} for i in range(6)], concurrency=2).id: 6}
+    jobs.update({q.submit([{"n": i, "sleep": 0.0}]).id: 1 for i in range(20)})
+    first = procs.start("--concurrency", "2")
+    wait_until(lambda: sum(starts(r, jobs).values()) >= 2, 60, "slow work held")
+    report = q.pause(timeout=0.2)  # its slots are still busy: the pause holds anyway
+    assert not report.complete and len(report.waiting) >= 1
+    # When that worker is killed, and another worker and the reaper come
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    killed_at = starts(r, jobs)
+    procs.start("--concurrency", "2")
+    reaper = subprocess.Popen(
+        [sys.executable, "-m", "streamq", "reaper", queue_name, "--interval", "0.5",
+         "--min-idle", "1", "--log-level", "WARNING"], cwd=ROOT,
+        env=dict(os.environ, STREAMQ_REDIS_URL=redis_url, PYTHONPATH=ENV_PATH),
+        stderr=subprocess.DEVNULL)
+    procs.procs.append(reaper)
+    # Then while paused nothing starts, though the reaper recovers the dead worker's work
+    wait_until(lambda: q.pause(timeout=5).complete, 30, "the new worker saw the pause")
+    time.sleep(3.0)
+    assert starts(r, jobs) == killed_at
+    # and once resumed every job completes, once
+    q.resume()
+    for job in jobs:
+        assert q.wait(job, timeout=120).state is JobState.SUCCEEDED
+    assert settled_completions(r, queue_name) == {job: 1 for job in jobs}
+    q.close()
+
+
+def test_pause_and_resume_from_the_cli(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Workers
+) -> None:
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 1, "sleep": 0}])
+    procs.start()
+    assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+    out = streamq(redis_url, "pause", queue_name, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["complete"] and doc["shards"] >= 1 and doc["acknowledged"]
+    held = q.submit([{"n": 2, "sleep": 0}])
+    time.sleep(1.5)
+    assert q.status(held.id).done == 0
+    assert streamq(redis_url, "resume", queue_name).stdout.startswith("resumed")
+    assert q.wait(held.id, timeout=60).state is JobState.SUCCEEDED
+    assert "was not paused" in streamq(redis_url, "resume", queue_name).stdout
+    bad = streamq(redis_url, "pause", "bad name!")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    q.close()
