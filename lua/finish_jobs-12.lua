@@ -87,6 +87,13 @@ for j = 6, #ARGV, 11 do
     for i = 0, tonumber(ARGV[j + 6]) - 1 do
       toks[#toks + 1] = job .. "#" .. i
     end
+    -- tokens past the concurrency it was given (a reprioritize whose second step,
+    -- the meta, never ran) go too: a job's tokens are contiguous
+    local extra = tonumber(ARGV[j + 6])
+    while rcall("HEXISTS", tokensKey, job .. "#" .. extra) == 1 do
+      toks[#toks + 1] = job .. "#" .. extra
+      extra = extra + 1
+    end
     if ARGV[j + 7] ~= "" then
       rcall("ZADD", dedupxKey, nowMs + retentionMs, ARGV[j + 7])
     end

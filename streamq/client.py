@@ -26,7 +26,7 @@ from .errors import (
 from .following import Following
 from .jobs import Job, StreamingJob, wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name, shard_queue
-from .models import JobState, completion_message
+from .models import JobState, JobStatus, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
 
@@ -255,6 +255,18 @@ class Queue(Following):
         """Resume a paused queue (idle workers wake at once); False when it was not
         paused."""
         return flow.resume(self) > 0
+
+    @wrap_connection_errors
+    def reprioritize(self, job_id: str, *, priority: int | None = None,
+                     concurrency: int | None = None) -> JobStatus:
+        """Change a queued or running job's priority and/or concurrency limit (its
+        next claim follows them); returns its status. See :func:`streamq.flow.reprioritize`."""
+        check_name("job id", job_id)
+        if priority is not None:
+            _check_range("priority", priority, 0, config.MAX_PRIORITY)
+        if concurrency is not None:
+            _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
+        return flow.reprioritize(self, job_id, priority, concurrency)
 
     @wrap_connection_errors
     def is_paused(self) -> bool:

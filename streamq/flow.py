@@ -1,4 +1,5 @@
-"""Flow control of work already queued: pause and resume a queue.
+"""Flow control of work already queued: pause and resume a queue; change a job's
+priority or concurrency.
 
 A pause is a flag per queue shard (``sq:{<shard>}:paused``, holding the
 pause's id) that every slot's settle reads: while it is set a settle claims
@@ -17,12 +18,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .connection import server_ms
-from .replies import new_token
+from .errors import ConfigError, JobNotFound, ScriptError
+from .keys import JobKeys, shard_queue
+from .replies import ScriptErrorCode, new_token
 
 if TYPE_CHECKING:
     from .client import Queue
+    from .models import JobStatus
 
-__all__ = ["PauseReport", "pause", "paused_shards", "resume"]
+__all__ = ["PauseReport", "pause", "paused_shards", "reprioritize", "resume"]
 
 #: Wake-up signals a pause or resume pushes (slots idle on the wake list wake at once).
 _WAKE = 64
@@ -101,3 +105,44 @@ def paused_shards(q: Queue) -> int:
     for qk in q.known_shards:
         pipe.exists(qk.paused)
     return sum(int(x) for x in pipe.execute())
+
+
+def reprioritize(q: Queue, job_id: str, priority: int | None,
+                 concurrency: int | None) -> JobStatus:
+    """Change a queued or running job's priority and/or concurrency limit; it takes
+    effect at the job's next claim. Two steps, each idempotent: the tokens in the
+    queue's slot (``retoken``: what workers claim by), then the meta in the job's
+    slot (``reprioritize_job``: what status shows); a caller killed between them
+    leaves the new tokens with the old figures shown, and the call made again
+    completes it. Raises JobNotFound for an unknown job, ConfigError for a terminal
+    job and for a small job (its priority is the lane its one entry waits in)."""
+    if priority is None and concurrency is None:
+        raise ConfigError("give a new priority, a new concurrency, or both")
+    jk = JobKeys(job_id)
+    meta: Any = q.redis.hmget(jk.meta, "queue", "state")
+    if meta[0] is None:
+        if q.redis.hexists(q.lane_shard(job_id).ljobs, job_id):
+            raise ConfigError(f"job {job_id!r} is a small job (one sub-request on its "
+                              "priority's shared lane): its priority cannot change; submit "
+                              "it again with the priority wanted")
+        raise JobNotFound(job_id)
+    tag = meta[0].decode()
+    if shard_queue(tag) != q.name:
+        raise JobNotFound(job_id)
+    st = q.status(job_id)
+    if st.terminal:
+        raise ConfigError(f"job {job_id!r} is {st.state.value}: there is nothing to "
+                          "re-prioritize")
+    if q.scripts.retoken(q.shard_of(tag), job_id, priority, concurrency) == 0:
+        st = q.status(job_id)
+        if st.terminal:
+            raise ConfigError(f"job {job_id!r} is {st.state.value}: there is nothing to "
+                              "re-prioritize")
+        raise ConfigError(f"job {job_id!r} is not registered in its queue yet (its submit "
+                          "is still in progress): try again in a moment")
+    try:
+        q.scripts.reprioritize_job(jk, priority, concurrency)
+    except ScriptError as e:
+        if e.code != ScriptErrorCode.JOB_FINISHED:
+            raise
+    return q.status(job_id)

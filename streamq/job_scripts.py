@@ -111,6 +111,17 @@ class JobScripts(ScriptsBase):
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
 
+    def reprioritize_job(self, jk: JobKeys, priority: int | None,
+                         concurrency: int | None) -> tuple[int, int]:
+        """Store a job's new priority and/or concurrency in its meta; returns both as
+        stored. Raises JobNotFound, or ScriptError JOB_FINISHED for a terminal job.
+        See reprioritize_job-1.lua."""
+        reply = self.run("reprioritize_job", (jk.meta,),
+                         ("" if priority is None else priority,
+                          "" if concurrency is None else concurrency))
+        raise_for_code("reprioritize_job", reply, jk.job_id)
+        return int(reply[0]), int(reply[1])
+
     def finalize_job(self, jk: JobKeys, token: str | None = None) -> JobReply:
         """Close an open job; completion may follow at once (``completed``: finish it).
 

@@ -78,6 +78,15 @@ class QueueScripts(ScriptsBase):
                             for i in range(0, len(claimed), 2)],
                            [s(j) for j in due], int(wait), paused == 1)
 
+    def retoken(self, qk: QueueKeys, job_id: str, priority: int | None,
+                concurrency: int | None) -> int:
+        """Re-score and resize a registered job's tokens; returns its concurrency before
+        (0: no token here). See retoken-7.lua."""
+        return int(self.run("retoken", (qk.tokens, qk.ready, qk.parked, qk.leased, qk.kick,
+                                        qk.wake, qk.active),
+                            (job_id, "" if priority is None else priority,
+                             "" if concurrency is None else concurrency, WAKE_CAP)))
+
     def pause_queue(self, qk: QueueKeys, pause_id: str, wake: int) -> str:
         """Pause one shard (idempotent: a paused shard keeps its pause); returns the id of
         the pause in force. See pause_queue-2.lua."""

@@ -16,7 +16,7 @@ import pytest
 import redis
 from conftest import ROOT, settled_completions, wait_until
 
-from streamq import JobState, Queue
+from streamq import ConfigError, JobNotFound, JobState, Queue, current_task
 
 ENV_PATH = f"{ROOT}:{ROOT / 'tests'}"
 
@@ -156,4 +156,97 @@ def test_pause_and_resume_from_the_cli(
     assert "was not paused" in streamq(redis_url, "resume", queue_name).stdout
     bad = streamq(redis_url, "pause", "bad name!")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    q.close()
+
+
+def test_a_new_priority_takes_effect_at_the_next_claim(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: Any
+) -> None:
+    # Given two jobs of one priority waiting in a paused queue
+    q = Queue(queue_name, redis_url)
+    q.pause(wait=False)
+    first = q.submit([{"n": i} for i in range(6)], priority=50)
+    second = q.submit([{"n": i} for i in range(6)], priority=50)
+    order: list[str] = []
+
+    def handler(p: Any) -> Any:
+        task = current_task()
+        assert task is not None
+        order.append(task.job_id)
+        return p["n"]
+
+    workers(queue_name, handler, concurrency=1, prefetch=1, batch=2)
+    # When the second is made the most urgent (twice: the same call again changes nothing)
+    st = q.reprioritize(second.id, priority=0)
+    assert (st.priority, st.concurrency) == (0, 1)
+    assert q.reprioritize(second.id, priority=0).priority == 0
+    q.resume()
+    for job in (first, second):
+        assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+    # Then every sub-request of the second started before any of the first
+    assert order == [second.id] * 6 + [first.id] * 6
+    assert settled_completions(r, queue_name) == {first.id: 1, second.id: 1}
+    q.close()
+
+
+def test_a_new_concurrency_changes_the_tokens_and_a_half_done_change_leaks_none(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: Any
+) -> None:
+    q = Queue(queue_name, redis_url)
+    q.pause(wait=False)
+    job = q.submit([{"n": i} for i in range(20)], concurrency=1)
+    qk = q.shard_for(job.id)
+    # When its concurrency goes up to 4, then down to 2
+    assert q.reprioritize(job.id, concurrency=4).concurrency == 4
+    assert [r.hexists(qk.tokens, f"{job.id}#{i}") for i in range(5)] == [True] * 4 + [False]
+    assert q.reprioritize(job.id, concurrency=2).concurrency == 2
+    assert [r.hexists(qk.tokens, f"{job.id}#{i}") for i in range(3)] == [True, True, False]
+    # and a change whose second step (the meta) never ran: the tokens say 3, the meta 2
+    assert q.scripts.retoken(qk, job.id, None, 3) == 2
+    assert q.status(job.id).concurrency == 2
+    # Then the job runs on every token it has and, finished, leaves none behind
+    q.resume()
+    workers(queue_name, lambda p: p["n"], concurrency=4)
+    assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+    tokens = [f"{job.id}#{i}" for i in range(5)]
+    assert not any(r.hexists(qk.tokens, t) for t in tokens)
+    for key in (qk.ready, qk.parked, qk.leased):
+        assert all(r.zscore(key, t) is None for t in tokens)
+    q.close()
+
+
+def test_reprioritize_refuses_what_it_cannot_change(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: Any
+) -> None:
+    q = Queue(queue_name, redis_url)
+    small = q.submit(["one"])  # the small-job lane
+    with pytest.raises(ConfigError, match="small job"):
+        q.reprioritize(small.id, priority=1)
+    with pytest.raises(JobNotFound):
+        q.reprioritize("no-such-job", priority=1)
+    with pytest.raises(ConfigError):
+        q.reprioritize(small.id)  # nothing to change
+    with pytest.raises(ConfigError, match="priority"):
+        q.reprioritize(small.id, priority=100)
+    workers(queue_name, lambda p: p)
+    done = q.submit([1, 2])
+    assert q.wait(done.id, timeout=60).state is JobState.SUCCEEDED
+    with pytest.raises(ConfigError, match="succeeded"):
+        q.reprioritize(done.id, priority=1)
+    # and from the CLI: one line and exit 2 or 4, no traceback
+    for args, code in ((["reprioritize", queue_name, done.id, "--priority", "1"], 2),
+                       (["reprioritize", queue_name, "nope", "--priority", "1"], 4),
+                       (["reprioritize", queue_name, done.id], 2)):
+        out = streamq(redis_url, *args)
+        assert out.returncode == code, (args, out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    q.pause(wait=False)
+    waiting = q.submit([1, 2, 3], priority=40)
+    out = streamq(redis_url, "reprioritize", queue_name, waiting.id, "--priority", "5",
+                  "--concurrency", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["priority"], doc["concurrency"]) == (5, 3)
+    q.resume()
+    assert q.wait(waiting.id, timeout=60).state is JobState.SUCCEEDED
     q.close()

@@ -1,4 +1,4 @@
-"""Flow control commands: ``pause``, ``resume``."""
+"""Flow control commands: ``pause``, ``resume``, ``reprioritize``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from .. import config
 from ..client import Queue
 from ..keys import check_name
 from .common import (
@@ -19,6 +20,7 @@ from .common import (
     emit_json,
     error_line,
 )
+from .read import job_status
 
 
 @app.command(rich_help_panel="Flow control")
@@ -57,3 +59,30 @@ def resume(queue: QueueArg, json_out: JsonOut = False,
         emit_json({"queue": queue, "was_paused": was})
     else:
         typer.echo(f"resumed {queue}" if was else f"{queue} was not paused")
+
+
+@app.command(rich_help_panel="Flow control")
+def reprioritize(
+    queue: QueueArg,
+    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    priority: Annotated[int | None, typer.Option(
+        min=0, max=config.MAX_PRIORITY, show_default=False,
+        help="the new priority (0 is the most urgent)")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        min=1, max=config.MAX_CONCURRENCY, show_default=False,
+        help="the new limit of its sub-requests in flight")] = None,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Change a queued or running JOB's priority and/or concurrency; its next claim
+    follows them."""
+    if priority is None and concurrency is None:
+        raise typer.BadParameter("give --priority, --concurrency or both")
+    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    st = job_status(q, job)  # JobNotFound for a job of another queue
+    st = q.reprioritize(st.job_id, priority=priority, concurrency=concurrency)
+    if json_out:
+        emit_json(st.as_dict())
+    else:
+        typer.echo(f"job {st.job_id}: priority {st.priority}, concurrency {st.concurrency} "
+                   f"({st.state.value})")
