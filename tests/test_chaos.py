@@ -2,7 +2,8 @@
 
 Real worker and reaper processes and a redis-server with AOF, for about 25 s of
 SIGKILLs (at random and at every fault point), a Redis restart, CLIENT KILL,
-dropped replies, OOM and BUSY spells and skewed clocks; then every invariant of
+dropped replies, OOM and BUSY spells, queue pauses and skewed clocks, with
+scheduled jobs among the load; then every invariant of
 docs/design.md is checked (tests/chaos/check.py). The seed is random unless
 ``STREAMQ_CHAOS_SEED`` names one; a failure prints the report with the seed, so
 ``python -m tests.chaos --seed N --duration 25`` runs the same schedule again. It runs

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import redis
 
+from streamq import Queue
+from streamq.errors import StreamqError
 from tests.proxy import ReplyDropProxy
 
 from .fleet import Fleet, RedisServer
@@ -31,6 +33,7 @@ RATES = {
     "drop_burst": 8.0,
     "oom": 3.0,
     "busy": 3.0,
+    "pause": 4.0,
 }
 
 #: a script that keeps Redis busy for ARGV[1] ms of its own clock (it writes nothing,
@@ -152,6 +155,22 @@ class Faults:
                 c.close()
         done.wait(5)
         busy_client.close()
+
+    def pause(self) -> None:
+        """Pause the queue for a moment (not waiting for the workers: faults go on),
+        then resume it: held work finishes, nothing is lost or run twice."""
+        q = Queue(self.fleet.queue, self.server.url)
+        try:
+            q.pause(wait=self.rng.random() < 0.5, timeout=2.0)
+            time.sleep(self.rng.uniform(0.3, 1.5))
+        finally:
+            for _ in range(50):  # a resume must land, whatever other faults do
+                try:
+                    q.resume()
+                    break
+                except (redis.RedisError, OSError, StreamqError):
+                    time.sleep(0.2)
+            q.close()
 
     def stop(self) -> None:
         """Undo lasting faults: memory limit off, proxies stop dropping."""

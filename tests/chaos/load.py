@@ -1,6 +1,6 @@
 """The producers of a chaos run, the completion subscriber and the replayer.
 
-Producers (threads of the runner) submit plain jobs, ``submit_many`` batches,
+Producers (threads of the runner) submit plain jobs, scheduled jobs, ``submit_many`` batches,
 streaming jobs (open, several adds, finalize), jobs with a dedup key that are
 submitted again (at once from a second thread, and later), and one job of more
 than ``ADD_CHUNK`` sub-requests. Every operation is retried until it succeeds,
@@ -39,7 +39,7 @@ class JobRecord:
     """A job the producers made: its payloads by index."""
 
     job_id: str
-    kind: str  # plain, many, stream, dedup, big, replay
+    kind: str  # plain, many, stream, dedup, big, replay, scheduled
     payloads: list[dict[str, Any]]
     max_deliveries: int = MAX_DELIVERIES
     dedup: str = ""
@@ -123,6 +123,18 @@ class Producer(threading.Thread):
         self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, **opts))
         rec.confirmed = True
 
+    def scheduled(self) -> None:
+        """A plain job scheduled up to 3 s ahead (its sub-requests wait in its retry set
+        until then, promoted by the workers)."""
+        jid = uuid.uuid4().hex
+        rec = JobRecord(jid, "scheduled", self.payloads(1, 6))
+        self.ledger.add(rec)
+        opts = self.options()
+        delay = self.rng.uniform(0.1, 3.0)
+        self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, delay=delay,
+                                                   **opts))
+        rec.confirmed = True
+
     def many(self) -> None:
         batch = [self.payloads(1, 5) for _ in range(self.rng.randint(2, 6))]
         opts = self.options()
@@ -192,7 +204,8 @@ class Producer(threading.Thread):
                 self.ledger.dedup_resubmits += 1
 
     def run(self) -> None:
-        actions = [self.plain] * 6 + [self.many] * 3 + [self.stream] * 4 + [self.dedup] * 3
+        actions = ([self.plain] * 6 + [self.many] * 3 + [self.stream] * 4 + [self.dedup] * 3
+                   + [self.scheduled] * 2)
         try:
             while time.monotonic() < self.load_end and not self.stop.is_set():
                 if self.big:  # one job past ADD_CHUNK: the fenced multi-call submit

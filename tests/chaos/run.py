@@ -206,7 +206,7 @@ class Run:
     def report(self, f: Findings, faults: Faults, took: float, settled: bool) -> list[str]:
         assert self.fleet is not None and self.server is not None
         fl, c, v = self.fleet, f.counts, f.violations
-        kinds = ("plain", "many", "stream", "dedup", "big", "replay")
+        kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay")
         jobs = ", ".join(f"{k} {c[f'jobs {k}']}" for k in kinds)
         drops = [p.dropped for p in self.proxies]
         restarts = self.server.restarts
@@ -230,7 +230,8 @@ class Run:
             f"fault points {sum(fl.fault_deaths.values())} ({_fmt(fl.fault_deaths)})",
             f"redis       restarts {sum(restarts.values())} ({_fmt(restarts)}), client kills "
             f"{faults.counts['client_kill']} ({faults.clients_killed} connections), "
-            f"OOM spells {faults.counts['oom']}, BUSY spells {faults.counts['busy']}",
+            f"OOM spells {faults.counts['oom']}, BUSY spells {faults.counts['busy']}, "
+            f"queue pauses {faults.counts['pause']}",
             f"network     dropped replies {sum(drops)} (workers {drops[0]}, producers "
             f"{drops[1]}); proxied workers {fl.proxied}, skewed clocks {fl.skewed}, "
             f"processes started {len(fl.all)}",
