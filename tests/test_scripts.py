@@ -80,7 +80,7 @@ def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
 
 
 def test_run_refuses_a_wrong_key_count(r: redis.Redis) -> None:
-    with pytest.raises(ValueError, match="takes 3 keys"):
+    with pytest.raises(ValueError, match="takes 4 keys"):
         Scripts(r).run("add_tasks", ["sq:{a}:meta"], [])
 
 
