@@ -17,7 +17,7 @@ import pytest
 import redis
 from conftest import ROOT, free_port, start_redis
 
-from streamq import Queue
+from streamq import Queue, functions
 from streamq.keys import JobKeys
 
 Launch = Callable[..., subprocess.Popen[bytes]]
@@ -146,6 +146,10 @@ def test_reaper_refused_a_command_exits_3_with_one_line(
     server, url = start_redis(tmp_path, "--aclfile", str(tmp_path / "users.acl"), ping=False)
     try:
         host = url.removeprefix("redis://")
+        admin = redis.Redis.from_url(f"redis://admin:admin-secret@{host}")
+        wait_until(admin.ping, 30, "redis-server with the ACL file")
+        functions.load(admin)  # what `streamq setup` does as the admin
+        admin.close()
         proc = reaper(f"redis://reaper:reaper-secret@{host}", queue_name)
         # Then it stops at its first pass: exit 3, one line, no traceback
         assert proc.wait(60) == 3
