@@ -6,8 +6,10 @@ EVALSHA, SCRIPT and FUNCTION are the admin's. Redis runs a function's commands
 with the caller's permissions, so a role also holds the commands its functions
 run (read from their Lua here, never listed by hand) plus the few it sends
 itself (reads, XREADGROUP, pub/sub). It may read every ``sq:`` key and write
-only the kinds of key its functions name in KEYS (read from their headers). ``streamq setup --acl`` prints these rules
-as ACL file lines; ``deploy/users.acl`` is that output.
+only the kinds of key its functions name in KEYS (read from their headers).
+``streamq setup --acl`` prints these rules as ACL file lines;
+``deploy/users.acl`` is that output. The admin has every right: setup, dead-letter
+replay and purge, pause, resume and re-prioritize run as it.
 """
 
 from __future__ import annotations
