@@ -27,7 +27,7 @@ PENDING_CAP = 10_000
 RATE_WINDOW_MS = 60_000
 #: Jobs read per pipelined round trip.
 _CHUNK = 200
-_META = ("state", "priority", "client", "total", "done", "failed", "created")
+_META = ("state", "priority", "client", "total", "done", "failed", "created", "due")
 
 
 class QueueNotFound(StreamqError):
@@ -87,7 +87,8 @@ class JobRow:
     """One unfinished job as its keys show it now."""
 
     job_id: str
-    state: str  #: meta.state, or "missing" for a registered job without meta
+    state: str  #: meta.state ("scheduled" for a scheduled job not yet due), or "missing"
+    #: for a registered job without meta
     priority: int
     client: str
     total: int
@@ -124,11 +125,17 @@ def job_rows(r: Client, job_ids: Sequence[str], *, idle: bool = True) -> list[Jo
             retry_n = int(retrying) if isinstance(retrying, int) else 0
             length = int(xlen) if isinstance(xlen, int) else 0
             m = [_s(v) if v is not None else None for v in meta]
+            queued = max(0, length - pending) + retry_n
+            state = m[0] or "missing"
+            if (m[7] and state in ("active", "open") and length == 0 and not pending
+                    and int(m[4] or 0) == 0 and int(m[5] or 0) == 0 and retry_n > 0):
+                # a scheduled job: its sub-requests wait for its time, not for a retry
+                state, retry_n = "scheduled", 0
             out.append(JobRow(
-                job_id=job, state=m[0] or "missing", priority=int(m[1] or 0),
+                job_id=job, state=state, priority=int(m[1] or 0),
                 client=m[2] or "", total=int(m[3] or 0), done=int(m[4] or 0),
                 failed=int(m[5] or 0), in_flight=pending,
-                queued=max(0, length - pending) + retry_n, retrying=retry_n,
+                queued=queued, retrying=retry_n,
                 oldest_idle_ms=idle_of.get(job), created_ms=int(m[6] or 0),
                 consumers=consumers))
     return out
@@ -189,6 +196,8 @@ class Overview:
     jobs: list[JobRow]
     #: shards paused (``Queue.pause``): workers claim nothing there until resumed
     paused_shards: int = 0
+    #: scheduled jobs not yet due (``submit(delay=...)``): counted in ``active_jobs`` too
+    scheduled_jobs: int = 0
 
     @property
     def paused(self) -> bool:
@@ -270,7 +279,8 @@ def overview(r: Client, shards: Shards) -> Overview:
         queued=sum(row.queued for row in by_priority),
         oldest_pending_idle_ms=max(idles) if idles else None,
         completions_last_minute=count, throughput_per_s=round(done / (RATE_WINDOW_MS / 1000), 3),
-        jobs=rows, paused_shards=paused)
+        jobs=rows, paused_shards=paused,
+        scheduled_jobs=sum(1 for row in rows if row.state == "scheduled"))
 
 
 # -- pending entries -------------------------------------------------------------------

@@ -131,6 +131,10 @@ def test_the_cli_schedules_and_status_shows_it(
     st = subprocess.run([sys.executable, "-m", "streamq", "status", queue_name, job, "--json"],
                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert '"state": "scheduled"' in st.stdout and '"due_ms": ' in st.stdout, st.stdout
+    # and the queue's overview counts it as scheduled
+    ov = subprocess.run([sys.executable, "-m", "streamq", "status", queue_name],
+                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert "(1 scheduled)" in ov.stdout, ov.stdout + ov.stderr
 
 
 @pytest.mark.standalone

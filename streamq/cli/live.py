@@ -163,7 +163,9 @@ class Dashboard:
         t.add_row(f"processed/s [bold]{self._rate(ws)}[/]",
                   f"throughput/s (1 min) [bold]{ov.throughput_per_s:g}[/]",
                   f"completions (1 min) [bold]{ov.completions_last_minute}[/]")
-        t.add_row(f"active jobs [bold]{ov.active_jobs}[/]", f"queued [bold]{ov.queued}[/]",
+        scheduled = f" ({ov.scheduled_jobs} scheduled)" if ov.scheduled_jobs else ""
+        t.add_row(f"active jobs [bold]{ov.active_jobs}[/]{scheduled}",
+                  f"queued [bold]{ov.queued}[/]",
                   f"in flight [bold]{ov.in_flight}[/]")
         dead = f"[bold red]{ov.dead_letters}[/]" if ov.dead_letters else "[bold]0[/]"
         t.add_row(f"oldest pending idle [bold]{ms(ov.oldest_pending_idle_ms)}[/]",

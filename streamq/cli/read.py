@@ -85,7 +85,8 @@ def print_overview(ov: inspect.Overview) -> None:
     if ov.paused:
         out.print(f"[bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards): workers "
                   "claim nothing until `streamq resume`")
-    out.print(f"[bold]queue {ov.queue}[/]  shards {ov.shards}  active jobs {ov.active_jobs}  "
+    out.print(f"[bold]queue {ov.queue}[/]  shards {ov.shards}  active jobs {ov.active_jobs}"
+              f"{f' ({ov.scheduled_jobs} scheduled)' if ov.scheduled_jobs else ''}  "
               f"in flight "
               f"{ov.in_flight}  queued {ov.queued}  oldest pending idle "
               f"{ms(ov.oldest_pending_idle_ms)}")
