@@ -23,11 +23,7 @@ local job = ARGV[1]
 --- @include "includes/signal_ready"
 
 local moved = 0
--- its tokens are contiguous: past the concurrency it was given are more when a
--- reprioritize raised it and its meta step never ran
-local n = tonumber(ARGV[2])
-while rcall("ZSCORE", parkedKey, job .. "#" .. n) do n = n + 1 end
-for i = 0, n - 1 do
+for i = 0, tonumber(ARGV[2]) - 1 do
   local tok = job .. "#" .. i
   local score = rcall("ZSCORE", parkedKey, tok)
   if score then

@@ -129,15 +129,9 @@ def reprioritize(q: Queue, job_id: str, priority: int | None,
     tag = meta[0].decode()
     if shard_queue(tag) != q.name:
         raise JobNotFound(job_id)
-    st = q.status(job_id)
-    if st.terminal:
-        raise ConfigError(f"job {job_id!r} is {st.state.value}: there is nothing to "
-                          "re-prioritize")
+    _check_live(job_id, meta[1])
     if q.scripts.retoken(q.shard_of(tag), job_id, priority, concurrency) == 0:
-        st = q.status(job_id)
-        if st.terminal:
-            raise ConfigError(f"job {job_id!r} is {st.state.value}: there is nothing to "
-                              "re-prioritize")
+        _check_live(job_id, q.redis.hget(jk.meta, "state"))  # it finished meanwhile
         raise ConfigError(f"job {job_id!r} is not registered in its queue yet (its submit "
                           "is still in progress): try again in a moment")
     try:
@@ -146,3 +140,10 @@ def reprioritize(q: Queue, job_id: str, priority: int | None,
         if e.code != ScriptErrorCode.JOB_FINISHED:
             raise
     return q.status(job_id)
+
+
+def _check_live(job_id: str, state: Any) -> None:
+    """Raise ConfigError unless the meta ``state`` read is a live one (open, active)."""
+    name = state.decode() if isinstance(state, bytes) else str(state)
+    if name not in ("open", "active"):
+        raise ConfigError(f"job {job_id!r} is {name}: there is nothing to re-prioritize")

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from . import config, lane
+from . import config, lane, schedule
 from .codec import decode_result
 from .connection import Client, is_transient
 from .errors import JobNotFound, WaitTimeout
@@ -64,9 +64,9 @@ class Following:
         finished = meta.get("finished")
         state = JobState(meta["state"])
         due = int(meta.get("due") or 0) or None
-        if (due is not None and state in (JobState.ACTIVE, JobState.OPEN) and int(xlen) == 0
-                and int(meta["done"]) == 0 and int(meta["failed"]) == 0 and int(retries) > 0):
-            state = JobState.SCHEDULED  # none of its sub-requests promoted yet
+        if schedule.not_yet_due(meta["state"], due, int(xlen), int(meta["done"]),
+                                int(meta["failed"]), int(retries)):
+            state = JobState.SCHEDULED
         return JobStatus(
             job_id=job_id,
             queue=shard_queue(meta["queue"]),

@@ -64,38 +64,34 @@ def installed(client: Client, node: Any = None) -> str | None:
 
 
 def load(client: Client, lib: LuaLibrary | None = None) -> list[tuple[str, str | None]]:
-    """Load (or replace) the library on every master; returns (node, version it had)."""
+    """Load (or replace) the library on every master that lacks this version; returns
+    (node, version it had). Raises :class:`LibraryMissing`, naming the server and the
+    command to run, when this user may not load it."""
     lib = library() if lib is None else lib
     done: list[tuple[str, str | None]] = []
     for name, node in _nodes(client):
         before = installed(client, node)
         if before != lib.version:
-            _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
+            try:
+                _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
+            except redis.exceptions.NoPermissionError:
+                found = "is not loaded" if before is None else f"is version {before}"
+                raise LibraryMissing(
+                    f"streamq's functions library (version {lib.version}) {found} on {name}, "
+                    "and this Redis user may not load it: run `streamq setup` with the admin "
+                    "user's URL (it loads the library on every master)") from None
         done.append((name, before))
     return done
 
 
 def ensure(client: Client, lib: LuaLibrary | None = None) -> None:
-    """Make sure every master runs this streamq's library: nothing to do when it
-    does; loaded when it is missing or another version and the user may load it;
-    else :class:`LibraryMissing` naming the server and the command to run. Checked
-    once per client."""
+    """Make sure every master runs this streamq's library (:func:`load`: nothing to do
+    where it does). Checked once per client."""
     lib = library() if lib is None else lib
     if getattr(client, "streamq_library", None) == lib.version:
         return
-    for name, node in _nodes(client):
-        have = installed(client, node)
-        if have == lib.version:
-            continue
-        try:
-            _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
-        except redis.exceptions.NoPermissionError:
-            found = "is not loaded" if have is None else f"is version {have}"
-            raise LibraryMissing(
-                f"streamq's functions library (version {lib.version}) {found} on {name}, and "
-                "this Redis user may not load it: run `streamq setup` with the admin user's "
-                "URL (it loads the library on every master)") from None
-        if have is not None:
-            log.warning("replaced streamq's functions library %s with %s on %s", have,
+    for name, before in load(client, lib):
+        if before is not None and before != lib.version:
+            log.warning("replaced streamq's functions library %s with %s on %s", before,
                         lib.version, name)
     client.streamq_library = lib.version  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from . import config, deadletters, lane
+from . import config, deadletters, lane, schedule
 from .connection import Client
 from .connection import server_ms as connection_server_ms
 from .deadletters import DeadLetter
@@ -127,9 +127,9 @@ def job_rows(r: Client, job_ids: Sequence[str], *, idle: bool = True) -> list[Jo
             m = [_s(v) if v is not None else None for v in meta]
             queued = max(0, length - pending) + retry_n
             state = m[0] or "missing"
-            if (m[7] and state in ("active", "open") and length == 0 and not pending
-                    and int(m[4] or 0) == 0 and int(m[5] or 0) == 0 and retry_n > 0):
-                # a scheduled job: its sub-requests wait for its time, not for a retry
+            if schedule.not_yet_due(state, m[7], length, int(m[4] or 0), int(m[5] or 0),
+                                    retry_n):
+                # its sub-requests wait for its time, not for a retry
                 state, retry_n = "scheduled", 0
             out.append(JobRow(
                 job_id=job, state=state, priority=int(m[1] or 0),

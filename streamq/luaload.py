@@ -12,6 +12,7 @@ every emitted piece is preceded by a ``--- file: <relative path>`` line.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,8 +211,6 @@ def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME) -> Lu
     """One library registering each script as a function whose body is the script:
     ``KEYS`` and ``ARGV`` are the callback's parameters, so a script runs as it would
     under EVAL. Includes are expanded into each function (no state is shared)."""
-    import hashlib
-
     bodies: list[str] = []
     functions: dict[str, str] = {}
     for script in sorted(scripts.values(), key=lambda s: s.name):

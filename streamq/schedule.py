@@ -18,7 +18,7 @@ from datetime import datetime
 from .connection import Client, server_ms
 from .errors import ConfigError
 
-__all__ = ["check_future", "when"]
+__all__ = ["check_future", "not_yet_due", "when"]
 
 #: The longest a job may be scheduled ahead (a year): a typo's guard, not a limit of
 #: the mechanism.
@@ -61,3 +61,13 @@ def check_future(client: Client, at: datetime | None, key: str) -> None:
     if due - now > MAX_DELAY_S * 1000:
         raise ConfigError(f"at {at.isoformat()} is more than {MAX_DELAY_S // 86400} days "
                           "ahead")
+
+
+def not_yet_due(state: str, due: object, stream: int, done: int, failed: int,
+                retries: int) -> bool:
+    """A scheduled job none of whose sub-requests has come due yet: it has a ``due``
+    time, is live (meta ``state`` open or active), has no entry in its stream (none
+    delivered or waiting there), none settled, and some waiting in its retry set.
+    What status and the queue overview show as ``scheduled``."""
+    return (bool(due) and state in ("open", "active") and stream == 0 and done == 0
+            and failed == 0 and retries > 0)

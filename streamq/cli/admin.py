@@ -53,12 +53,13 @@ def setup(
         return
     out = console()
     for r in reports:
-        after = r.library_after or r.library_before
-        did = ("loaded" if r.library_before is None else "upgraded from " + r.library_before
-               ) if r.library_after and r.library_before != lib.version else "up to date"
-        if check:
-            did = "up to date" if r.library_before == lib.version else (
-                "missing" if r.library_before is None else f"version {r.library_before}")
+        before, after = r.library_before, r.library_after or r.library_before
+        if before == lib.version:
+            did = "up to date"
+        elif check:  # nothing was loaded
+            did = "missing" if before is None else f"version {before}"
+        else:
+            did = "loaded" if before is None else f"upgraded from {before}"
         out.print(f"{r.node}: Redis {r.version}, maxmemory-policy {r.policy}, persistence "
                   f"{'+'.join(r.persistence) or 'none'}; library {lib.name} {after or '-'} "
                   f"({did})")

@@ -20,7 +20,6 @@ from .common import (
     emit_json,
     error_line,
 )
-from .read import job_status
 
 
 @app.command(rich_help_panel="Flow control")
@@ -79,8 +78,8 @@ def reprioritize(
     if priority is None and concurrency is None:
         raise typer.BadParameter("give --priority, --concurrency or both")
     q = Queue(check_name("queue name", queue), client=client(redis_url))
-    st = job_status(q, job)  # JobNotFound for a job of another queue
-    st = q.reprioritize(st.job_id, priority=priority, concurrency=concurrency)
+    # (JobNotFound also for a job of another queue)
+    st = q.reprioritize(job, priority=priority, concurrency=concurrency)
     if json_out:
         emit_json(st.as_dict())
     else:
