@@ -37,7 +37,9 @@
              "@<ms since the epoch>" at that time (both by Redis's clock). A scheduled
              job stores the time in meta `due` and its sub-requests in its retry ZSET
              (see includes/add_entries); its queue registers it parked, due then
-    ARGV[12..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
+    ARGV[12] the handler timeout of each sub-request, ms; "0" for none (stored in
+             meta `timeout` only when set)
+    ARGV[13..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
 
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:
@@ -89,7 +91,7 @@ elseif string.sub(when, 1, 1) == "@" then
 end
 if due <= nowMs then due = 0 end  -- due now: an ordinary job
 rcall("XGROUP", "CREATE", tasksKey, ARGV[10], "0", "MKSTREAM")
-local n = add_entries(tasksKey, 0, ARGV, 12, retryKey, due)
+local n = add_entries(tasksKey, 0, ARGV, 13, retryKey, due)
 local remaining = n
 local state = "active"
 if not finalize then
@@ -104,6 +106,7 @@ rcall("HSET", metaKey,
   "client", ARGV[4], "created", nowMs, "queue", ARGV[1], "max_deliveries", ARGV[5],
   "mode", ARGV[9], "incarnation", incarnation)
 if due > 0 then rcall("HSET", metaKey, "due", due) end
+if tonumber(ARGV[12]) > 0 then rcall("HSET", metaKey, "timeout", ARGV[12]) end
 
 -- the reply of a job created here, from what was just written (no read back)
 local completed = 0

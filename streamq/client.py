@@ -29,6 +29,7 @@ from .keys import JobKeys, QueueKeys, check_name, shard_queue
 from .models import JobState, JobStatus, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
+from .watchdog import timeout_ms
 
 __all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
 
@@ -180,6 +181,7 @@ class Queue(Following):
         dedup_key: str | None = None,
         delay: float | None = None,
         at: datetime | None = None,
+        timeout: float | None = None,
     ) -> Job:
         """Submit one job whose sub-requests are ``payloads`` (bytes, str or JSON values).
 
@@ -192,13 +194,19 @@ class Queue(Following):
         it is stored now, its status is ``scheduled``, and its sub-requests become
         ready at that time by Redis's clock (workers promote them). An ``at`` already
         past raises ConfigError and submits nothing.
+
+        ``timeout`` (seconds) bounds each run of the handler on one of its
+        sub-requests: a run past it counts a failed attempt (retried with backoff,
+        dead-lettered after ``max_deliveries``); see :mod:`streamq.watchdog`. A job
+        with a timeout never rides the small-job lane.
         """
         self._options(priority, concurrency, client, max_deliveries)
+        limit = timeout_ms(timeout)
         when = schedule.when(delay, at)
         entries = self._encode_all(payloads)
         if when:
             schedule.check_future(self.redis, at, self.keys.active)
-        if (self.lane and not when and job_id is None and dedup_key is None
+        if (self.lane and not when and not limit and job_id is None and dedup_key is None
                 and len(entries) == 1):
             # a small job rides its shard's lane: one script, one round trip
             jid = os.urandom(16).hex()  # 128 random bits, as _new_ids gives
@@ -209,7 +217,7 @@ class Queue(Following):
         qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
                                  dedup_key or "", first, "submit" if rest else "final", qk=qk,
-                                 when=when)
+                                 when=when, timeout_ms=limit)
         created = self._create(jid, call, dedup_key, qk)
         qk = self._check_queue(jid, created.queue)
         reply = created.job
@@ -282,16 +290,19 @@ class Queue(Following):
         concurrency: int = config.DEFAULT_CONCURRENCY,
         client: str = config.DEFAULT_CLIENT,
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
+        timeout: float | None = None,
     ) -> list[Job]:
         """Submit many jobs, pipelined: one round trip for any number of one-entry jobs
         (the small-job lane, :mod:`streamq.lane`), two for other small jobs.
 
         Job ids are generated. Every payload of every job is validated first.
         A job of more than ``ADD_CHUNK`` sub-requests is submitted on its own.
+        ``timeout`` is :meth:`submit`'s, for every job (none rides the lane then).
         """
         self._options(priority, concurrency, client, max_deliveries)
+        limit = timeout_ms(timeout)
         encoded = [self._encode_all(p) for p in jobs]
-        laned = [i for i, e in enumerate(encoded) if self.lane and len(e) == 1]
+        laned = [i for i, e in enumerate(encoded) if self.lane and not limit and len(e) == 1]
         lane_ids = dict(zip(laned, _new_ids(len(laned))))
         if lane_ids:
             lane.submit(self, [(lane_ids[i], encoded[i][0]) for i in laned], priority, client,
@@ -307,7 +318,8 @@ class Queue(Following):
         calls = [call for k, group in by_shard.items() for call in self.scripts.create_job_calls(
             ((JobKeys(ids[i]), encoded[i]) for i in group), queue=shards[k].tag,
             priority=priority, concurrency=concurrency, client=client,
-            max_deliveries=max_deliveries, retention_ms=self.retention_ms, mode="final")]
+            max_deliveries=max_deliveries, retention_ms=self.retention_ms, mode="final",
+            timeout_ms=limit)]
         # the intents go first (see _create and _intent_then)
         intents = [self.scripts.intend_jobs_call(shards[k], [ids[i] for i in group])
                    for k, group in by_shard.items()]
@@ -330,15 +342,16 @@ class Queue(Following):
                 handles.append(Job(self, ids[i]))
             else:
                 handles.append(self._submit_encoded(entries, priority, concurrency, client,
-                                                    max_deliveries))
+                                                    max_deliveries, limit))
         return handles
 
     def _submit_encoded(self, entries: list[tuple[bytes, bytes]], priority: int,
-                        concurrency: int, client: str, max_deliveries: int) -> Job:
+                        concurrency: int, client: str, max_deliveries: int,
+                        limit: int = 0) -> Job:
         jid = uuid.uuid4().hex
         qk = self.shard_for(jid)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
-                                 entries[: config.ADD_CHUNK], "submit", qk=qk)
+                                 entries[: config.ADD_CHUNK], "submit", qk=qk, timeout_ms=limit)
         created = self._create(jid, call, None, qk)
         reply = self._add_rest_and_finalize(jid, entries, created.job.total)
         if reply.completed:
@@ -358,6 +371,7 @@ class Queue(Following):
         max_deliveries: int = config.DEFAULT_MAX_DELIVERIES,
         dedup_key: str | None = None,
         token: str | None = None,
+        timeout: float | None = None,
     ) -> StreamingJob:
         """Open a streaming job: add sub-requests, then finalize.
 
@@ -366,12 +380,14 @@ class Queue(Following):
         ``token`` becomes the job's incarnation when this call creates it (a fresh
         one when not given): an open sent again with the same token counts as this
         open (``created`` stays true), which is how a writer owns its job.
+        ``timeout`` is :meth:`submit`'s.
         """
         self._options(priority, concurrency, client, max_deliveries)
+        limit = timeout_ms(timeout)
         jid = self._job_id(job_id, dedup_key)
         qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
-                                 dedup_key or "", [], "open", token, qk=qk)
+                                 dedup_key or "", [], "open", token, qk=qk, timeout_ms=limit)
         created = self._create(jid, call, dedup_key, qk)
         qk = self._check_queue(jid, created.queue)
         if created.job.state in _LIVE:
@@ -382,13 +398,13 @@ class Queue(Following):
     def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
                      max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
                      mode: str, token: str | None = None, *, qk: QueueKeys | None = None,
-                     when: str = "") -> Call:
+                     when: str = "", timeout_ms: int = 0) -> Call:
         qk = qk or self.shard_for(jid, dedup or None)
         return self.scripts.create_job_call(
             JobKeys(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
-            token=token, when=when)
+            token=token, when=when, timeout_ms=timeout_ms)
 
     def _create(self, jid: str, call: Call, dedup_key: str | None, qk: QueueKeys
                 ) -> CreateReply:
@@ -498,14 +514,14 @@ class Queue(Following):
                 raise StreamqError(f"no dead letter {dead_id!r} in queue {self.name!r}") from None
             raise DeadLetterReplayed(dead_id, target) from None
         meta: Any = self.redis.hmget(JobKeys(dead.job_id).meta, "priority", "client",
-                                     "max_deliveries")
+                                     "max_deliveries", "timeout")
 
         def new_job(kind: bytes, payload: bytes, jid: str) -> str:
             prio = int(meta[0]) if meta[0] else config.DEFAULT_PRIORITY
             client = meta[1].decode() if meta[1] else config.DEFAULT_CLIENT
             md = int(meta[2]) if meta[2] else config.DEFAULT_MAX_DELIVERIES
             call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final",
-                                     qk=self.shard_for(jid))
+                                     qk=self.shard_for(jid), timeout_ms=int(meta[3] or 0))
             created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
             shard = self._check_queue(jid, created.queue)
             if created.job.completed:

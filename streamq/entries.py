@@ -8,6 +8,7 @@ on the worker's event loop thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
 import time
@@ -16,20 +17,24 @@ from typing import TYPE_CHECKING, Any
 
 from .codec import decode, encode_result
 from .deadletters import announce
-from .errors import PayloadError
+from .errors import HandlerTimeout, PayloadError
 from .keys import JobKeys, QueueKeys
 from .models import Task
 from .scripts import JobReply
+from .watchdog import guarded
 
 if TYPE_CHECKING:
     from .worker import Worker
 
 log = logging.getLogger("streamq.worker")
 
-#: (queue, job id, index, entry id, attempt) of the sub-request being run; a Task is made
-#: from it only when a handler asks, not for every sub-request
-_current: contextvars.ContextVar[tuple[str, str, int, str, int] | None] = contextvars.ContextVar(
+#: (queue, job id, index, entry id, attempt[, deadline]) of the sub-request being run; a
+#: Task is made from it only when a handler asks, not for every sub-request
+_current: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
     "streamq_task", default=None)
+#: how long past its deadline an async handler that ignores its cancellation is waited
+#: for before its slot gives it up, seconds
+_CANCEL_GRACE_S = 1.0
 
 #: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
 Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
@@ -125,6 +130,7 @@ class EntryRunner:
         to_wall = time.time() - clock()
         handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
         faults = w.fault_at is not None
+        limit = w.timeouts.of(job, w.redis)  # known from the read's round trip (watchdog)
         for n, (_, flat) in enumerate(entries):
             if stopping.is_set():
                 self.requeue(job, [e[0] for e in entries[n:]])
@@ -154,16 +160,20 @@ class EntryRunner:
             started = clock()
             wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
             waits.append(wait if wait > 0.0 else 0.0)
-            task = (queue, job, index, eid, attempt)
+            task: tuple[Any, ...] = (queue, job, index, eid, attempt) if limit is None else (
+                queue, job, index, eid, attempt, started + to_wall + limit)
             try:
                 if sync:  # inline rather than a method call: this runs per sub-request
                     reset = _current.set(task)
                     try:
-                        value = handler(payload)
+                        # a job with a timeout: in the slot's handler thread, given up at
+                        # the deadline (HandlerTimeout, a failed attempt)
+                        value = (handler(payload) if limit is None
+                                 else w.watchdog.call(handler, payload, limit))
                     finally:
                         _current.reset(reset)
                 else:
-                    value = self.call_async(task, payload)
+                    value = self.call_async(task, payload, limit)
                 result = encode_result(value)
             except Exception as e:
                 durations.append(clock() - started)
@@ -259,10 +269,11 @@ class EntryRunner:
                 continue
             if w.fault_at is not None:
                 w.fault("in_handler")
-            _current.set(task)
+            limit = w.timeouts.cached(task[1])
+            _current.set(task if limit is None else (*task, time.time() + limit))
             started = clock()
             try:
-                value = await w.handler(payload)
+                value = await guarded(w.handler(payload), limit)
                 outcomes.append((True, value, started, clock()))
             except Exception as e:  # noqa: BLE001 - reported as a failed attempt
                 outcomes.append((False, e, started, clock()))
@@ -343,15 +354,25 @@ class EntryRunner:
                 w.scripts.clear_owed(shard, job)
         return reply.completed
 
-    def call_async(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
+    def call_async(self, task: tuple[Any, ...], payload: Any, limit: float | None = None
+                   ) -> Any:
         """Run an ``async def`` handler on the worker's event loop; wait for its result.
-        (Sync handlers are called inline in :meth:`run_entries`.)"""
+        (Sync handlers are called inline in :meth:`run_entries`.) With a ``limit`` the
+        handler is cancelled then (HandlerTimeout); one that ignores its cancellation is
+        given up a little later."""
         assert self.w.loop is not None
-        return asyncio.run_coroutine_threadsafe(self._acall(task, payload), self.w.loop).result()
+        fut = asyncio.run_coroutine_threadsafe(self._acall(task, payload, limit), self.w.loop)
+        if limit is None:
+            return fut.result()
+        # (not fut.result(timeout): a TimeoutError of the handler's own would look the same)
+        if not concurrent.futures.wait([fut], limit + _CANCEL_GRACE_S).done:
+            fut.cancel()
+            raise HandlerTimeout(limit)
+        return fut.result()
 
-    async def _acall(self, task: tuple[str, str, int, str, int], payload: Any) -> Any:
+    async def _acall(self, task: tuple[Any, ...], payload: Any, limit: float | None) -> Any:
         _current.set(task)
-        return await self.w.handler(payload)
+        return await guarded(self.w.handler(payload), limit)
 
     def ack_many(self, batches: list[Batch],
                  finishes: list[tuple[str, JobReply]] | None = None, *,

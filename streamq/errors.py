@@ -106,3 +106,13 @@ class RetryLater(StreamqError):
 
 class NonRetryable(StreamqError):
     """Raised by a handler when another attempt cannot help: dead-letter at once."""
+
+
+class HandlerTimeout(StreamqError):
+    """Raised in a worker, and recorded as the failed attempt's error, when a handler
+    ran past its job's timeout (``submit(..., timeout=S)``): the attempt counts as
+    failed and is retried with backoff like any other failure."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"handler ran past the job's timeout of {limit_s:g} s")
+        self.limit_s = limit_s

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from . import config, lane, schedule
+from . import config, lane, schedule, watchdog
 from .codec import decode_result
 from .connection import Client, is_transient
 from .errors import JobNotFound, WaitTimeout
@@ -82,6 +82,7 @@ class Following:
             created_ms=int(meta["created"]),
             finished_ms=int(finished) if finished else None,
             due_ms=due,
+            timeout_s=watchdog.seconds(meta.get("timeout")),
         )
 
     @wrap_connection_errors

@@ -42,13 +42,16 @@ class JobScripts(ScriptsBase):
         entries: Iterable[tuple[bytes, bytes]],
         token: str | None = None,
         when: str = "",
+        timeout_ms: int = 0,
     ) -> Call:
         """``mode`` is "final", "open" or "submit"; ``when`` is "" (ready now),
-        "+<ms>" or "@<epoch ms>" (a scheduled job); see create_job-6.lua."""
+        "+<ms>" or "@<epoch ms>" (a scheduled job); ``timeout_ms`` each handler run's
+        limit (0: none); see create_job-6.lua."""
         return JobScripts.create_job_calls(
             [(jk, entries)], queue=queue, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
-            retention_ms=retention_ms, mode=mode, dedup=dedup, token=token, when=when)[0]
+            retention_ms=retention_ms, mode=mode, dedup=dedup, token=token, when=when,
+            timeout_ms=timeout_ms)[0]
 
     @staticmethod
     def create_job_calls(
@@ -64,6 +67,7 @@ class JobScripts(ScriptsBase):
         dedup: str = "",
         token: str | None = None,
         when: str = "",
+        timeout_ms: int = 0,
     ) -> list[Call]:
         """:meth:`create_job_call` for many jobs with the same settings (their arguments
         share one head).
@@ -74,7 +78,8 @@ class JobScripts(ScriptsBase):
         is how create_job tells its own resend (it replies as the creator) from another
         create of the id; a job that exists keeps its own."""
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
-                           token or new_token(), retention_ms, dedup, mode, GROUP, when]
+                           token or new_token(), retention_ms, dedup, mode, GROUP, when,
+                           timeout_ms]
         calls = []
         for jk, entries in jobs:
             args = head.copy()

@@ -44,6 +44,8 @@ class JobStatus:
     finished_ms: int | None
     #: a scheduled job's time, ms since the epoch by Redis's clock (None: not scheduled)
     due_ms: int | None = None
+    #: each handler run's limit on one of its sub-requests, seconds (None: none)
+    timeout_s: float | None = None
 
     @property
     def terminal(self) -> bool:
@@ -103,6 +105,9 @@ class Task:
     index: int
     entry_id: str
     attempt: int
+    #: when the run must end (its job's timeout), seconds since the epoch by the
+    #: worker's clock; None when the job has no timeout
+    deadline: float | None = None
 
 
 _STATE_VALUES = frozenset(s.value for s in JobState)

@@ -361,7 +361,13 @@ class Slot:
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
         # finished meanwhile) is returned in place of its reply
         unread = [i for i, r in enumerate(replies) if r is _UNREAD]
-        for i, reply in zip(unread, pipelined(w.redis, [self.read(jks[i]) for i in unread])):
+        # the jobs' timeouts not known yet are read in the same round trip (watchdog)
+        asks = w.timeouts.unknown([jks[i].job_id for i in unread]) if unread else []
+        got = pipelined(w.redis, [*(self.read(jks[i]) for i in unread),
+                                  *(w.timeouts.command(j) for j in asks)])
+        for job, raw in zip(asks, got[len(unread):]):
+            w.timeouts.learn(job, raw)
+        for i, reply in zip(unread, got):
             replies[i] = reply
         for r in replies:
             if isinstance(r, redis.ResponseError) and is_transient(r):
@@ -454,5 +460,13 @@ class Slot:
 
 def slot_threads(worker: Worker) -> list[threading.Thread]:
     """One thread per slot of ``worker`` (not started)."""
-    return [threading.Thread(target=Slot(worker, i).run, name=f"streamq-slot-{i}", daemon=True)
+
+    def serve(slot: Slot) -> None:
+        try:
+            slot.run()
+        finally:
+            worker.watchdog.stop()  # the slot's handler thread, if it made one
+
+    return [threading.Thread(target=serve, args=(Slot(worker, i),), name=f"streamq-slot-{i}",
+                             daemon=True)
             for i in range(worker.slots)]

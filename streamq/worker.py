@@ -59,6 +59,7 @@ from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
 from .slot import slot_threads
 from .wakers import Wakers
+from .watchdog import Timeouts, Watchdog
 
 __all__ = ["Handler", "Worker", "current_task"]
 
@@ -179,6 +180,9 @@ class Worker:
         self._down_since: float | None = None
         self.leases = LeaseKeeper(self)
         self.entries = EntryRunner(self)
+        #: the jobs' handler timeouts, and the slots' handler threads for them
+        self.timeouts = Timeouts()
+        self.watchdog = Watchdog()
 
     @cached_property
     def wakers(self) -> Wakers:

@@ -121,3 +121,44 @@ def echo_or_refuse(payload: Any) -> Any:
     if payload == "again" and task is not None and task.attempt <= 1:
         raise RetryLater(0.2)
     return payload
+
+
+def stall(payload: Any) -> Any:
+    """Count the start and note its attempt (list ``attempts:<job>:<index>``) and its
+    deadline (``deadline:<job>:<index>``); hang ``payload["hang"]`` seconds on the first
+    start (on every one with ``"always": true``), then note the late return
+    (``late:<job>:<index>``); return ``{"n": n * 2, "attempt": attempt}``."""
+    task = current_task()
+    assert task is not None
+    key = f"{task.job_id}:{task.index}"
+    r = _redis()
+    first = r.incr(f"starts:{key}") == 1
+    r.rpush(f"attempts:{key}", task.attempt)
+    if task.deadline is not None:
+        r.set(f"deadline:{key}", repr(task.deadline))
+    if payload.get("hang") and (payload.get("always") or first):
+        time.sleep(float(payload["hang"]))
+        r.set(f"late:{key}", 1)
+        return {"late": True}
+    return {"n": payload["n"] * 2, "attempt": task.attempt}
+
+
+async def astall(payload: Any) -> Any:
+    """``stall`` as an ``async def`` handler: the hang an asyncio sleep, its cancellation
+    noted (``cancelled:<job>:<index>``)."""
+    import asyncio
+
+    key = _start()
+    task = current_task()
+    assert task is not None
+    r = _redis()
+    r.rpush(f"attempts:{key}", task.attempt)
+    if payload.get("hang") and (payload.get("always") or task.attempt == 1):
+        try:
+            await asyncio.sleep(float(payload["hang"]))
+        except asyncio.CancelledError:
+            r.set(f"cancelled:{key}", 1)
+            raise
+        r.set(f"late:{key}", 1)
+        return {"late": True}
+    return {"n": payload["n"] * 2, "attempt": task.attempt}

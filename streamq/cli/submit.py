@@ -152,6 +152,10 @@ def submit(
         "--at", show_default=False, help="when its sub-requests are ready: an ISO 8601 time "
                                          "with its UTC offset (2026-12-01T09:00:00+00:00)")
     ] = None,
+    task_timeout: Annotated[float | None, typer.Option(
+        "--task-timeout", show_default=False,
+        help="seconds each handler run on one of its sub-requests may take; a run past it "
+             "is a failed attempt, retried with backoff")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job with a progress bar "
                                                       "until it ends; exit 1 unless it "
                                                       "succeeded")] = False,
@@ -165,7 +169,7 @@ def submit(
     q = Queue(queue, client=client(redis_url))
     job = q.submit(items, job_id=job_id, priority=priority, concurrency=concurrency,
                    client=client_name, max_deliveries=max_deliveries, dedup_key=dedup_key,
-                   delay=delay, at=when)
+                   delay=delay, at=when, timeout=task_timeout)
     count, prio = len(items), priority
     if not job.created:  # the existing job's own figures, not this call's
         existing = q.status(job.id)

@@ -24,6 +24,8 @@ priority           write  0..99, 0 most urgent (default 50)
 concurrency        write  tokens: sub-requests of the job in flight at once (default 1)
 maxDeliveries      write  attempts per sub-request before it is dead-lettered (default 5)
 client             write  client name for fairness (default "default")
+timeout            write  seconds each handler run on one sub-request may take; a run
+                          past it is a failed attempt (default: none)
 pipelineDepth      write  add calls (of up to 500 sub-requests or 128 KiB) per round trip
                           (default 8; a round of 512 KiB goes at once)
 jobPerBatch        sink   true (default): a job per micro-batch; false: every micro-batch
@@ -54,11 +56,26 @@ from pyspark.sql.types import StructType
 from .. import config
 from ..errors import ConfigError
 from ..keys import check_name
+from ..watchdog import MAX_TIMEOUT_S, timeout_ms
 
 #: Redis URL when neither the ``redisUrl`` option nor STREAMQ_REDIS_URL is given.
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Format name of the data source.
 FORMAT = "streamq"
+
+
+def _timeout(options: Mapping[str, str]) -> float | None:
+    """The ``timeout`` option (seconds, see :mod:`streamq.watchdog`), checked."""
+    raw = options.get("timeout")
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+        timeout_ms(value)
+    except (ValueError, ConfigError):
+        raise ConfigError(f"streamq data source: option 'timeout' must be a positive number "
+                          f"of seconds up to {MAX_TIMEOUT_S}, got {raw!r}") from None
+    return value
 
 
 def _int(options: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -110,6 +127,8 @@ class SourceOptions:
     indexes_per_split: int = 20_000
     key_column: str | None = None
     job_per_batch: bool = True
+    #: each handler run's limit on one sub-request, seconds (``timeout``; None: none)
+    timeout_s: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, job_required: bool = True) -> SourceOptions:
@@ -132,6 +151,7 @@ class SourceOptions:
             indexes_per_split=_int(options, "indexesPerSplit", 20_000, 1, 10_000_000),
             key_column=options.get("keyColumn") or None,
             job_per_batch=_bool(options, "jobPerBatch", True),
+            timeout_s=_timeout(options),
         )
 
 

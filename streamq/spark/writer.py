@@ -183,7 +183,8 @@ def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
     and another write (or another producer) opened it."""
     with Queue(opts.queue, opts.redis_url) as q:
         sj = q.open(job_id=job, priority=opts.priority, concurrency=opts.concurrency,
-                    client=opts.client, max_deliveries=opts.max_deliveries, token=token)
+                    client=opts.client, max_deliveries=opts.max_deliveries, token=token,
+                    timeout=opts.timeout_s)
         if not sj.created:
             state = q.status(job).state
             raise WriteConflict(
