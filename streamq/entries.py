@@ -224,8 +224,9 @@ class EntryRunner:
             out.append(([], completed))
         tasks = [[(w.q.name, jk.job_id, it[1], it[0], it[4]) for it in ready]
                  for (jk, _, _, _), ready in zip(jobs, items)]
+        limits = [w.timeouts.of(jk.job_id, w.redis) for jk, _, _, _ in jobs]
         ran = asyncio.run_coroutine_threadsafe(
-            self._run_tokens(tasks, [[it[5] for it in ready] for ready in items]),
+            self._run_tokens(tasks, [[it[5] for it in ready] for ready in items], limits),
             w.loop).result()
         to_wall = time.time() - time.perf_counter()
         for k, ((jk, _, _, unacked), ready, outcomes) in enumerate(zip(jobs, items, ran)):
@@ -254,13 +255,15 @@ class EntryRunner:
         return out
 
     async def _run_tokens(self, tasks: list[list[tuple[str, str, int, str, int]]],
-                          payloads: list[list[Any]]) -> list[list[_Outcome]]:
-        return list(await asyncio.gather(*(self._run_token(t, p)
-                                           for t, p in zip(tasks, payloads))))
+                          payloads: list[list[Any]], limits: list[float | None]
+                          ) -> list[list[_Outcome]]:
+        return list(await asyncio.gather(*(self._run_token(t, p, limit)
+                                           for t, p, limit in zip(tasks, payloads, limits))))
 
     async def _run_token(self, tasks: list[tuple[str, str, int, str, int]],
-                         payloads: list[Any]) -> list[_Outcome]:
-        """One token's entries in order (a task of its own: its own current task)."""
+                         payloads: list[Any], limit: float | None) -> list[_Outcome]:
+        """One token's entries in order (a task of its own: its own current task), each
+        cancelled at its job's timeout ``limit``."""
         w, clock = self.w, time.perf_counter
         outcomes: list[_Outcome] = []
         for task, payload in zip(tasks, payloads):
@@ -269,7 +272,6 @@ class EntryRunner:
                 continue
             if w.fault_at is not None:
                 w.fault("in_handler")
-            limit = w.timeouts.cached(task[1])
             _current.set(task if limit is None else (*task, time.time() + limit))
             started = clock()
             try:

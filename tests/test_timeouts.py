@@ -11,7 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ import redis
 from conftest import ROOT, Procs, settled_completions, wait_until
 from proxy import ReplyDropProxy
 
-from streamq import ConfigError, JobState, Queue
+from streamq import ConfigError, JobState, Queue, Worker, current_task
 from streamq.keys import JobKeys, QueueKeys
 from streamq.watchdog import MAX_TIMEOUT_S
 
@@ -180,6 +182,37 @@ def test_a_resent_submit_with_a_timeout_is_idempotent(
     assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
     assert [int(r.get(f"starts:{job.id}:{i}") or 0) for i in range(3)] == [1, 1, 1]
     assert settled_completions(r, queue_name) == {job.id: 1}
+    q.close()
+
+
+def test_a_submit_sent_again_with_a_timeout_is_one_job(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: Callable[..., Worker]
+) -> None:
+    # Given a job submitted with a timeout, and the same submit sent again
+    q = Queue(queue_name, redis_url)
+    first = q.submit([1, 2], job_id="timed-twice", timeout=3)
+    again = q.submit([1, 2], job_id="timed-twice", timeout=3)
+    assert first.created and not again.created
+    assert q.status(first.id).timeout_s == 3.0
+    # When a worker serves it (with a job without a timeout)
+    threads: dict[str, list[str]] = {}
+
+    def handler(p: Any) -> Any:
+        task = current_task()
+        assert task is not None
+        threads.setdefault(task.job_id, []).append(threading.current_thread().name)
+        return p
+
+    plain = q.submit([3, 4, 5])
+    workers(queue_name, handler, concurrency=1)
+    # Then each job runs each sub-request once and completes once: the timed job's
+    # handler in the slot's handler thread, the plain job's inline in the slot thread
+    for job in (first, plain):
+        assert q.wait(job.id, timeout=20).state is JobState.SUCCEEDED
+    assert q.results(first.id) == {0: 1, 1: 2}
+    assert threads[first.id] == ["streamq-slot-0-handler"] * 2
+    assert threads[plain.id] == ["streamq-slot-0"] * 3
+    assert settled_completions(r, queue_name) == {first.id: 1, plain.id: 1}
     q.close()
 
 
