@@ -249,3 +249,26 @@ def test_the_cli_submits_with_a_task_timeout_and_refuses_a_bad_one(
         assert "timeout" in res.stderr
         assert len(lines) <= 6  # typer's usage box for a non-number, else one line
     assert r.zrange(QueueKeys(queue_name).active, 0, -1) == [job.encode()]
+
+
+def test_the_spark_writer_opens_its_job_with_the_timeout_option(
+    redis_url: str, queue_name: str
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from streamq.spark.source import SourceOptions
+    from streamq.spark.writer import StreamqWriter
+
+    # Given a write with the option timeout
+    opts = {"queue": queue_name, "job": "spark-timed", "redisUrl": redis_url}
+    writer = StreamqWriter(SourceOptions.parse({**opts, "timeout": "2.5"}))
+    # When a task writes rows, Then its job has that timeout
+    writer.write(iter([pa.RecordBatch.from_pylist([{"id": i} for i in range(3)])]))
+    q = Queue(queue_name, redis_url)
+    st = q.status("spark-timed")
+    assert (st.total, st.timeout_s) == (3, 2.5)
+    # And a bad one is refused, naming the option
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(ConfigError, match="option 'timeout'"):
+            SourceOptions.parse({**opts, "timeout": bad})
+    q.close()
