@@ -305,6 +305,8 @@ class EntryRunner:
         attempt in ms, or -1 to dead-letter at once."""
         w = self.w
         w.metrics.failed.inc()
+        if isinstance(e, HandlerTimeout):
+            w.metrics.timed_out.inc()
         with w.stats.lock:
             w.stats.failed += 1
         log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,

@@ -87,6 +87,9 @@ class WorkerMetrics:
                                "Failed attempts scheduled for another attempt.")
         self.dead_lettered = counter("streamq_subrequests_dead_lettered_total",
                                      "Sub-requests this worker moved to the dead-letter store.")
+        self.timed_out = counter("streamq_handler_timeouts_total",
+                                 "Handler attempts given up at their job's timeout (also "
+                                 "counted as failed).")
         self.handler_seconds = BatchHistogram(
             "streamq_handler_duration_seconds", "Time spent in the handler per attempt.",
             "queue", queue, BUCKETS, r)

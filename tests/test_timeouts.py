@@ -216,6 +216,38 @@ def test_a_submit_sent_again_with_a_timeout_is_one_job(
     q.close()
 
 
+def test_a_given_up_attempt_is_counted_and_its_deadline_shown(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: Callable[..., Worker]
+) -> None:
+    # Given an in-process worker whose handler hangs on its first call, and notes the
+    # deadline current_task() shows
+    release = threading.Event()
+    seen: list[tuple[int, float | None, float]] = []
+
+    def handler(p: Any) -> Any:
+        task = current_task()
+        assert task is not None
+        seen.append((task.attempt, task.deadline, time.time()))
+        if len(seen) == 1:
+            release.wait(20)
+        return p
+
+    w = workers(queue_name, handler, concurrency=1, retry_base_s=0.1)
+    q = Queue(queue_name, redis_url)
+    # When a job with a 0.3 s timeout runs
+    job = q.submit(["x"], timeout=0.3)
+    assert q.wait(job.id, timeout=20).state is JobState.SUCCEEDED
+    release.set()
+    # Then its first attempt was given up and counted, the second gave the result
+    assert [a for a, _, _ in seen] == [1, 2]
+    for _, deadline, started in seen:
+        assert deadline is not None and abs(deadline - started - 0.3) < 0.2
+    assert q.results(job.id) == {0: "x"}
+    assert w.metrics.registry.get_sample_value(
+        "streamq_handler_timeouts_total", {"queue": queue_name}) == 1.0
+    q.close()
+
+
 @pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "5", True, MAX_TIMEOUT_S + 1])
 def test_a_bad_timeout_is_refused_and_nothing_is_submitted(
     r: redis.Redis, redis_url: str, queue_name: str, bad: Any
