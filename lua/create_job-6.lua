@@ -37,7 +37,8 @@
              "@<ms since the epoch>" at that time (both by Redis's clock). A scheduled
              job stores the time in meta `due` and its sub-requests in its retry ZSET
              (see includes/add_entries); its queue registers it parked, due then
-    ARGV[12..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
+    ARGV[12..] pairs (type, payload) of sub-requests, indexes 0, 1, ...; an odd
+             count ends in a trace context the entries carry (includes/add_entries)
 
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:

@@ -34,6 +34,8 @@
     ARGV[14] error text
     ARGV[15] payload type letter
     ARGV[16] payload bytes
+    ARGV[17] optional: the entry's trace context (field "c"), kept with its retry as
+             "<attempts>|<job>,<context>|<type><payload>"
 
   Output:
     0 the entry was settled already, 1 retry scheduled, 2 dead-lettered
@@ -62,7 +64,9 @@ if job ~= "" then
 end
 if raw and delay >= 0 and attempts < lane_field(raw, "max_deliveries") then
   local due = nowMs + delay
-  rcall("ZADD", retryKey, due, attempts .. "|" .. job .. "|" .. ARGV[15] .. ARGV[16])
+  local who = job
+  if ARGV[17] and ARGV[17] ~= "" then who = job .. "," .. ARGV[17] end
+  rcall("ZADD", retryKey, due, attempts .. "|" .. who .. "|" .. ARGV[15] .. ARGV[16])
   rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[9])
   return 1
 end

@@ -85,7 +85,12 @@ for _, entry in ipairs(entries) do
     end
     dead = dead + 1
   else
-    rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+    if f["c"] then  -- a trace context (streamq.tracing) goes with the entry
+      rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1,
+            "c", f["c"])
+    else
+      rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+    end
     readded = readded + 1
   end
 end

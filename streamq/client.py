@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import config, deadletters, flow, lane, schedule
 from .cluster import is_cluster
@@ -29,6 +29,10 @@ from .keys import JobKeys, QueueKeys, check_name, shard_queue
 from .models import JobState, JobStatus, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
+from .tracing import submit_tracer, traced_submit
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
 
@@ -69,7 +73,11 @@ class Queue(Following):
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
         shards: int | None = None,
+        tracing: bool | TracerProvider | None = None,
     ) -> None:
+        """``tracing``: OpenTelemetry spans for submits and trace context in the entries
+        (None: as ``STREAMQ_TRACING`` says, else on when a tracer provider is set; see
+        :mod:`streamq.tracing`)."""
         self.name = check_name("queue name", name)
         if client is None:
             if url is None:
@@ -88,6 +96,8 @@ class Queue(Following):
         self.events_maxlen = events_maxlen
         #: one-entry jobs with a generated id and no dedup key ride the small-job lane
         self.lane = lane.enabled()
+        #: spans around submits (streamq.tracing); None when tracing is off
+        self.tracer = submit_tracer(tracing)
 
     def close(self) -> None:
         self.redis.close()
@@ -167,6 +177,7 @@ class Queue(Following):
                                                 job_id)
         return job_id
 
+    @traced_submit("submit")
     @wrap_connection_errors
     def submit(
         self,
@@ -273,6 +284,7 @@ class Queue(Following):
         """True when any shard of the queue is paused."""
         return flow.paused_shards(self) > 0
 
+    @traced_submit("submit_many")
     @wrap_connection_errors
     def submit_many(
         self,

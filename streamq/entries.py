@@ -125,6 +125,8 @@ class EntryRunner:
         to_wall = time.time() - clock()
         handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
         faults = w.fault_at is not None
+        if w.tracer is not None:
+            w.tracer.note(ids, [e[1] for e in entries])
         for n, (_, flat) in enumerate(entries):
             if stopping.is_set():
                 self.requeue(job, [e[0] for e in entries[n:]])
@@ -200,6 +202,8 @@ class EntryRunner:
         out: list[tuple[list[tuple[str, int, bytes]], bool]] = []
         items: list[list[_Item]] = []
         for jk, entries, ids, unacked in jobs:
+            if w.tracer is not None:
+                w.tracer.note(ids, [e[1] for e in entries])
             ready: list[_Item] = []
             completed = False
             for n, (_, flat) in enumerate(entries):
@@ -320,7 +324,8 @@ class EntryRunner:
         jk = JobKeys(job)
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
                                      attempts=attempts, delay_ms=delay_ms, error=error[:2000],
-                                     kind=kind, payload=raw)]
+                                     kind=kind, payload=raw,
+                                     trace="" if w.tracer is None else w.tracer.retry_context(eid))]
         if delay_ms >= 0:
             # noted even when the reply says "settled already" (a resent fail): a due
             # time with nothing due costs one promote that moves nothing
@@ -385,6 +390,8 @@ class EntryRunner:
         self.w.metrics.processed.inc(acked)
         with self.w.stats.lock:
             self.w.stats.processed += acked
+        if self.w.tracer is not None:
+            self.w.tracer.acked(d[0] for _, done in batches for d in done)
         return out
 
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:

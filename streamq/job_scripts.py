@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import tracing
 from .config import GROUP
 from .errors import RowConflict, TotalMismatch, WriteConflict
 from .keys import JobKeys
@@ -75,12 +76,15 @@ class JobScripts(ScriptsBase):
         create of the id; a job that exists keeps its own."""
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
                            token or new_token(), retention_ms, dedup, mode, GROUP, when]
+        trace = tracing.entry_context() if tracing.ACTIVE else ""
         calls = []
         for jk, entries in jobs:
             args = head.copy()
             for kind, data in entries:
                 args.append(kind)
                 args.append(data)
+            if trace:
+                args.append(trace)
             calls.append(Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq,
                                              jk.retry), args))
         return calls
@@ -107,6 +111,8 @@ class JobScripts(ScriptsBase):
         args: list[Any] = ["" if expect_total is None else expect_total, batch_id or new_token()]
         for kind, data in entries:
             args += [kind, data]
+        if tracing.ACTIVE and (trace := tracing.entry_context()):
+            args.append(trace)
         reply = self.run("add_tasks", (jk.meta, jk.tasks, jk.batches, jk.retry), args)
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
@@ -160,12 +166,14 @@ class JobScripts(ScriptsBase):
         error: str,
         kind: bytes,
         payload: bytes,
+        trace: str = "",
     ) -> Call:
         """A failed attempt: retry ``delay_ms`` after Redis's clock now, or (delay -1, or
-        attempts used up) dead-letter."""
+        attempts used up) dead-letter. ``trace``: the entry's trace context, which its
+        retry carries (streamq.tracing)."""
+        args: tuple[Any, ...] = (GROUP, entry_id, index, attempts, delay_ms, error, kind, payload)
         return Call("fail", (jk.tasks, jk.meta, jk.results, jk.errors, jk.retry, jk.inflight,
-                             jk.dlq, jk.unannounced),
-                    (GROUP, entry_id, index, attempts, delay_ms, error, kind, payload))
+                             jk.dlq, jk.unannounced), (*args, trace) if trace else args)
 
     @staticmethod
     def parse_fail(r: Sequence[Any]) -> tuple[int, JobReply]:

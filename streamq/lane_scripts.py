@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import tracing
 from .cluster import is_cluster
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
 from .keys import QueueKeys, lane_member
@@ -54,6 +55,8 @@ class LaneScripts(ScriptsBase):
         args: list[Any] = [GROUP, lane_member(priority, client), priority, WAKE_CAP]
         for job, record, kind, payload in jobs:
             args += [job, record, kind, payload]
+        if tracing.ACTIVE and (trace := tracing.entry_context()):
+            args.append(trace)
         return Call("lane_submit",
                     (qk.lane(priority, client), qk.lanes, qk.ljobs, qk.lactive, qk.wake), args)
 
@@ -71,16 +74,18 @@ class LaneScripts(ScriptsBase):
     @staticmethod
     def lane_fail_call(qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *, entry_id: str,
                        job: str, attempts: int, delay_ms: int, error: str, kind: bytes,
-                       payload: bytes) -> Call:
+                       payload: bytes, trace: str = "") -> Call:
         """Report a failed attempt of a small job: a retry after ``delay_ms`` (-1: dead
-        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. See
-        lane_fail-10.lua."""
+        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. ``trace``: the
+        entry's trace context, which its retry carries. See lane_fail-10.lua."""
         prio, client = lane
+        args = [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
+                attempts, delay_ms, error, kind, payload]
+        if trace:
+            args.append(trace)
         return Call("lane_fail",
                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lerrors,
-                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries),
-                    [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
-                     attempts, delay_ms, error, kind, payload])
+                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries), args)
 
     @staticmethod
     def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:

@@ -74,6 +74,8 @@ class LaneWork:
         #: the lanes of each shard, as its registry said in the last read
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         self.ctx = LaneCtx.of(w.q)
+        #: entry ids of the results in :attr:`acks`, for their ack spans (tracing on)
+        self.traced: list[str] = []
 
     # -- reading -----------------------------------------------------------------------
 
@@ -184,6 +186,8 @@ class LaneWork:
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
+        if w.tracer is not None:
+            w.tracer.note([e.eid for e in entries], [e.flat for e in entries])
         if w.loop is not None and not any(is_suspect(e.flat) for e in entries):
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
@@ -193,6 +197,8 @@ class LaneWork:
 
     def _ack_calls(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]
                    ) -> list[Call]:
+        if self.w.tracer is not None:
+            self.traced.extend(d[0] for items in done.values() for d in items)
         return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
                 for stream, items in done.items() for i in range(0, len(items), 500)]
 
@@ -318,6 +324,10 @@ class LaneWork:
         self.w.metrics.processed.inc(n)
         with self.w.stats.lock:
             self.w.stats.processed += n
+        if self.traced:  # the ack spans of what these calls acknowledged
+            assert self.w.tracer is not None
+            self.w.tracer.acked(self.traced)
+            self.traced = []
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
@@ -329,7 +339,9 @@ class LaneWork:
         w = self.w
         call = w.scripts.lane_fail_call(qk, (e.priority, e.client), self.ctx, entry_id=e.eid,
                                         job=job, attempts=attempts, delay_ms=delay_ms,
-                                        error=error[:2000], kind=kind, payload=raw)
+                                        error=error[:2000], kind=kind, payload=raw,
+                                        trace="" if w.tracer is None
+                                        else w.tracer.retry_context(e.eid))
         outcome = int(w.scripts.run(call.name, call.keys, call.args))
         if outcome == 1:
             w.metrics.retried.inc()

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -58,6 +58,10 @@ from .eviction import check_eviction
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
 from .slot import slot_threads
+from .tracing import worker_tracer
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 from .wakers import Wakers
 
 __all__ = ["Handler", "Worker", "current_task"]
@@ -109,6 +113,7 @@ class Worker:
         id_file: str | os.PathLike[str] | None = None,
         shards: int | None = None,
         allow_eviction: bool = False,
+        tracing: bool | TracerProvider | None = None,
     ) -> None:
         is_async = inspect.iscoroutinefunction(handler)
         if concurrency is None:
@@ -157,6 +162,11 @@ class Worker:
         #: tokens a stopping worker could not hand back (Redis unreachable)
         self.undrained = 0
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: OpenTelemetry spans per sub-request (streamq.tracing; ``tracing`` None: as
+        #: STREAMQ_TRACING says, else on when a tracer provider is set); None when off
+        self.tracer = worker_tracer(tracing, self.id)
+        if self.tracer is not None:
+            self.handler = self.tracer.wrap(handler)
         self.stats = _Stats()
         #: set to drain and stop
         self.stopping = threading.Event()
