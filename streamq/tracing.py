@@ -73,7 +73,10 @@ def wanted(option: bool | TracerProvider | None) -> bool:
     if option is None:
         if sys.modules.get("opentelemetry.trace") is None:
             return False  # nobody imported OpenTelemetry: no provider can be set
-        from opentelemetry import trace
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            return False
         return not _default_provider(trace.get_tracer_provider())
     if option:
         try:

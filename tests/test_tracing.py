@@ -30,6 +30,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from streamq import JobState, Queue, Worker, current_task  # noqa: E402
 from streamq import tracing as sq_tracing  # noqa: E402
+from streamq.config import GROUP  # noqa: E402
 from streamq.errors import ConfigError  # noqa: E402
 from streamq.keys import JobKeys, QueueKeys  # noqa: E402
 
@@ -300,3 +301,35 @@ def test_the_cli_runs_without_the_extra(redis_url: str, queue_name: str) -> None
     out, err = refused.communicate(timeout=60)
     assert refused.returncode == 2, err
     assert "streamq[otel]" in err and "Traceback" not in err
+
+
+def test_reclaimed_and_scheduled_entries_keep_the_context(
+    redis_url: str, queue_name: str, r: redis.Redis, workers: StartWorker, otel: Any,
+    queues: Callable[[Queue], Queue],
+) -> None:
+    provider, exporter = otel
+    q = queues(Queue(queue_name, redis_url, tracing=provider))
+    # an entry read by a worker that died: the reclaim re-adds it with its context
+    job = q.submit([1, 2])
+    jk = JobKeys(job.id)
+    r.xreadgroup(GROUP, "ghost", {jk.tasks: ">"}, count=1)
+    _, readded, _, _ = q.scripts.reclaim(jk, consumer="reaper", min_idle_ms=0, cursor="0-0",
+                                         count=10)
+    assert readded == 1
+    entries = [f for _, f in r.xrange(jk.tasks)]
+    assert [f[b"i"] for f in entries] == [b"1", b"0"]
+    assert entries[1][b"s"] == b"1" and entries[0][sq_tracing.FIELD] == entries[1][
+        sq_tracing.FIELD]
+    # a scheduled job's sub-requests wait in its retry set with the context
+    later = q.submit([3], delay=0.5)
+    assert r.xlen(JobKeys(later.id).tasks) == 0
+    workers(queue_name, lambda p: p, tracing=provider)
+    for j in (job, later):
+        assert j.wait(timeout=20).state == JobState.SUCCEEDED
+    spans = spans_until(exporter, lambda s: len(named(s, "streamq.ack")) == 3)
+    submits = {s.context.span_id: s for s in named(spans, "streamq.submit")}
+    for run in named(spans, "streamq.handler"):
+        assert run.parent is not None and run.parent.span_id in submits
+        assert submits[run.parent.span_id].context.trace_id == run.context.trace_id
+    late, = named(spans, "streamq.handler", job_id=later.id)
+    assert (submits[late.parent.span_id].attributes or {})["streamq.job_id"] == later.id
