@@ -7,6 +7,7 @@ tests run untraced."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -274,19 +275,23 @@ _NO_OTEL = ("import sys, runpy; sys.modules['opentelemetry'] = None; "
             "runpy.run_module('streamq', run_name='__main__', alter_sys=True)")
 
 
-def _streamq_without_otel(redis_url: str, *args: str, **env: str) -> subprocess.Popen[str]:
+def _streamq(redis_url: str, *args: str, otel: bool = True, **env: str
+             ) -> subprocess.Popen[str]:
+    """``streamq ARGS`` in a process of its own; with ``otel`` False, OpenTelemetry
+    cannot be imported in it (as without the extra)."""
     full = dict(os.environ, STREAMQ_REDIS_URL=redis_url,
                 PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", **env)
-    return subprocess.Popen([sys.executable, "-c", _NO_OTEL, *args], env=full, cwd=ROOT,
+    head = ["-m", "streamq"] if otel else ["-c", _NO_OTEL]
+    return subprocess.Popen([sys.executable, *head, *args], env=full, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_the_cli_runs_without_the_extra(redis_url: str, queue_name: str) -> None:
-    proc = _streamq_without_otel(redis_url, "submit", queue_name, "--json", "1", "2")
+    proc = _streamq(redis_url, "submit", queue_name, "--json", "1", "2", otel=False)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    worker = _streamq_without_otel(redis_url, "worker", queue_name, "--handler",
-                                   "handlers:echo", "--log-level", "WARNING")
+    worker = _streamq(redis_url, "worker", queue_name, "--handler", "handlers:echo",
+                      "--log-level", "WARNING", otel=False)
     try:
         with Queue(queue_name, redis_url, tracing=False) as q:
             job = q.submit([5, 6])
@@ -296,8 +301,8 @@ def test_the_cli_runs_without_the_extra(redis_url: str, queue_name: str) -> None
         worker.terminate()
         worker.communicate(timeout=30)
     # asked for without the extra: one line, exit code 2
-    refused = _streamq_without_otel(redis_url, "worker", queue_name, "--handler",
-                                    "handlers:echo", STREAMQ_TRACING="1")
+    refused = _streamq(redis_url, "worker", queue_name, "--handler", "handlers:echo",
+                       otel=False, STREAMQ_TRACING="1")
     out, err = refused.communicate(timeout=60)
     assert refused.returncode == 2, err
     assert "streamq[otel]" in err and "Traceback" not in err
@@ -333,3 +338,35 @@ def test_reclaimed_and_scheduled_entries_keep_the_context(
         assert submits[run.parent.span_id].context.trace_id == run.context.trace_id
     late, = named(spans, "streamq.handler", job_id=later.id)
     assert (submits[late.parent.span_id].attributes or {})["streamq.job_id"] == later.id
+
+
+def test_a_worker_process_exports_its_spans_into_the_submitters_trace(
+    redis_url: str, queue_name: str, otel: Any, queues: Callable[[Queue], Queue],
+) -> None:
+    """``streamq worker`` with STREAMQ_TRACING=1 and no provider of its own sets up the
+    SDK from the OTEL_* variables (here the console exporter, on its stdout)."""
+    provider, exporter = otel
+    worker = _streamq(redis_url, "worker", queue_name, "--handler", "handlers:echo",
+                      "--log-level", "WARNING", STREAMQ_TRACING="1",
+                      OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="tracing-test")
+    try:
+        q = queues(Queue(queue_name, redis_url, tracing=provider))
+        job = q.submit([1, 2])
+        assert job.wait(timeout=30).state == JobState.SUCCEEDED
+    finally:
+        worker.terminate()
+        out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    submit, = named(list(exporter.get_finished_spans()), "streamq.submit")
+    trace_id = f"0x{submit.context.trace_id:032x}"
+    parent = f"0x{submit.context.span_id:016x}"
+    decoder, spans, at = json.JSONDecoder(), [], out.find("{")
+    while at >= 0:
+        span, end = decoder.raw_decode(out, at)
+        spans.append(span)
+        at = out.find("{", end)
+    mine = [s for s in spans if s["context"]["trace_id"] == trace_id]
+    assert sorted(s["name"] for s in mine) == sorted(
+        ["streamq.wait", "streamq.handler", "streamq.ack"] * 2)
+    assert all(s["parent_id"] == parent for s in mine)
+    assert {s["resource"]["attributes"]["service.name"] for s in mine} == {"tracing-test"}
