@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from . import cancel as cancelling
 from . import config, deadletters, flow, lane, schedule
 from .cluster import is_cluster
 from .codec import encode
@@ -267,6 +268,18 @@ class Queue(Following):
         if concurrency is not None:
             _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
         return flow.reprioritize(self, job_id, priority, concurrency)
+
+    @wrap_connection_errors
+    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0
+               ) -> cancelling.CancelReport:
+        """Cancel a job: none of its sub-requests starts after this returns (with
+        ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
+        their results; it ends ``cancelled`` with one completion. A finished job is left
+        as it is (``report.cancelled`` False). See :mod:`streamq.cancel`."""
+        check_name("job id", job_id)
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        return cancelling.cancel(self, job_id, wait=wait, timeout=timeout)
 
     @wrap_connection_errors
     def is_paused(self) -> bool:

@@ -338,9 +338,11 @@ class LaneWork:
             w.fault("after_dead_letter")
 
     def _requeue(self, entries: Sequence[LaneEntry]) -> None:
-        """Hand back entries read but never started (the worker is stopping)."""
+        """Hand back entries read but never started (the worker is stopping, or the queue
+        paused); an entry of a job cancelled meanwhile is dropped."""
         for stream, ids in _by_stream(entries):
-            self.w.scripts.run("requeue", (stream,), [GROUP, self.w.id, *ids])
+            ljobs = stream[: stream.index("}:") + 2] + "ljobs"  # the lane's shard's records
+            self.w.scripts.run("lane_requeue", (stream, ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""

@@ -31,13 +31,14 @@ FUNCTIONS: dict[str, frozenset[str]] = {
     "producer": frozenset({
         "create_job", "add_tasks", "finalize_job", "register_jobs", "intend_jobs",
         "reserve_dedup", "finish_jobs", "unpark", "lane_submit", "add_keyed", "commit_batch",
-        "abort_job", "expire_keyed",
+        "abort_job", "expire_keyed", "cancel_job", "lane_cancel",
     }),
     # claim, read, ack, fail, retry, heartbeat and its own leases; dead letters it makes
     "worker": frozenset({
         "settle", "ack", "requeue", "fail", "record_start", "promote_retries",
         "schedule_retry", "unpark", "heartbeat", "clear_owed", "announce", "unannounced",
         "announced", "finish_jobs", "lane_ack", "lane_fail", "lane_promote", "lane_start",
+        "lane_requeue",
     }),
     # recovery of stalled work and dead processes, retention trims
     "reaper": frozenset({
