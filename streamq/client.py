@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from . import config, deadletters, flow, lane, schedule
+from . import rates as ratelimits
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -267,6 +268,20 @@ class Queue(Following):
         if concurrency is not None:
             _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
         return flow.reprioritize(self, job_id, priority, concurrency)
+
+    @wrap_connection_errors
+    def set_rate(self, per_second: float | None, *, client: str | None = None,
+                 burst: int | None = None) -> bool:
+        """Limit the sub-requests started per second, of ``client`` or (None) of the
+        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
+        second's); None clears the limit. Work over a limit waits. True when the stored
+        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
+        return ratelimits.set_rate(self, per_second, client, burst)
+
+    @wrap_connection_errors
+    def rates(self) -> ratelimits.RateLimits:
+        """The queue's rate limits (:meth:`set_rate`)."""
+        return ratelimits.read_rates(self.redis, self.keys)
 
     @wrap_connection_errors
     def is_paused(self) -> bool:

@@ -121,3 +121,17 @@ def echo_or_refuse(payload: Any) -> Any:
     if payload == "again" and task is not None and task.attempt <= 1:
         raise RetryLater(0.2)
     return payload
+
+
+def stamp(payload: Any) -> Any:
+    """Count the start and note it, with Redis's clock (ms), in the list
+    ``stamps:<payload["tag"]>`` (``<ms>|<job>:<index>``); sleep ``payload["sleep"]``
+    seconds; return ``payload["n"]``."""
+    from streamq.connection import server_ms
+
+    key = _start()
+    r = _redis()
+    stamps = f"stamps:{payload['tag']}"
+    r.rpush(stamps, f"{server_ms(r, stamps)}|{key}")
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"]
