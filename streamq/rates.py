@@ -245,14 +245,15 @@ class Limiter:
                     self._clients[j] = c.decode() if isinstance(c, bytes) else str(c)
         return [self._clients.get(j, "") for j in jobs]
 
-    def grant(self, qk: QueueKeys, tokens: Sequence[str], want: int) -> list[int]:
-        """Permits for each claimed token's read of up to ``want`` entries (0: refused).
-        Tokens of unlimited clients get ``want`` without a call. The jobs of refused
-        tokens are noted in shard ``qk``'s ``retries`` (``rate|<job>|<n>``, due when the
-        next permit is) before the caller parks their tokens, so they are unparked then."""
+    def grant(self, qk: QueueKeys, tokens: Sequence[str], want: int) -> dict[int, int]:
+        """Permits taken for each claimed token's read of up to ``want`` entries, by the
+        token's position (0: refused); tokens of unlimited clients are left out (their
+        reads need none, and take no call). The jobs of refused tokens are noted in shard
+        ``qk``'s ``retries`` (``rate|<job>|<n>``, due when the next permit is) before the
+        caller parks their tokens, so they are unparked then."""
         jobs = [token_job(t) for t in tokens]
         clients = self.clients_of(jobs)
-        out = [want] * len(tokens)
+        out: dict[int, int] = {}
         ask = [i for i, c in enumerate(clients) if self.limited(c)]
         if not ask:
             return out

@@ -377,8 +377,8 @@ class Slot:
         unread = [i for i, r in enumerate(replies) if r is _UNREAD]
         # under rate limits a read asks for the permits it was granted; a token refused
         # one is parked until its job's next permit is due (rates.Limiter.grant)
-        granted = (dict(zip(unread, w.rates.grant(self.qk, [tokens[i] for i in unread],
-                                                  self.read_n)))
+        granted = ({unread[k]: n for k, n in w.rates.grant(
+                        self.qk, [tokens[i] for i in unread], self.read_n).items()}
                    if unread and w.rates.active() else {})
         refused = {i for i, n in granted.items() if n == 0}
         unread = [i for i in unread if i not in refused]
@@ -453,7 +453,8 @@ class Slot:
 
     def give_back(self, jks: list[JobKeys], replies: list[Any], granted: dict[int, int]
                   ) -> None:
-        """Return the permits of entries a read did not find."""
+        """Return the permits (``granted``: taken, by token position) of entries a read
+        did not find."""
         unused = {i: n - (0 if isinstance(replies[i], Exception) else len(_entries(replies[i])))
                   for i, n in granted.items() if n > 0}
         unused = {i: n for i, n in unused.items() if n > 0}
