@@ -12,6 +12,7 @@ from typing import Any
 
 from . import cancel as cancelling
 from . import config, deadletters, flow, lane, schedule
+from . import rates as ratelimits
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -280,6 +281,20 @@ class Queue(Following):
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
         return cancelling.cancel(self, job_id, wait=wait, timeout=timeout)
+
+    @wrap_connection_errors
+    def set_rate(self, per_second: float | None, *, client: str | None = None,
+                 burst: int | None = None) -> bool:
+        """Limit the sub-requests started per second, of ``client`` or (None) of the
+        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
+        second's); None clears the limit. Work over a limit waits. True when the stored
+        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
+        return ratelimits.set_rate(self, per_second, client, burst)
+
+    @wrap_connection_errors
+    def rates(self) -> ratelimits.RateLimits:
+        """The queue's rate limits (:meth:`set_rate`)."""
+        return ratelimits.read_rates(self.redis, self.keys)
 
     @wrap_connection_errors
     def is_paused(self) -> bool:

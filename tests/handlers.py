@@ -134,3 +134,17 @@ def until_cancelled(payload: Any) -> Any:
         time.sleep(0.02)
     return {"n": payload["n"], "cancelled": task.cancelled,
             "ran": round(time.monotonic() - until + float(payload.get("max", 20)), 2)}
+
+
+def stamp(payload: Any) -> Any:
+    """Count the start and note it, with Redis's clock (ms), in the list
+    ``stamps:<payload["tag"]>`` (``<ms>|<job>:<index>``); sleep ``payload["sleep"]``
+    seconds; return ``payload["n"]``."""
+    from streamq.connection import server_ms
+
+    key = _start()
+    r = _redis()
+    stamps = f"stamps:{payload['tag']}"
+    r.rpush(stamps, f"{server_ms(r, stamps)}|{key}")
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"]
