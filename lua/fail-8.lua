@@ -50,6 +50,11 @@ if rcall("XACK", tasksKey, group, entryId) == 0 then
 end
 rcall("XDEL", tasksKey, entryId)
 rcall("HDEL", inflightKey, entryId)
+if rcall("HGET", metaKey, "state") == "cancelled" then
+  -- it was running when its job was cancelled: no retry, no dead letter
+  if rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
+  return reply(0, 0)
+end
 local nowMs = now_ms()
 
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")

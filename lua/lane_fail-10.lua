@@ -3,7 +3,8 @@
   malformed: schedule its next attempt after a delay, or dead-letter it when
   its attempts reached the job's max_deliveries or the failure is final (the
   job then completes as failed). Only an entry XACK acknowledged is acted on,
-  so a failure reported twice counts once.
+  so a failure reported twice counts once. The failure of an entry whose job
+  was cancelled while it ran ends it: no retry, no dead letter (reply 0).
 
   Input:
     KEYS[1]  lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
@@ -60,6 +61,8 @@ ctx.done = lane_done()
 local raw = nil
 if job ~= "" then
   raw = rcall("HGET", ctx.ljobs, job)
+  -- it was running when its job was cancelled: no retry, no dead letter
+  if lane_cancelled(raw) then return 0 end
   if not lane_active(raw) then raw = nil end
 end
 if raw and delay >= 0 and attempts < lane_field(raw, "max_deliveries") then

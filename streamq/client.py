@@ -10,7 +10,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import cancel as cancelling
 from . import config, deadletters, flow, lane, schedule
+from . import rates as ratelimits
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -278,6 +280,32 @@ class Queue(Following):
         if concurrency is not None:
             _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
         return flow.reprioritize(self, job_id, priority, concurrency)
+
+    @wrap_connection_errors
+    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0
+               ) -> cancelling.CancelReport:
+        """Cancel a job: none of its sub-requests starts after this returns (with
+        ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
+        their results; it ends ``cancelled`` with one completion. A finished job is left
+        as it is (``report.cancelled`` False). See :mod:`streamq.cancel`."""
+        check_name("job id", job_id)
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        return cancelling.cancel(self, job_id, wait=wait, timeout=timeout)
+
+    @wrap_connection_errors
+    def set_rate(self, per_second: float | None, *, client: str | None = None,
+                 burst: int | None = None) -> bool:
+        """Limit the sub-requests started per second, of ``client`` or (None) of the
+        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
+        second's); None clears the limit. Work over a limit waits. True when the stored
+        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
+        return ratelimits.set_rate(self, per_second, client, burst)
+
+    @wrap_connection_errors
+    def rates(self) -> ratelimits.RateLimits:
+        """The queue's rate limits (:meth:`set_rate`)."""
+        return ratelimits.read_rates(self.redis, self.keys)
 
     @wrap_connection_errors
     def is_paused(self) -> bool:

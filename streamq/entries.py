@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import cancels
 from .codec import decode, encode_result
 from .deadletters import announce
 from .errors import PayloadError
@@ -124,11 +125,13 @@ class EntryRunner:
         # id) is measured at its start without a second clock read per entry
         to_wall = time.time() - clock()
         handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
+        cancelled = cancels.seen
         faults = w.fault_at is not None
         if w.tracer is not None:
             w.tracer.note(ids, [e[1] for e in entries])
         for n, (_, flat) in enumerate(entries):
-            if stopping.is_set():
+            if stopping.is_set() or cancelled(job):
+                # unstarted: handed back (a cancelled job's are dropped, not re-added)
                 self.requeue(job, [e[0] for e in entries[n:]])
                 break
             eid = ids[n]
@@ -258,7 +261,7 @@ class EntryRunner:
         w, clock = self.w, time.perf_counter
         outcomes: list[_Outcome] = []
         for task, payload in zip(tasks, payloads):
-            if w.stopping.is_set():
+            if w.stopping.is_set() or cancels.seen(task[1]):
                 outcomes.append(None)
                 continue
             if w.fault_at is not None:
@@ -397,4 +400,7 @@ class EntryRunner:
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:
         """Hand back entries read but never started (drain, or a read-ahead not served)."""
         moved = self.w.scripts.requeue(JobKeys(job), self.w.id, [e.decode() for e in entry_ids])
-        log.info("draining: handed back %d unstarted entries of job %s", moved, job)
+        if cancels.seen(job):
+            log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))
+        else:
+            log.info("draining: handed back %d unstarted entries of job %s", moved, job)

@@ -150,8 +150,9 @@ class JobScripts(ScriptsBase):
         return AckReply(int(r[0]), JobReply.parse(r[1:]))
 
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
-        """Hand back entries ``consumer`` read but never started; return how many moved."""
-        return int(self.run("requeue", (jk.tasks,), [GROUP, consumer, *entry_ids]))
+        """Hand back entries ``consumer`` read but never started; return how many moved
+        (none of a cancelled job: those are dropped)."""
+        return int(self.run("requeue", (jk.tasks, jk.meta), [GROUP, consumer, *entry_ids]))
 
     # -- recovery -----------------------------------------------------------------
 
@@ -314,6 +315,16 @@ class JobScripts(ScriptsBase):
                          (reason, token or new_token(), write_token))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
+
+    def cancel_job(self, jk: JobKeys, token: str) -> tuple[int, JobReply]:
+        """Make an open or active job ``cancelled`` (terminal): (entries workers still
+        hold, the job's reply); ``completed`` says this call (or an earlier one with the
+        same ``token``) cancelled it. See cancel_job-10.lua."""
+        reply = self.run("cancel_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
+                                        jk.inflight, jk.added, jk.ids, jk.dlq, jk.unannounced),
+                         (GROUP, token))
+        raise_for_code("cancel_job", reply, jk.job_id)
+        return int(reply[0]), JobReply.parse(reply[1:])
 
     def expire_keyed(self, jk: JobKeys) -> int:
         """Give a terminal job's id maps the job's remaining lifetime; return it (ms) or 0."""

@@ -15,7 +15,7 @@ from . import tracing
 from .cluster import is_cluster
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
 from .keys import QueueKeys, lane_member
-from .replies import Call
+from .replies import Call, raise_for_code
 from .script_base import ScriptsBase
 
 if TYPE_CHECKING:
@@ -119,6 +119,20 @@ class LaneScripts(ScriptsBase):
                       max_deliveries])
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
         return nxt, int(r[1]), int(r[2])
+
+    def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str
+                    ) -> tuple[bool, str]:
+        """Cancel a small job: (whether this call cancelled it, the id of its entry a
+        worker holds or ""). JobNotFound-coded reply for no record. See
+        lane_cancel-6.lua."""
+        prio, client = lane
+        r = self.run("lane_cancel",
+                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
+                      qk.ldone, qk.events),
+                     [*ctx.args(qk), job])
+        raise_for_code("lane_cancel", r, job)
+        held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
+        return bool(int(r[0])), held
 
     def lane_start(self, qk: QueueKeys, stream: str, entry_id: str, consumer: str) -> bool:
         """Record the start of a suspect lane entry; False when it was settled already.

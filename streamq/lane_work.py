@@ -38,6 +38,8 @@ log = logging.getLogger("streamq.worker")
 
 #: the prefix of a lane's member in a shard's ``retries`` (never a job id: ``|``)
 LANE_DUE = "lane|"
+#: how long a rate-limited client's lane found empty is not read again, s
+QUIET_S = 0.2
 
 
 class LaneEntry(NamedTuple):
@@ -76,6 +78,18 @@ class LaneWork:
         self.ctx = LaneCtx.of(w.q)
         #: entry ids of the results in :attr:`acks`, for their ack spans (tracing on)
         self.traced: list[str] = []
+        #: the lanes the last read of each shard covered (:meth:`commands`)
+        self._sent: dict[str, list[tuple[int, str]]] = {}
+        #: rate-limited lanes whose last read found nothing -> monotonic time to read again
+        self._quiet: dict[tuple[int, str], float] = {}
+
+    def open_lanes(self, lanes: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+        """``lanes`` without those of rate-limited clients (read apart, with permits:
+        :meth:`take_limited`)."""
+        rates = self.w.rates
+        if not rates.active():
+            return list(lanes)
+        return [lane for lane in lanes if not rates.limited(lane[1])]
 
     # -- reading -----------------------------------------------------------------------
 
@@ -84,7 +98,8 @@ class LaneWork:
         XREADGROUP of ``count`` entries of each lane of the most urgent priority known
         (none known: none)."""
         out: list[tuple[Any, ...]] = [("ZRANGE", qk.lanes, 0, -1)]
-        tiers = _tiers(self.lanes.get(qk.tag, []))
+        tiers = _tiers(self.open_lanes(self.lanes.get(qk.tag, [])))
+        self._sent[qk.tag] = tiers[0] if tiers else []
         return [*out, self.read_command(qk, tiers[0], count)] if tiers else out
 
     def read_command(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
@@ -106,9 +121,9 @@ class LaneWork:
         until one gives entries. Lanes the registry shows since the last read are read
         at once: entries of those more urgent than what was read run first."""
         known = self.lanes.get(qk.tag, [])
-        read_tier = _tiers(known)[0] if known else []
+        read_tier = self._sent.get(qk.tag, [])
         entries, more = self.parse(qk, replies, count, read_tier)
-        now = self.lanes.get(qk.tag, [])
+        now = self.open_lanes(self.lanes.get(qk.tag, []))
         new = [lane for lane in now if lane not in known]
         if new and (not read_tier or new[0][0] <= read_tier[0][0]):
             # a lane as urgent as what was read, or more, appeared: read it now
@@ -130,10 +145,42 @@ class LaneWork:
     def hand_back(self, qk: QueueKeys, replies: Sequence[Any], count: int) -> None:
         """Give back, unstarted, what a lane read (:meth:`commands`) got in the round
         trip whose settle found the queue paused."""
-        known = self.lanes.get(qk.tag, [])
-        entries, _ = self.parse(qk, replies, count, _tiers(known)[0] if known else [])
+        entries, _ = self.parse(qk, replies, count, self._sent.get(qk.tag, []))
         if entries:
             self._requeue(entries)
+
+    def take_limited(self, qk: QueueKeys, count: int) -> tuple[list[LaneEntry], bool]:
+        """The entries of rate-limited clients' lanes of shard ``qk`` to run this round:
+        permits first (up to ``count`` per lane), then one read per lane of as many
+        entries as it was granted, the permits not used given back; and whether a lane
+        gave all it was granted. A client left without permits is not read until its
+        next permit is due; a lane found empty, not for QUIET_S."""
+        rates, now = self.w.rates, time.monotonic()
+        lanes = [lane for lane in self.lanes.get(qk.tag, [])
+                 if rates.limited(lane[1]) and not rates.throttled(lane[1])
+                 and self._quiet.get(lane, 0.0) <= now]
+        if not lanes:
+            return [], False
+        grants = rates.take([(c, count) for _, c in lanes])
+        got = [(lane, n) for lane, (n, _) in zip(lanes, grants) if n > 0]
+        for (_, client), (n, wait) in zip(lanes, grants):
+            if n < count:
+                rates.throttle(client, wait)
+        if not got:
+            return [], False
+        replies = pipelined(self.w.redis, [self.read_command(qk, [lane], n) for lane, n in got])
+        entries: list[LaneEntry] = []
+        more, unused = False, []
+        for (lane, n), reply in zip(got, replies):
+            found, _ = self.parse(qk, [None, reply], n, [lane])
+            entries += found
+            more = more or len(found) >= n
+            if not found:
+                self._quiet[lane] = now + QUIET_S
+            if len(found) < n:
+                unused.append((lane[1], n - len(found)))
+        rates.give_back(unused)
+        return entries, more
 
     def _read(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
               ) -> tuple[list[LaneEntry], bool]:
@@ -350,9 +397,11 @@ class LaneWork:
             w.fault("after_dead_letter")
 
     def _requeue(self, entries: Sequence[LaneEntry]) -> None:
-        """Hand back entries read but never started (the worker is stopping)."""
+        """Hand back entries read but never started (the worker is stopping, or the queue
+        paused); an entry of a job cancelled meanwhile is dropped."""
         for stream, ids in _by_stream(entries):
-            self.w.scripts.run("requeue", (stream,), [GROUP, self.w.id, *ids])
+            ljobs = stream[: stream.index("}:") + 2] + "ljobs"  # the lane's shard's records
+            self.w.scripts.run("lane_requeue", (stream, ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""

@@ -57,6 +57,7 @@ from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .eviction import check_eviction
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
+from .rates import Limiter
 from .slot import slot_threads
 from .tracing import worker_tracer
 
@@ -194,6 +195,11 @@ class Worker:
     def wakers(self) -> Wakers:
         """The waker threads of a queue of several shards (made once the shards are read)."""
         return Wakers(self)
+
+    @cached_property
+    def rates(self) -> Limiter:
+        """The queue's rate limits as this worker applies them (:mod:`streamq.rates`)."""
+        return Limiter(self)
 
     def _bind(self, queue: str, client: Client) -> None:
         self.q = Queue(queue, client=client, retention_s=self._retention_s,

@@ -370,3 +370,27 @@ def test_a_worker_process_exports_its_spans_into_the_submitters_trace(
         ["streamq.wait", "streamq.handler", "streamq.ack"] * 2)
     assert all(s["parent_id"] == parent for s in mine)
     assert {s["resource"]["attributes"]["service.name"] for s in mine} == {"tracing-test"}
+
+
+@pytest.mark.parametrize("size", [1, 2], ids=["lane", "job"])
+def test_a_cancel_drops_a_retry_that_carries_a_context(
+    redis_url: str, queue_name: str, r: redis.Redis, workers: StartWorker, otel: Any,
+    queues: Callable[[Queue], Queue], size: int,
+) -> None:
+    provider, _ = otel
+
+    def fail(p: int) -> int:
+        raise ValueError("again")
+
+    workers(queue_name, fail, tracing=provider, retry_base_s=60)
+    q = queues(Queue(queue_name, redis_url, tracing=provider))
+    job = q.submit(list(range(size)), priority=0, client="c", max_deliveries=5)
+    retry = QueueKeys(queue_name).lane_retry(0, "c") if size == 1 else JobKeys(job.id).retry
+    deadline = time.monotonic() + 20
+    while r.zcard(retry) < size:
+        assert time.monotonic() < deadline, "no retry waiting"
+        time.sleep(0.05)
+    assert all(b",00-" in m for m in r.zrange(retry, 0, -1))  # the context is kept
+    assert q.cancel(job.id).cancelled
+    assert job.wait(timeout=20).state == JobState.CANCELLED
+    assert r.zcard(retry) == 0
