@@ -18,7 +18,7 @@ redis-server: ## install redis-server (and tmux, for the terminal test) from Deb
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev,spark]'
+	$(BIN)/pip install -q -e '.[test,dev,spark,otel]'
 	touch $(STAMP)
 
 install: redis-server $(STAMP) ## create .venv with streamq, test and dev tools
@@ -39,6 +39,7 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_small.py
 	$(BIN)/python tests/bench/bench_durability.py
+	$(BIN)/python tests/bench/bench_tracing.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_cluster.py
 

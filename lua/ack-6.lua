@@ -19,6 +19,8 @@
     {acked, completed (0|1), state, total, ...}: `acked` then the job_reply fields
     `acked` counts entries this call acknowledged; `completed` is 1 when this
     call made the job terminal: the caller must then finish it in the queue slot.
+    A cancelled job's entries still pending (they were running at the cancel)
+    store their results, which expire with the job, and complete nothing.
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.
 ]]
 local rcall = redis.call
@@ -87,6 +89,12 @@ if acked > 0 then
   else
     rcall("HSET", metaKey, unpack(counters))
     delete_settled(tasksKey, group, ids)
+    if state == "cancelled" then
+      -- a sub-request that was running when its job was cancelled: its result is
+      -- kept as long as the job's records; the stream goes with its last entry
+      rcall("PEXPIRE", resultsKey, rcall("PTTL", metaKey))
+      if rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
+    end
   end
 end
 return {acked, completed, state, tonumber(m[4] or "0"), done, tonumber(m[5] or "0"),

@@ -15,7 +15,8 @@
     ARGV[1]   the total the caller expects the job to have now, "" for any: when
               it differs, nothing is added (a second producer of one submit is fenced)
     ARGV[2]   batch id, unique per call (chosen by the caller)
-    ARGV[3..] pairs (type, payload); indexes continue from the job's total
+    ARGV[3..] pairs (type, payload); indexes continue from the job's total; an odd
+              count ends in a trace context the entries carry (includes/add_entries)
 
   Output:
     the index after this call's last sub-request (the job's total right after it
@@ -33,7 +34,7 @@ local batch = ARGV[2]
 --- @include "includes/add_entries"
 
 local first = rcall("HGET", batchesKey, batch)
-if first then return tonumber(first) + (#ARGV - 2) / 2 end
+if first then return tonumber(first) + math.floor((#ARGV - 2) / 2) end
 
 local m = rcall("HMGET", metaKey, "state", "total", "retention", "due")
 if not m[1] then return ERR_JOB_NOT_FOUND end

@@ -39,7 +39,8 @@
              (see includes/add_entries); its queue registers it parked, due then
     ARGV[12] the handler timeout of each sub-request, ms; "0" for none (stored in
              meta `timeout` only when set)
-    ARGV[13..] pairs (type, payload) of sub-requests, indexes 0, 1, ...
+    ARGV[13..] pairs (type, payload) of sub-requests, indexes 0, 1, ...; an odd
+             count ends in a trace context the entries carry (includes/add_entries)
 
   Output:
     {created (1 new | 0 existing), queue, then the job_reply fields:

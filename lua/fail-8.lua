@@ -22,6 +22,7 @@
     ARGV[6] error text
     ARGV[7] payload type letter
     ARGV[8] payload bytes
+    ARGV[9] optional: the entry's trace context (field "c"), kept with its retry
 
   Output:
     {outcome, then the job_reply fields}: outcome 0 the entry was not pending
@@ -49,12 +50,18 @@ if rcall("XACK", tasksKey, group, entryId) == 0 then
 end
 rcall("XDEL", tasksKey, entryId)
 rcall("HDEL", inflightKey, entryId)
+if rcall("HGET", metaKey, "state") == "cancelled" then
+  -- it was running when its job was cancelled: no retry, no dead letter
+  if rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
+  return reply(0, 0)
+end
 local nowMs = now_ms()
 
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")
 if delay >= 0 and attempts < maxDeliveries and index ~= "-1" then
-  rcall("ZADD", retryKey, nowMs + delay,
-        attempts .. "|" .. index .. "|" .. ARGV[7] .. "|" .. ARGV[8])
+  local kind = ARGV[7]
+  if ARGV[9] and ARGV[9] ~= "" then kind = kind .. "," .. ARGV[9] end
+  rcall("ZADD", retryKey, nowMs + delay, attempts .. "|" .. index .. "|" .. kind .. "|" .. ARGV[8])
   return reply(1, 0)
 end
 

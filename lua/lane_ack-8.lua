@@ -3,7 +3,9 @@
   each entry XACK acknowledged, its result is stored, the job's record turns
   succeeded and its completion is recorded and published once. An entry XACK
   did not acknowledge (settled before: a resent call, or reclaimed from a
-  worker presumed dead) changes nothing. Acknowledged entries are deleted.
+  worker presumed dead) changes nothing. Acknowledged entries are deleted. The
+  result of an entry whose job was cancelled while it ran is stored; the job
+  stays cancelled.
   Finished jobs whose retention passed are forgotten (a bounded number per call).
 
   Input:
@@ -75,6 +77,10 @@ for n, j in ipairs(mine) do
     results[#results + 1] = ARGV[j + 2]
     lane_complete(ctx, ARGV[j + 1], raw, "succeeded", 1, 0, nowMs)
     completed = completed + 1
+  elseif lane_cancelled(raw) then
+    -- it was running when its job was cancelled: its result is kept, nothing completes
+    results[#results + 1] = ARGV[j + 1]
+    results[#results + 1] = ARGV[j + 2]
   end
 end
 chunked("HSET", ctx.lresults, results)

@@ -3,7 +3,8 @@
   malformed: schedule its next attempt after a delay, or dead-letter it when
   its attempts reached the job's max_deliveries or the failure is final (the
   job then completes as failed). Only an entry XACK acknowledged is acted on,
-  so a failure reported twice counts once.
+  so a failure reported twice counts once. The failure of an entry whose job
+  was cancelled while it ran ends it: no retry, no dead letter (reply 0).
 
   Input:
     KEYS[1]  lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
@@ -34,6 +35,8 @@
     ARGV[14] error text
     ARGV[15] payload type letter
     ARGV[16] payload bytes
+    ARGV[17] optional: the entry's trace context (field "c"), kept with its retry as
+             "<attempts>|<job>,<context>|<type><payload>"
 
   Output:
     0 the entry was settled already, 1 retry scheduled, 2 dead-lettered
@@ -58,11 +61,15 @@ ctx.done = lane_done()
 local raw = nil
 if job ~= "" then
   raw = rcall("HGET", ctx.ljobs, job)
+  -- it was running when its job was cancelled: no retry, no dead letter
+  if lane_cancelled(raw) then return 0 end
   if not lane_active(raw) then raw = nil end
 end
 if raw and delay >= 0 and attempts < lane_field(raw, "max_deliveries") then
   local due = nowMs + delay
-  rcall("ZADD", retryKey, due, attempts .. "|" .. job .. "|" .. ARGV[15] .. ARGV[16])
+  local who = job
+  if ARGV[17] and ARGV[17] ~= "" then who = job .. "," .. ARGV[17] end
+  rcall("ZADD", retryKey, due, attempts .. "|" .. who .. "|" .. ARGV[15] .. ARGV[16])
   rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[9])
   return 1
 end

@@ -6,7 +6,8 @@
 
   Input:
     KEYS[1] retry    sq:{<shard>}:lane:<prio>:<client>:retry  ZSET
-            "<attempts>|<job>|<type><payload>" -> due ms
+            "<attempts>|<job>|<type><payload>" -> due ms; "<job>,<context>" for an
+            entry that carries a trace context (field "c")
     KEYS[2] lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
     KEYS[3] retries  sq:{<shard>}:retries  ZSET "lane|<prio>|<client>" -> due ms
     KEYS[4] wake     sq:{<shard>}:wake     LIST of wake-up signals
@@ -36,8 +37,11 @@ if #due > 0 and rcall("EXISTS", laneKey) == 0 then
   rcall("ZADD", lanesKey, tonumber(string.match(ARGV[2], "^(%d+)|")), ARGV[2])
 end
 for _, m in ipairs(due) do
-  local a, job, t, p = string.match(m, "^(%d+)|([^|]+)|(%a)(.*)$")
-  if a then
+  local a, job, c, t, p = string.match(m, "^(%d+)|([^|,]+),?([^|]*)|(%a)(.*)$")
+  if a and c ~= "" then
+    rcall("XADD", laneKey, "*", "j", job, "t", t, "p", p, "a", a, "s", 1, "c", c)
+    moved = moved + 1
+  elseif a then
     rcall("XADD", laneKey, "*", "j", job, "t", t, "p", p, "a", a, "s", 1)
     moved = moved + 1
   end

@@ -93,7 +93,12 @@ for _, entry in ipairs(entries) do
                 attempts, f["t"], f["p"], nowMs)
       dead = dead + 1
     else
-      rcall("XADD", ctx.lane, "*", "j", job, "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+      if f["c"] then  -- a trace context (streamq.tracing) goes with the entry
+        rcall("XADD", ctx.lane, "*", "j", job, "t", f["t"], "p", f["p"], "a", attempts, "s", 1,
+              "c", f["c"])
+      else
+        rcall("XADD", ctx.lane, "*", "j", job, "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+      end
       readded = readded + 1
     end
   end

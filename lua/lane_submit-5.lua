@@ -16,7 +16,8 @@
     ARGV[3] priority
     ARGV[4] cap on wake-up signals
     ARGV[5..] quadruples (job id, JSON record ending in "}" without `created`,
-              payload type letter, payload bytes)
+              payload type letter, payload bytes), optionally followed by one trace
+              context (a W3C traceparent) the entries carry in field "c"
 
   Output:
     {created ms, then one code per job: 1 submitted now, 0 recorded before}
@@ -39,8 +40,13 @@ local out, added = {nowMs}, 0
 local created = ',"created":' .. nowMs .. '}'
 -- the records read with one command (a job recorded before is left alone), the new
 -- records and registry entries written with one command each
+local last, ctx = #ARGV, nil
+if (last - 4) % 4 == 1 then
+  ctx = ARGV[last]
+  last = last - 1
+end
 local ids = {}
-for j = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[j] end
+for j = 5, last, 4 do ids[#ids + 1] = ARGV[j] end
 local known = {}
 for i = 1, #ids, 500 do
   local got = rcall("HMGET", ljobsKey, unpack(ids, i, math.min(i + 499, #ids)))
@@ -57,7 +63,11 @@ for n, j in ipairs(ids) do
     records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
     registry[#registry + 1] = nowMs
     registry[#registry + 1] = j
-    rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3])
+    if ctx then
+      rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3], "c", ctx)
+    else
+      rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3])
+    end
     added = added + 1
     out[#out + 1] = 1
   end

@@ -5,7 +5,8 @@
   an attempt (the one uncounted loss is for an entry's first read only).
 
   Input:
-    KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms
+    KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms;
+                   "<type>,<context>" for an entry that carries a trace context (field "c")
     KEYS[2] tasks  sq:{<job>}:tasks  STREAM
     KEYS[3] meta   sq:{<job>}:meta   HASH
     ARGV[1] most entries to move in this call
@@ -28,8 +29,11 @@ if rcall("EXISTS", metaKey) == 1 then
   concurrency = tonumber(rcall("HGET", metaKey, "concurrency") or "0")
   local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
   for _, member in ipairs(due) do
-    local a, i, t, p = string.match(member, "^(%d+)|(%d+)|(%a)|(.*)$")
-    if a then
+    local a, i, t, c, p = string.match(member, "^(%d+)|(%d+)|(%a),?([^|]*)|(.*)$")
+    if a and c ~= "" then
+      rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a, "s", 1, "c", c)
+      moved = moved + 1
+    elseif a then
       rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a, "s", 1)
       moved = moved + 1
     end

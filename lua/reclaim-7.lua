@@ -9,6 +9,8 @@
   started counts none. An entry that reached the job's max_deliveries is
   dead-lettered instead. Ids XAUTOCLAIM reports as deleted are acknowledged.
   An entry without index, type or payload is dead-lettered as malformed.
+  A cancelled job's stalled entries are released (acknowledged and deleted),
+  never re-added: nothing of a cancelled job starts again.
 
   Input:
     KEYS[1] tasks        sq:{<job>}:tasks        STREAM
@@ -64,6 +66,7 @@ for _, id in ipairs(deleted) do
   rcall("HDEL", inflightKey, id)
 end
 
+local cancelled = rcall("HGET", metaKey, "state") == "cancelled"
 for _, entry in ipairs(entries) do
   local id, list = entry[1], entry[2]
   local f = {}
@@ -72,7 +75,9 @@ for _, entry in ipairs(entries) do
   if rcall("HDEL", inflightKey, id) == 1 then attempts = attempts + 1 end
   rcall("XACK", tasksKey, group, id)
   rcall("XDEL", tasksKey, id)
-  if not (f["i"] and tonumber(f["i"]) and f["t"] and f["p"]) then
+  if cancelled then
+    -- its job was cancelled while a dead worker held it: released, never run again
+  elseif not (f["i"] and tonumber(f["i"]) and f["t"] and f["p"]) then
     dead_letter(metaKey, errorsKey, dlqKey, unannouncedKey, nil, id,
                 "malformed entry: missing or invalid index, type or payload", attempts,
                 f["t"], f["p"], nowMs)
@@ -85,11 +90,17 @@ for _, entry in ipairs(entries) do
     end
     dead = dead + 1
   else
-    rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+    if f["c"] then  -- a trace context (streamq.tracing) goes with the entry
+      rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1,
+            "c", f["c"])
+    else
+      rcall("XADD", tasksKey, "*", "i", f["i"], "t", f["t"], "p", f["p"], "a", attempts, "s", 1)
+    end
     readded = readded + 1
   end
 end
 
+if cancelled and rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
 if completed == 1 then
   complete_job(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs)
 end

@@ -8,9 +8,11 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import cancel as cancelling
 from . import config, deadletters, flow, lane, schedule
+from . import rates as ratelimits
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
@@ -29,7 +31,11 @@ from .keys import JobKeys, QueueKeys, check_name, shard_queue
 from .models import JobState, JobStatus, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
+from .tracing import submit_tracer, traced_submit
 from .watchdog import timeout_ms
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
 
@@ -70,7 +76,11 @@ class Queue(Following):
         max_payload_bytes: int = config.DEFAULT_MAX_PAYLOAD_BYTES,
         events_maxlen: int = config.DEFAULT_EVENTS_MAXLEN,
         shards: int | None = None,
+        tracing: bool | TracerProvider | None = None,
     ) -> None:
+        """``tracing``: OpenTelemetry spans for submits and trace context in the entries
+        (None: as ``STREAMQ_TRACING`` says, else on when a tracer provider is set; see
+        :mod:`streamq.tracing`)."""
         self.name = check_name("queue name", name)
         if client is None:
             if url is None:
@@ -89,6 +99,8 @@ class Queue(Following):
         self.events_maxlen = events_maxlen
         #: one-entry jobs with a generated id and no dedup key ride the small-job lane
         self.lane = lane.enabled()
+        #: spans around submits (streamq.tracing); None when tracing is off
+        self.tracer = submit_tracer(tracing)
 
     def close(self) -> None:
         self.redis.close()
@@ -168,6 +180,7 @@ class Queue(Following):
                                                 job_id)
         return job_id
 
+    @traced_submit("submit")
     @wrap_connection_errors
     def submit(
         self,
@@ -277,10 +290,37 @@ class Queue(Following):
         return flow.reprioritize(self, job_id, priority, concurrency)
 
     @wrap_connection_errors
+    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0
+               ) -> cancelling.CancelReport:
+        """Cancel a job: none of its sub-requests starts after this returns (with
+        ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
+        their results; it ends ``cancelled`` with one completion. A finished job is left
+        as it is (``report.cancelled`` False). See :mod:`streamq.cancel`."""
+        check_name("job id", job_id)
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        return cancelling.cancel(self, job_id, wait=wait, timeout=timeout)
+
+    @wrap_connection_errors
+    def set_rate(self, per_second: float | None, *, client: str | None = None,
+                 burst: int | None = None) -> bool:
+        """Limit the sub-requests started per second, of ``client`` or (None) of the
+        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
+        second's); None clears the limit. Work over a limit waits. True when the stored
+        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
+        return ratelimits.set_rate(self, per_second, client, burst)
+
+    @wrap_connection_errors
+    def rates(self) -> ratelimits.RateLimits:
+        """The queue's rate limits (:meth:`set_rate`)."""
+        return ratelimits.read_rates(self.redis, self.keys)
+
+    @wrap_connection_errors
     def is_paused(self) -> bool:
         """True when any shard of the queue is paused."""
         return flow.paused_shards(self) > 0
 
+    @traced_submit("submit_many")
     @wrap_connection_errors
     def submit_many(
         self,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import cancels
 from .codec import decode, encode_result
 from .deadletters import announce
 from .errors import HandlerTimeout, PayloadError
@@ -129,10 +130,14 @@ class EntryRunner:
         # id) is measured at its start without a second clock read per entry
         to_wall = time.time() - clock()
         handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
+        cancelled = cancels.seen
         faults = w.fault_at is not None
         limit = w.timeouts.of(job, w.redis)  # known from the read's round trip (watchdog)
+        if w.tracer is not None:
+            w.tracer.note(ids, [e[1] for e in entries])
         for n, (_, flat) in enumerate(entries):
-            if stopping.is_set():
+            if stopping.is_set() or cancelled(job):
+                # unstarted: handed back (a cancelled job's are dropped, not re-added)
                 self.requeue(job, [e[0] for e in entries[n:]])
                 break
             eid = ids[n]
@@ -210,6 +215,8 @@ class EntryRunner:
         out: list[tuple[list[tuple[str, int, bytes]], bool]] = []
         items: list[list[_Item]] = []
         for jk, entries, ids, unacked in jobs:
+            if w.tracer is not None:
+                w.tracer.note(ids, [e[1] for e in entries])
             ready: list[_Item] = []
             completed = False
             for n, (_, flat) in enumerate(entries):
@@ -267,7 +274,7 @@ class EntryRunner:
         w, clock = self.w, time.perf_counter
         outcomes: list[_Outcome] = []
         for task, payload in zip(tasks, payloads):
-            if w.stopping.is_set():
+            if w.stopping.is_set() or cancels.seen(task[1]):
                 outcomes.append(None)
                 continue
             if w.fault_at is not None:
@@ -335,7 +342,8 @@ class EntryRunner:
         jk = JobKeys(job)
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
                                      attempts=attempts, delay_ms=delay_ms, error=error[:2000],
-                                     kind=kind, payload=raw)]
+                                     kind=kind, payload=raw,
+                                     trace="" if w.tracer is None else w.tracer.retry_context(eid))]
         if delay_ms >= 0:
             # noted even when the reply says "settled already" (a resent fail): a due
             # time with nothing due costs one promote that moves nothing
@@ -410,9 +418,14 @@ class EntryRunner:
         self.w.metrics.processed.inc(acked)
         with self.w.stats.lock:
             self.w.stats.processed += acked
+        if self.w.tracer is not None:
+            self.w.tracer.acked(d[0] for _, done in batches for d in done)
         return out
 
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:
         """Hand back entries read but never started (drain, or a read-ahead not served)."""
         moved = self.w.scripts.requeue(JobKeys(job), self.w.id, [e.decode() for e in entry_ids])
-        log.info("draining: handed back %d unstarted entries of job %s", moved, job)
+        if cancels.seen(job):
+            log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))
+        else:
+            log.info("draining: handed back %d unstarted entries of job %s", moved, job)

@@ -20,6 +20,7 @@ from .connection import server_ms as connection_server_ms
 from .deadletters import DeadLetter
 from .errors import StreamqError
 from .keys import JobKeys, QueueKeys, owner_worker
+from .rates import RateLimits, read_rates
 
 #: Pending entries examined per job for idle-time and delivery statistics.
 PENDING_CAP = 10_000
@@ -198,6 +199,8 @@ class Overview:
     paused_shards: int = 0
     #: scheduled jobs not yet due (``submit(delay=...)``): counted in ``active_jobs`` too
     scheduled_jobs: int = 0
+    #: the queue's rate limits (``Queue.set_rate``)
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
     @property
     def paused(self) -> bool:
@@ -280,7 +283,8 @@ def overview(r: Client, shards: Shards) -> Overview:
         oldest_pending_idle_ms=max(idles) if idles else None,
         completions_last_minute=count, throughput_per_s=round(done / (RATE_WINDOW_MS / 1000), 3),
         jobs=rows, paused_shards=paused,
-        scheduled_jobs=sum(1 for row in rows if row.state == "scheduled"))
+        scheduled_jobs=sum(1 for row in rows if row.state == "scheduled"),
+        rate_limits=read_rates(r, qk))
 
 
 # -- pending entries -------------------------------------------------------------------

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from . import tracing
 from .config import GROUP
 from .errors import RowConflict, TotalMismatch, WriteConflict
 from .keys import JobKeys
@@ -80,12 +81,15 @@ class JobScripts(ScriptsBase):
         head: list[Any] = [queue, priority, concurrency, client, max_deliveries,
                            token or new_token(), retention_ms, dedup, mode, GROUP, when,
                            timeout_ms]
+        trace = tracing.entry_context() if tracing.ACTIVE else ""
         calls = []
         for jk, entries in jobs:
             args = head.copy()
             for kind, data in entries:
                 args.append(kind)
                 args.append(data)
+            if trace:
+                args.append(trace)
             calls.append(Call("create_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq,
                                              jk.retry), args))
         return calls
@@ -112,6 +116,8 @@ class JobScripts(ScriptsBase):
         args: list[Any] = ["" if expect_total is None else expect_total, batch_id or new_token()]
         for kind, data in entries:
             args += [kind, data]
+        if tracing.ACTIVE and (trace := tracing.entry_context()):
+            args.append(trace)
         reply = self.run("add_tasks", (jk.meta, jk.tasks, jk.batches, jk.retry), args)
         raise_for_code("add_tasks", reply, jk.job_id)
         return int(reply)
@@ -149,8 +155,9 @@ class JobScripts(ScriptsBase):
         return AckReply(int(r[0]), JobReply.parse(r[1:]))
 
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
-        """Hand back entries ``consumer`` read but never started; return how many moved."""
-        return int(self.run("requeue", (jk.tasks,), [GROUP, consumer, *entry_ids]))
+        """Hand back entries ``consumer`` read but never started; return how many moved
+        (none of a cancelled job: those are dropped)."""
+        return int(self.run("requeue", (jk.tasks, jk.meta), [GROUP, consumer, *entry_ids]))
 
     # -- recovery -----------------------------------------------------------------
 
@@ -165,12 +172,14 @@ class JobScripts(ScriptsBase):
         error: str,
         kind: bytes,
         payload: bytes,
+        trace: str = "",
     ) -> Call:
         """A failed attempt: retry ``delay_ms`` after Redis's clock now, or (delay -1, or
-        attempts used up) dead-letter."""
+        attempts used up) dead-letter. ``trace``: the entry's trace context, which its
+        retry carries (streamq.tracing)."""
+        args: tuple[Any, ...] = (GROUP, entry_id, index, attempts, delay_ms, error, kind, payload)
         return Call("fail", (jk.tasks, jk.meta, jk.results, jk.errors, jk.retry, jk.inflight,
-                             jk.dlq, jk.unannounced),
-                    (GROUP, entry_id, index, attempts, delay_ms, error, kind, payload))
+                             jk.dlq, jk.unannounced), (*args, trace) if trace else args)
 
     @staticmethod
     def parse_fail(r: Sequence[Any]) -> tuple[int, JobReply]:
@@ -311,6 +320,16 @@ class JobScripts(ScriptsBase):
                          (reason, token or new_token(), write_token))
         raise_for_code("abort_job", reply, jk.job_id)
         return JobReply.parse(reply)
+
+    def cancel_job(self, jk: JobKeys, token: str) -> tuple[int, JobReply]:
+        """Make an open or active job ``cancelled`` (terminal): (entries workers still
+        hold, the job's reply); ``completed`` says this call (or an earlier one with the
+        same ``token``) cancelled it. See cancel_job-10.lua."""
+        reply = self.run("cancel_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
+                                        jk.inflight, jk.added, jk.ids, jk.dlq, jk.unannounced),
+                         (GROUP, token))
+        raise_for_code("cancel_job", reply, jk.job_id)
+        return int(reply[0]), JobReply.parse(reply[1:])
 
     def expire_keyed(self, jk: JobKeys) -> int:
         """Give a terminal job's id maps the job's remaining lifetime; return it (ms) or 0."""

@@ -14,6 +14,7 @@ from .errors import ConfigError, ConnectionFailed
 from .keys import JobKeys, QueueKeys
 from .models import JobStatus
 from .scripts import new_token
+from .tracing import traced_submit
 
 if TYPE_CHECKING:
     from .client import Queue
@@ -73,6 +74,7 @@ class StreamingJob(Job):
         """Add one sub-request; return its index."""
         return self.add_many([payload])[0]
 
+    @traced_submit("add", job=True)
     @wrap_connection_errors
     def add_many(self, payloads: Iterable[Any], *, batch_id: str | None = None) -> list[int]:
         """Add sub-requests (validated first: a bad one adds nothing); return their indexes.

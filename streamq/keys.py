@@ -65,6 +65,18 @@ class QueueKeys:
         return f"{PREFIX}:{{{self.name}}}:config"
 
     @cached_property
+    def rates(self) -> str:
+        """HASH ``queue`` | ``client:<name>`` -> ``<per second>|<burst>``: the queue's rate
+        limits (:mod:`streamq.rates`), in its first shard's slot."""
+        return f"{PREFIX}:{{{self.name}}}:rates"
+
+    @cached_property
+    def buckets(self) -> str:
+        """HASH, same fields as :attr:`rates` -> ``<tokens>|<ms>``: each limit's token
+        bucket, in the queue's first shard's slot."""
+        return f"{PREFIX}:{{{self.name}}}:buckets"
+
+    @cached_property
     def ready(self) -> str:
         """ZSET token -> score (priority, then fairness rank); lower is served first."""
         return self._k("ready")

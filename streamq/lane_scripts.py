@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import tracing
 from .cluster import is_cluster
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
 from .keys import QueueKeys, lane_member
-from .replies import Call
+from .replies import Call, raise_for_code
 from .script_base import ScriptsBase
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class LaneScripts(ScriptsBase):
         args: list[Any] = [GROUP, lane_member(priority, client), priority, WAKE_CAP]
         for job, record, kind, payload in jobs:
             args += [job, record, kind, payload]
+        if tracing.ACTIVE and (trace := tracing.entry_context()):
+            args.append(trace)
         return Call("lane_submit",
                     (qk.lane(priority, client), qk.lanes, qk.ljobs, qk.lactive, qk.wake), args)
 
@@ -71,16 +74,18 @@ class LaneScripts(ScriptsBase):
     @staticmethod
     def lane_fail_call(qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *, entry_id: str,
                        job: str, attempts: int, delay_ms: int, error: str, kind: bytes,
-                       payload: bytes) -> Call:
+                       payload: bytes, trace: str = "") -> Call:
         """Report a failed attempt of a small job: a retry after ``delay_ms`` (-1: dead
-        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. See
-        lane_fail-10.lua."""
+        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. ``trace``: the
+        entry's trace context, which its retry carries. See lane_fail-10.lua."""
         prio, client = lane
+        args = [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
+                attempts, delay_ms, error, kind, payload]
+        if trace:
+            args.append(trace)
         return Call("lane_fail",
                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lerrors,
-                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries),
-                    [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
-                     attempts, delay_ms, error, kind, payload])
+                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries), args)
 
     @staticmethod
     def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:
@@ -114,6 +119,20 @@ class LaneScripts(ScriptsBase):
                       max_deliveries])
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
         return nxt, int(r[1]), int(r[2])
+
+    def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str
+                    ) -> tuple[bool, str]:
+        """Cancel a small job: (whether this call cancelled it, the id of its entry a
+        worker holds or ""). JobNotFound-coded reply for no record. See
+        lane_cancel-6.lua."""
+        prio, client = lane
+        r = self.run("lane_cancel",
+                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
+                      qk.ldone, qk.events),
+                     [*ctx.args(qk), job])
+        raise_for_code("lane_cancel", r, job)
+        held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
+        return bool(int(r[0])), held
 
     def lane_start(self, qk: QueueKeys, stream: str, entry_id: str, consumer: str) -> bool:
         """Record the start of a suspect lane entry; False when it was settled already.

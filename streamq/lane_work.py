@@ -38,6 +38,8 @@ log = logging.getLogger("streamq.worker")
 
 #: the prefix of a lane's member in a shard's ``retries`` (never a job id: ``|``)
 LANE_DUE = "lane|"
+#: how long a rate-limited client's lane found empty is not read again, s
+QUIET_S = 0.2
 
 
 class LaneEntry(NamedTuple):
@@ -74,6 +76,20 @@ class LaneWork:
         #: the lanes of each shard, as its registry said in the last read
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         self.ctx = LaneCtx.of(w.q)
+        #: entry ids of the results in :attr:`acks`, for their ack spans (tracing on)
+        self.traced: list[str] = []
+        #: the lanes the last read of each shard covered (:meth:`commands`)
+        self._sent: dict[str, list[tuple[int, str]]] = {}
+        #: rate-limited lanes whose last read found nothing -> monotonic time to read again
+        self._quiet: dict[tuple[int, str], float] = {}
+
+    def open_lanes(self, lanes: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+        """``lanes`` without those of rate-limited clients (read apart, with permits:
+        :meth:`take_limited`)."""
+        rates = self.w.rates
+        if not rates.active():
+            return list(lanes)
+        return [lane for lane in lanes if not rates.limited(lane[1])]
 
     # -- reading -----------------------------------------------------------------------
 
@@ -82,7 +98,8 @@ class LaneWork:
         XREADGROUP of ``count`` entries of each lane of the most urgent priority known
         (none known: none)."""
         out: list[tuple[Any, ...]] = [("ZRANGE", qk.lanes, 0, -1)]
-        tiers = _tiers(self.lanes.get(qk.tag, []))
+        tiers = _tiers(self.open_lanes(self.lanes.get(qk.tag, [])))
+        self._sent[qk.tag] = tiers[0] if tiers else []
         return [*out, self.read_command(qk, tiers[0], count)] if tiers else out
 
     def read_command(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
@@ -104,9 +121,9 @@ class LaneWork:
         until one gives entries. Lanes the registry shows since the last read are read
         at once: entries of those more urgent than what was read run first."""
         known = self.lanes.get(qk.tag, [])
-        read_tier = _tiers(known)[0] if known else []
+        read_tier = self._sent.get(qk.tag, [])
         entries, more = self.parse(qk, replies, count, read_tier)
-        now = self.lanes.get(qk.tag, [])
+        now = self.open_lanes(self.lanes.get(qk.tag, []))
         new = [lane for lane in now if lane not in known]
         if new and (not read_tier or new[0][0] <= read_tier[0][0]):
             # a lane as urgent as what was read, or more, appeared: read it now
@@ -128,10 +145,42 @@ class LaneWork:
     def hand_back(self, qk: QueueKeys, replies: Sequence[Any], count: int) -> None:
         """Give back, unstarted, what a lane read (:meth:`commands`) got in the round
         trip whose settle found the queue paused."""
-        known = self.lanes.get(qk.tag, [])
-        entries, _ = self.parse(qk, replies, count, _tiers(known)[0] if known else [])
+        entries, _ = self.parse(qk, replies, count, self._sent.get(qk.tag, []))
         if entries:
             self._requeue(entries)
+
+    def take_limited(self, qk: QueueKeys, count: int) -> tuple[list[LaneEntry], bool]:
+        """The entries of rate-limited clients' lanes of shard ``qk`` to run this round:
+        permits first (up to ``count`` per lane), then one read per lane of as many
+        entries as it was granted, the permits not used given back; and whether a lane
+        gave all it was granted. A client left without permits is not read until its
+        next permit is due; a lane found empty, not for QUIET_S."""
+        rates, now = self.w.rates, time.monotonic()
+        lanes = [lane for lane in self.lanes.get(qk.tag, [])
+                 if rates.limited(lane[1]) and not rates.throttled(lane[1])
+                 and self._quiet.get(lane, 0.0) <= now]
+        if not lanes:
+            return [], False
+        grants = rates.take([(c, count) for _, c in lanes])
+        got = [(lane, n) for lane, (n, _) in zip(lanes, grants) if n > 0]
+        for (_, client), (n, wait) in zip(lanes, grants):
+            if n < count:
+                rates.throttle(client, wait)
+        if not got:
+            return [], False
+        replies = pipelined(self.w.redis, [self.read_command(qk, [lane], n) for lane, n in got])
+        entries: list[LaneEntry] = []
+        more, unused = False, []
+        for (lane, n), reply in zip(got, replies):
+            found, _ = self.parse(qk, [None, reply], n, [lane])
+            entries += found
+            more = more or len(found) >= n
+            if not found:
+                self._quiet[lane] = now + QUIET_S
+            if len(found) < n:
+                unused.append((lane[1], n - len(found)))
+        rates.give_back(unused)
+        return entries, more
 
     def _read(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
               ) -> tuple[list[LaneEntry], bool]:
@@ -184,6 +233,8 @@ class LaneWork:
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
+        if w.tracer is not None:
+            w.tracer.note([e.eid for e in entries], [e.flat for e in entries])
         if w.loop is not None and not any(is_suspect(e.flat) for e in entries):
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
@@ -193,6 +244,8 @@ class LaneWork:
 
     def _ack_calls(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]
                    ) -> list[Call]:
+        if self.w.tracer is not None:
+            self.traced.extend(d[0] for items in done.values() for d in items)
         return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
                 for stream, items in done.items() for i in range(0, len(items), 500)]
 
@@ -318,6 +371,10 @@ class LaneWork:
         self.w.metrics.processed.inc(n)
         with self.w.stats.lock:
             self.w.stats.processed += n
+        if self.traced:  # the ack spans of what these calls acknowledged
+            assert self.w.tracer is not None
+            self.w.tracer.acked(self.traced)
+            self.traced = []
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
@@ -329,7 +386,9 @@ class LaneWork:
         w = self.w
         call = w.scripts.lane_fail_call(qk, (e.priority, e.client), self.ctx, entry_id=e.eid,
                                         job=job, attempts=attempts, delay_ms=delay_ms,
-                                        error=error[:2000], kind=kind, payload=raw)
+                                        error=error[:2000], kind=kind, payload=raw,
+                                        trace="" if w.tracer is None
+                                        else w.tracer.retry_context(e.eid))
         outcome = int(w.scripts.run(call.name, call.keys, call.args))
         if outcome == 1:
             w.metrics.retried.inc()
@@ -338,9 +397,11 @@ class LaneWork:
             w.fault("after_dead_letter")
 
     def _requeue(self, entries: Sequence[LaneEntry]) -> None:
-        """Hand back entries read but never started (the worker is stopping)."""
+        """Hand back entries read but never started (the worker is stopping, or the queue
+        paused); an entry of a job cancelled meanwhile is dropped."""
         for stream, ids in _by_stream(entries):
-            self.w.scripts.run("requeue", (stream,), [GROUP, self.w.id, *ids])
+            ljobs = stream[: stream.index("}:") + 2] + "ljobs"  # the lane's shard's records
+            self.w.scripts.run("lane_requeue", (stream, ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""

@@ -18,7 +18,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import config
+from . import cancels, config
 from .keys import JobKeys, QueueKeys
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class LeaseKeeper:
         w.metrics.leases.set(count)
         lost: list[str] = []
         try:
+            self.see_cancels()
             for qk, held in by_shard.items():
                 lost += w.scripts.heartbeat(
                     qk, w.id,
@@ -113,7 +114,7 @@ class LeaseKeeper:
                     info={"host": socket.gethostname(), "pid": os.getpid(),
                           "started": w.started_ms, "slots": w.concurrency,
                           "processed": w.stats.processed, "failed": w.stats.failed,
-                          "leases": len(held)},
+                          "leases": len(held), "cancels": ",".join(cancels.recent())},
                     tokens=held,
                 )
         finally:
@@ -127,6 +128,22 @@ class LeaseKeeper:
             if lost:
                 log.info("leases no longer held (job finished or lease expired): %s",
                          ", ".join(lost[:10]))
+
+    def see_cancels(self) -> None:
+        """Read the state of every job whose entries the slots hold and note the cancelled
+        ones (:mod:`streamq.cancels`): a slot starts no more of their entries. The beat
+        that follows lists them in the worker's hash (``cancels``), which is what
+        ``Queue.cancel`` waits for."""
+        with self.lock:
+            jobs = sorted({job for h in self.holds for job, ids in h.entries.items()
+                           if ids and "{" not in job})  # small-job lanes are keyed by stream
+        if not jobs:
+            return
+        pipe = self.w.redis.pipeline(transaction=False)
+        for job in jobs:
+            pipe.hget(JobKeys(job).meta, "state")
+        states = pipe.execute(raise_on_error=False)
+        cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"])
 
     def refresh_entries(self) -> None:
         """Reset the idle time of every entry the slots hold (XCLAIM JUSTID: no

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from . import cancels
+
 
 class JobState(str, enum.Enum):
     """Where a job is in its life."""
@@ -19,10 +21,12 @@ class JobState(str, enum.Enum):
     PARTIAL = "partial"  #: some sub-requests were dead-lettered
     FAILED = "failed"  #: every sub-request was dead-lettered
     ABORTED = "aborted"  #: stopped by its producer (a failed Spark write); no more work is done
+    #: cancelled (``Queue.cancel``): nothing of it starts any more; what ran keeps its result
+    CANCELLED = "cancelled"
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIAL, JobState.FAILED,
-                             JobState.ABORTED})
+                             JobState.ABORTED, JobState.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class JobStatus:
 
     @property
     def terminal(self) -> bool:
-        """True once the job is succeeded, partial, failed or aborted."""
+        """True once the job is succeeded, partial, failed, aborted or cancelled."""
         return self.state in TERMINAL_STATES
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,6 +112,12 @@ class Task:
     #: when the run must end (its job's timeout), seconds since the epoch by the
     #: worker's clock; None when the job has no timeout
     deadline: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this worker has seen the job cancelled (``Queue.cancel``): the
+        handler may stop early; what it returns is still stored."""
+        return cancels.seen(self.job_id)
 
 
 _STATE_VALUES = frozenset(s.value for s in JobState)

@@ -9,7 +9,7 @@ itself (reads, XREADGROUP, pub/sub). It may read every ``sq:`` key and write
 only the kinds of key its functions name in KEYS (read from their headers).
 ``streamq setup --acl`` prints these rules as ACL file lines;
 ``deploy/users.acl`` is that output. The admin has every right: setup, dead-letter
-replay and purge, pause, resume and re-prioritize run as it.
+replay and purge, pause, resume, re-prioritize and rate limits run as it.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ FUNCTIONS: dict[str, frozenset[str]] = {
     "producer": frozenset({
         "create_job", "add_tasks", "finalize_job", "register_jobs", "intend_jobs",
         "reserve_dedup", "finish_jobs", "unpark", "lane_submit", "add_keyed", "commit_batch",
-        "abort_job", "expire_keyed",
+        "abort_job", "expire_keyed", "cancel_job", "lane_cancel",
     }),
     # claim, read, ack, fail, retry, heartbeat and its own leases; dead letters it makes
     "worker": frozenset({
         "settle", "ack", "requeue", "fail", "record_start", "promote_retries",
         "schedule_retry", "unpark", "heartbeat", "clear_owed", "announce", "unannounced",
         "announced", "finish_jobs", "lane_ack", "lane_fail", "lane_promote", "lane_start",
+        "lane_requeue",
+        "take_permits",
     }),
     # recovery of stalled work and dead processes, retention trims
     "reaper": frozenset({

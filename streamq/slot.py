@@ -26,6 +26,7 @@ from .connection import is_access_error, is_transient, pipelined
 from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
 from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
+from .rates import RATE_DUE, parse_due
 from .scripts import JobReply
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ class Slot:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
-            spec, follow = ([] if stopping or self.paused else follow), []
+            # no read ahead under rate limits: a read takes permits first (work)
+            spec, follow = ([] if stopping or self.paused or w.rates.active() else follow), []
             try:
                 claimed, due, preread, lanes = self.settle(
                     settled, finishes, 0 if stopping else self.claim_n, spec, acks)
@@ -208,6 +210,9 @@ class Slot:
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:
             timeout = min(timeout, max(0.01, self._retry_wait_ms / 1000))
+        throttled = w.rates.next_wake_s()  # a rate-limited client's small jobs
+        if throttled is not None:
+            timeout = min(timeout, max(0.01, throttled))
         if len(w.shards) == 1:
             w.redis.blpop([w.keys.wake], timeout=timeout)
             return
@@ -279,6 +284,11 @@ class Slot:
                 self.lane.hand_back(new, lane_replies, self.read_n)
             else:
                 lanes, self._lane_more = self.lane.take(new, lane_replies, self.read_n)
+                if w.rates.active():  # rate-limited clients' lanes: permits, then reads
+                    limited, more = self.lane.take_limited(new, self.read_n)
+                    if limited:
+                        lanes = sorted(lanes + limited, key=lambda e: e.priority)
+                    self._lane_more = self._lane_more or more
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)
@@ -330,6 +340,10 @@ class Slot:
         if lanes:
             self.lane.promote(self.qk, lanes)
             jobs = [j for j in jobs if not j.startswith(LANE_DUE)]
+        rated = [parse_due(j) for j in jobs if j.startswith(RATE_DUE)]
+        if rated:  # rate-limited jobs whose next permit is due: their tokens back to ready
+            jobs = [j for j in jobs if not j.startswith(RATE_DUE)]
+            w.scripts.run_many([w.scripts.unpark_call(self.qk, job, n) for job, n in rated])
         replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
         calls = []
         for job, raw in zip(jobs, replies):
@@ -340,9 +354,9 @@ class Slot:
                 calls.append(w.scripts.schedule_retry_call(self.qk, job, r.wait_ms))
         w.scripts.run_many(calls)
 
-    def read(self, jk: JobKeys) -> tuple[Any, ...]:
+    def read(self, jk: JobKeys, count: int = 0) -> tuple[Any, ...]:
         """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
-        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", self.read_n,
+        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", count or self.read_n,
                 "STREAMS", jk.tasks, ">")
 
     def work(self, tokens: list[str], finishes: list[Finish],
@@ -361,14 +375,25 @@ class Slot:
         # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
         # finished meanwhile) is returned in place of its reply
         unread = [i for i, r in enumerate(replies) if r is _UNREAD]
+        # under rate limits a read asks for the permits it was granted; a token refused
+        # one is parked until its job's next permit is due (rates.Limiter.grant)
+        granted = ({unread[k]: n for k, n in w.rates.grant(
+                        self.qk, [tokens[i] for i in unread], self.read_n).items()}
+                   if unread and w.rates.active() else {})
+        refused = {i for i, n in granted.items() if n == 0}
+        unread = [i for i in unread if i not in refused]
         # the jobs' timeouts not known yet are read in the same round trip (watchdog)
         asks = w.timeouts.unknown([jks[i].job_id for i in unread]) if unread else []
-        got = pipelined(w.redis, [*(self.read(jks[i]) for i in unread),
+        got = pipelined(w.redis, [*(self.read(jks[i], granted.get(i, 0)) for i in unread),
                                   *(w.timeouts.command(j) for j in asks)])
         for job, raw in zip(asks, got[len(unread):]):
             w.timeouts.learn(job, raw)
         for i, reply in zip(unread, got):
             replies[i] = reply
+        for i in refused:
+            replies[i] = None
+        if granted:
+            self.give_back(jks, replies, granted)
         for r in replies:
             if isinstance(r, redis.ResponseError) and is_transient(r):
                 raise r  # OOM, BUSY, ...: waited out by the loop, tokens released
@@ -396,6 +421,9 @@ class Slot:
                                     self.qk)
             ran = dict(zip(live, outs))
         for pos, (tok, jk, read) in enumerate(zip(tokens, jks, reads)):
+            if pos in refused:
+                settled.append((tok, "p"))
+                continue
             if (isinstance(read, redis.ResponseError) and not is_transient(read)) or not read:
                 # no stream/group (job finished or gone) or nothing new: park, or drop when done
                 settled.append((tok, self.idle_mode(jk.job_id)))
@@ -427,6 +455,18 @@ class Slot:
                 settled[pos] = (settled[pos][0], "d")
                 follow = [j for j in follow if j != token_job(settled[pos][0])]
         return settled, follow, []
+
+    def give_back(self, jks: list[JobKeys], replies: list[Any], granted: dict[int, int]
+                  ) -> None:
+        """Return the permits (``granted``: taken, by token position) of entries a read
+        did not find."""
+        unused = {i: n - (0 if isinstance(replies[i], Exception) else len(_entries(replies[i])))
+                  for i, n in granted.items() if n > 0}
+        unused = {i: n for i, n in unused.items() if n > 0}
+        if unused:
+            w = self.w
+            clients = w.rates.clients_of([jks[i].job_id for i in unused])
+            w.rates.give_back([(c, n) for c, n in zip(clients, unused.values())])
 
     def idle_mode(self, job: str) -> str:
         """How to settle a token whose read found nothing new: park it, release it (a

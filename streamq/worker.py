@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -57,7 +57,12 @@ from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .eviction import check_eviction
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
+from .rates import Limiter
 from .slot import slot_threads
+from .tracing import worker_tracer
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 from .wakers import Wakers
 from .watchdog import Timeouts, Watchdog
 
@@ -110,6 +115,7 @@ class Worker:
         id_file: str | os.PathLike[str] | None = None,
         shards: int | None = None,
         allow_eviction: bool = False,
+        tracing: bool | TracerProvider | None = None,
     ) -> None:
         is_async = inspect.iscoroutinefunction(handler)
         if concurrency is None:
@@ -158,6 +164,11 @@ class Worker:
         #: tokens a stopping worker could not hand back (Redis unreachable)
         self.undrained = 0
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: OpenTelemetry spans per sub-request (streamq.tracing; ``tracing`` None: as
+        #: STREAMQ_TRACING says, else on when a tracer provider is set); None when off
+        self.tracer = worker_tracer(tracing, self.id)
+        if self.tracer is not None:
+            self.handler = self.tracer.wrap(handler)
         self.stats = _Stats()
         #: set to drain and stop
         self.stopping = threading.Event()
@@ -188,6 +199,11 @@ class Worker:
     def wakers(self) -> Wakers:
         """The waker threads of a queue of several shards (made once the shards are read)."""
         return Wakers(self)
+
+    @cached_property
+    def rates(self) -> Limiter:
+        """The queue's rate limits as this worker applies them (:mod:`streamq.rates`)."""
+        return Limiter(self)
 
     def _bind(self, queue: str, client: Client) -> None:
         self.q = Queue(queue, client=client, retention_s=self._retention_s,

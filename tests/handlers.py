@@ -123,6 +123,33 @@ def echo_or_refuse(payload: Any) -> Any:
     return payload
 
 
+def until_cancelled(payload: Any) -> Any:
+    """Count the start, then run up to ``payload["max"]`` seconds, stopping early once
+    the job is seen cancelled; return whether it was (``{"n": n, "cancelled": ...}``)."""
+    _start()
+    task = current_task()
+    assert task is not None
+    until = time.monotonic() + float(payload.get("max", 20))
+    while time.monotonic() < until and not task.cancelled:
+        time.sleep(0.02)
+    return {"n": payload["n"], "cancelled": task.cancelled,
+            "ran": round(time.monotonic() - until + float(payload.get("max", 20)), 2)}
+
+
+def stamp(payload: Any) -> Any:
+    """Count the start and note it, with Redis's clock (ms), in the list
+    ``stamps:<payload["tag"]>`` (``<ms>|<job>:<index>``); sleep ``payload["sleep"]``
+    seconds; return ``payload["n"]``."""
+    from streamq.connection import server_ms
+
+    key = _start()
+    r = _redis()
+    stamps = f"stamps:{payload['tag']}"
+    r.rpush(stamps, f"{server_ms(r, stamps)}|{key}")
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"]
+
+
 def stall(payload: Any) -> Any:
     """Count the start and note its attempt (list ``attempts:<job>:<index>``) and its
     deadline (``deadline:<job>:<index>``); hang ``payload["hang"]`` seconds on the first

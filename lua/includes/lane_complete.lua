@@ -19,6 +19,13 @@ local function lane_active(raw)
   return raw ~= nil and raw ~= false and string.sub(raw, 1, #LANE_ACTIVE) == LANE_ACTIVE
 end
 
+local LANE_CANCELLED = '{"state":"cancelled",'
+
+-- a record cancelled while its entry was held by a worker (lane_cancel)
+local function lane_cancelled(raw)
+  return raw ~= nil and raw ~= false and string.sub(raw, 1, #LANE_CANCELLED) == LANE_CANCELLED
+end
+
 local function lane_field(raw, name)
   return tonumber(string.match(raw, '"' .. name .. '":(%d+)') or "0")
 end

@@ -9,6 +9,7 @@ read       ``status``, ``pending``, ``workers``, ``health``
 dlq        ``dlq list|show|replay|purge``
 live       ``subscribe``, ``watch``
 flow       ``pause``, ``resume``
+rates      ``rate``
 admin      ``setup``
 =========  ==========================================================
 
@@ -29,7 +30,7 @@ from .. import __version__
 from .common import ExitCode, app, fail
 
 # importing a command module registers its commands, in this order in --help
-from . import submit, read, live, flow, dlq, admin  # isort: skip  # noqa: F401, E402
+from . import submit, read, live, flow, rates, dlq, admin  # isort: skip  # noqa: F401, E402
 from .run import load_handler  # isort: skip  # noqa: E402
 
 __all__ = ["ExitCode", "app", "load_handler", "main"]

@@ -1,4 +1,4 @@
-"""Flow control commands: ``pause``, ``resume``, ``reprioritize``."""
+"""Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``."""
 
 from __future__ import annotations
 
@@ -85,3 +85,35 @@ def reprioritize(
     else:
         typer.echo(f"job {st.job_id}: priority {st.priority}, concurrency {st.concurrency} "
                    f"({st.state.value})")
+
+
+@app.command(rich_help_panel="Flow control")
+def cancel(
+    queue: QueueArg,
+    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    wait: Annotated[bool, typer.Option(
+        "--wait/--no-wait", help="return once every worker holding its work saw the cancel "
+                                 "(none of its sub-requests starts after that)")] = True,
+    timeout: Annotated[float, typer.Option(min=0.0, help="longest wait, seconds")] = 30.0,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Cancel JOB: nothing of it starts any more, sub-requests running finish and keep
+    their results, and it ends `cancelled`. A finished job is left as it is (exit 0).
+    Exit 1 when a worker had not seen the cancel at --timeout (the cancel holds)."""
+    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    # (JobNotFound also for a job of another queue)
+    report = q.cancel(check_name("job id", job), wait=wait, timeout=timeout)
+    if json_out:
+        emit_json({"queue": queue, **report.as_dict()})
+    elif report.cancelled:
+        typer.echo(f"cancelled job {job}" + (f" ({report.held} of its sub-requests were held "
+                                            "by workers)" if report.held else ""))
+    elif report.state == "cancelled":
+        typer.echo(f"job {job} was cancelled already")
+    else:
+        typer.echo(f"job {job} is {report.state}: nothing to cancel")
+    if wait and report.waiting:
+        error_line(f"{len(report.waiting)} workers had not seen the cancel after {timeout:g} s:"
+                   f" {', '.join(report.waiting[:5])}{' ...' if len(report.waiting) > 5 else ''}")
+        raise typer.Exit(ExitCode.FAILURE)

@@ -173,6 +173,8 @@ class Dashboard:
                   f"workers [bold]{ov.workers_live}[/] live, {ov.workers_dead} dead")
         t.add_row(f"tokens ready [bold]{ov.ready}[/]", f"leased [bold]{ov.leased}[/]",
                   f"parked [bold]{ov.parked}[/]")
+        if ov.rate_limits:
+            t.add_row(f"rate limits [bold]{'; '.join(ov.rate_limits.describe())}[/]")
         title = self._title()
         if ov.paused:  # workers claim nothing until `streamq resume`
             title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards)"

@@ -94,6 +94,8 @@ def print_overview(ov: inspect.Overview) -> None:
               f"live {ov.workers_live}  dead {ov.workers_dead}   dead letters {ov.dead_letters}")
     out.print(f"last minute: {ov.completions_last_minute} completions, "
               f"{ov.throughput_per_s:g} sub-requests/s")
+    if ov.rate_limits:
+        out.print(f"rate limits: {'; '.join(ov.rate_limits.describe())}")
     t = Table("priority", "jobs", "queued", "in flight", "retrying", title="by priority")
     for p in ov.by_priority:
         t.add_row(str(p.priority), str(p.jobs), str(p.queued), str(p.in_flight),

@@ -39,7 +39,9 @@ from streamq.keys import JobKeys, QueueKeys, owner_worker, token_job
 from .handler import expected
 from .load import Ledger, Subscriber
 
-TERMINAL = {"succeeded", "partial", "failed", "aborted"}
+TERMINAL = {"succeeded", "partial", "failed", "aborted", "cancelled"}
+#: states in which a sub-request may end with neither a result nor a dead letter
+STOPPED = {"aborted", "cancelled"}
 
 
 @dataclass
@@ -226,7 +228,7 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         f.counts["dead letters"] += len(errors)
         for i in range(total):
             has_r, has_e = i in results, str(i) in errors
-            if not has_r and not has_e and state != "aborted":
+            if not has_r and not has_e and state not in STOPPED:
                 f.bad("losses", f"job {jid} sub-request {i}: no result, no dead letter")
             elif has_r and has_e:
                 f.bad("result and dead letter", f"job {jid} sub-request {i}")
@@ -236,7 +238,9 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         if done != len(results) or failed != len(errors):
             f.bad("double counts", f"job {jid}: done={done} failed={failed} but "
                                    f"{len(results)} results, {len(errors)} dead letters")
-        if state != "aborted" and done + failed != total:
+        if state == "cancelled" and (rec is None or not rec.cancel_sent):
+            f.bad("unexpected cancels", f"job {jid} ended cancelled; no cancel was sent")
+        if state not in STOPPED and done + failed != total:
             f.bad("double counts", f"job {jid}: done {done} + failed {failed} != total {total}")
         if rec is not None:
             decoded = {i: decode_result(raw) for i, raw in results.items()}
@@ -261,6 +265,9 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         elif len(evs) > 1:
             f.bad("double completions", f"job {jid} has {len(evs)} completion records")
         for e in evs:
+            if state == "cancelled" and e["state"] == state and int(e["total"]) == total \
+                    and int(e["done"]) <= done and int(e["failed"]) <= failed:
+                continue  # what ran at the cancel stores its result after the record
             if (e["state"], int(e["total"]), int(e["done"]), int(e["failed"])) != (
                     state, total, done, failed):
                 f.bad("premature completions",
@@ -279,6 +286,9 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
                       f"job {jid} recorded at {evs[0]['redis_ms']} ms (Redis clock), never "
                       f"published while subscribed (gaps {sub.gaps})")
         for p in pubs:
+            if state == "cancelled" and p["state"] == state and p["total"] == total \
+                    and p["done"] <= done and p["failed"] <= failed:
+                continue
             if (p["state"], p["total"], p["done"], p["failed"]) != (state, total, done, failed):
                 f.bad("premature completions", f"job {jid} published {p}; it ended {state} "
                                                f"total={total} done={done} failed={failed}")

@@ -39,12 +39,13 @@ class JobRecord:
     """A job the producers made: its payloads by index."""
 
     job_id: str
-    kind: str  # plain, many, stream, dedup, big, replay, scheduled
+    kind: str  # plain, many, stream, dedup, big, replay, scheduled, cancel
     payloads: list[dict[str, Any]]
     max_deliveries: int = MAX_DELIVERIES
     dedup: str = ""
     confirmed: bool = False  # the call that makes it returned (else it may not exist)
     finalized: bool = True
+    cancel_sent: bool = False  # a cancel of it was sent (it may end cancelled)
 
 
 @dataclass
@@ -135,6 +136,29 @@ class Producer(threading.Thread):
                                                    **opts))
         rec.confirmed = True
 
+    def cancelled(self) -> None:
+        """A job (one sub-request: a small job, or several) cancelled a moment after its
+        submit, racing the workers: it ends cancelled or completed, once."""
+        jid = uuid.uuid4().hex
+        rec = JobRecord(jid, "cancel", self.payloads(1, 1) if self.rng.random() < 0.3
+                        else self.payloads(2, 10))
+        self.ledger.add(rec)
+        opts = self.options()
+        small = len(rec.payloads) == 1 and self.rng.random() < 0.5
+        if small:  # a generated id: the small-job lane
+            jid = self.retry("submit", lambda: self.q.submit(rec.payloads, **opts)).id
+            with self.ledger.lock:
+                self.ledger.jobs.pop(rec.job_id, None)
+            rec.job_id = jid
+            self.ledger.add(rec)
+        else:
+            self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, **opts))
+        rec.confirmed = True
+        time.sleep(self.rng.uniform(0.0, 0.6))
+        rec.cancel_sent = True
+        wait = self.rng.random() < 0.5
+        self.retry("cancel", lambda: self.q.cancel(jid, wait=wait, timeout=2.0))
+
     def many(self) -> None:
         batch = [self.payloads(1, 5) for _ in range(self.rng.randint(2, 6))]
         opts = self.options()
@@ -205,7 +229,7 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         actions = ([self.plain] * 6 + [self.many] * 3 + [self.stream] * 4 + [self.dedup] * 3
-                   + [self.scheduled] * 2)
+                   + [self.scheduled] * 2 + [self.cancelled] * 2)
         try:
             while time.monotonic() < self.load_end and not self.stop.is_set():
                 if self.big:  # one job past ADD_CHUNK: the fenced multi-call submit

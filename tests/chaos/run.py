@@ -206,7 +206,7 @@ class Run:
     def report(self, f: Findings, faults: Faults, took: float, settled: bool) -> list[str]:
         assert self.fleet is not None and self.server is not None
         fl, c, v = self.fleet, f.counts, f.violations
-        kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay")
+        kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay", "cancel")
         jobs = ", ".join(f"{k} {c[f'jobs {k}']}" for k in kinds)
         drops = [p.dropped for p in self.proxies]
         restarts = self.server.restarts

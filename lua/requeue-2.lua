@@ -3,9 +3,12 @@
   is copied to a new entry at the end of the stream, then acknowledged and
   deleted, so another worker reads it as new and no delivery is spent.
   An entry not pending with this consumer (reclaimed meanwhile) is left alone.
+  An entry of a cancelled job is acknowledged and deleted, not copied: nothing
+  of a cancelled job starts again.
 
   Input:
     KEYS[1] tasks  sq:{<job>}:tasks  STREAM
+    KEYS[2] meta   sq:{<job>}:meta   HASH
     ARGV[1] consumer group name
     ARGV[2] consumer name (the worker id)
     ARGV[3..] entry ids
@@ -14,8 +17,9 @@
     number of entries handed back
 ]]
 local rcall = redis.call
-local tasksKey = KEYS[1]
+local tasksKey, metaKey = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
+local cancelled = rcall("HGET", metaKey, "state") == "cancelled"
 
 local moved = 0
 for j = 3, #ARGV do
@@ -25,11 +29,14 @@ for j = 3, #ARGV do
   if #pending == 1 and #entry == 1 then
     rcall("XACK", tasksKey, group, id)
     rcall("XDEL", tasksKey, id)
-    local fields = entry[1][2]
-    local args = {"XADD", tasksKey, "*"}
-    for k = 1, #fields do args[#args + 1] = fields[k] end
-    rcall(unpack(args))
-    moved = moved + 1
+    if not cancelled then
+      local fields = entry[1][2]
+      local args = {"XADD", tasksKey, "*"}
+      for k = 1, #fields do args[#args + 1] = fields[k] end
+      rcall(unpack(args))
+      moved = moved + 1
+    end
   end
 end
+if cancelled and rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
 return moved

@@ -1,0 +1,97 @@
+--[[
+  Cancel a small job (streamq.lane) in its shard's slot. An active job's
+  record turns `cancelled` and its completion is recorded and published once
+  (lane_complete). Its entry, when no worker has read it yet, is deleted, and
+  a retry of it waiting in the lane's retry set is removed: it never starts.
+  When a worker holds it (pending), it may be running: its acknowledgement
+  still stores its result, its failure ends it (no retry, no dead letter),
+  and neither a hand-back nor the reaper puts it back. Cancelling a job that
+  is terminal already changes nothing, so a call sent again is a no-op.
+
+  The lane stream is scanned for the job's entry: it holds the lane's
+  unfinished entries only (settled entries are deleted).
+
+  Input:
+    KEYS[1] lane     sq:{<shard>}:lane:<prio>:<client>        STREAM
+    KEYS[2] retry    sq:{<shard>}:lane:<prio>:<client>:retry  ZSET
+            "<attempts>|<job>|<type><payload>" -> due ms
+    KEYS[3] ljobs    sq:{<shard>}:ljobs    HASH job -> JSON record
+    KEYS[4] lactive  sq:{<shard>}:lactive  ZSET job -> submit ms
+    KEYS[5] ldone    sq:{<shard>}:ldone    ZSET job -> forget-after ms
+    KEYS[6] events   sq:{<shard>}:events   STREAM of completion records
+    ARGV[1] consumer group name
+    ARGV[2] cap on the events stream length (approximate)
+    ARGV[3] events retention, ms
+    ARGV[4] queue channel
+    ARGV[5] job channel prefix
+    ARGV[6] publish command (PUBLISH, or SPUBLISH on a Redis Cluster)
+    ARGV[7] queue name
+    ARGV[8] job id
+
+  Output:
+    {cancelled (0|1), held}: cancelled 1 when this call cancelled the job; held is
+    the id of its entry a worker holds ("" for none)
+    ERR_JOB_NOT_FOUND (-1) no record of the job
+]]
+local rcall = redis.call
+local retryKey = KEYS[2]
+local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = "",
+             lstarts = "", lactive = KEYS[4], ldone = KEYS[5], events = KEYS[6],
+             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
+             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
+local group, job = ARGV[1], ARGV[8]
+
+--- @include "includes/errors"
+--- @include "includes/now_ms"
+--- @include "includes/lane_complete"
+
+local raw = rcall("HGET", ctx.ljobs, job)
+if not raw then return ERR_JOB_NOT_FOUND end
+
+-- the job's entry, if a worker holds it (pending) or none has read it yet
+local held = ""
+if rcall("EXISTS", ctx.lane) == 1 then
+  local last = "0-0"
+  for _, g in ipairs(rcall("XINFO", "GROUPS", ctx.lane)) do
+    local f = {}
+    for k = 1, #g, 2 do f[g[k]] = g[k + 1] end
+    if f["name"] == group then last = f["last-delivered-id"] end
+  end
+  local from = "-"
+  while true do
+    local got = rcall("XRANGE", ctx.lane, from, "+", "COUNT", 1000)
+    if #got == 0 then break end
+    for _, e in ipairs(got) do
+      local fields = e[2]
+      for k = 1, #fields, 2 do
+        if fields[k] == "j" and fields[k + 1] == job then
+          local parts_e, parts_l = {}, {}
+          for p in string.gmatch(e[1], "%d+") do parts_e[#parts_e + 1] = tonumber(p) end
+          for p in string.gmatch(last, "%d+") do parts_l[#parts_l + 1] = tonumber(p) end
+          local read = parts_e[1] < parts_l[1] or
+                       (parts_e[1] == parts_l[1] and parts_e[2] <= parts_l[2])
+          if read then
+            held = e[1]
+          elseif lane_active(raw) then
+            rcall("XDEL", ctx.lane, e[1])  -- never read: it never starts
+          end
+        end
+      end
+    end
+    from = "(" .. got[#got][1]
+  end
+end
+if not lane_active(raw) then return {0, held} end
+
+for _, member in ipairs(rcall("ZRANGE", retryKey, 0, -1)) do
+  local sep = string.find(member, "|", 1, true)
+  -- "<attempts>|<job>|..." or, carrying a trace context, "<attempts>|<job>,<context>|..."
+  local head = sep and string.sub(member, sep + 1, sep + #job + 1)
+  if head == job .. "|" or head == job .. "," then
+    rcall("ZREM", retryKey, member)
+  end
+end
+ctx.done = lane_done()
+lane_complete(ctx, job, raw, "cancelled", 0, 0, now_ms())
+lane_flush(ctx)
+return {1, held}

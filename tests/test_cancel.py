@@ -1,0 +1,242 @@
+"""Cancel a job, with real worker processes: nothing of it starts once the cancel
+returns, what ran keeps its result, it ends cancelled with one completion, and a
+kill of a worker or of the canceller loses nothing and leaves nothing stuck."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import redis
+from conftest import ROOT, Procs, completions_of, settled_completions, wait_until
+
+from streamq import JobNotFound, JobState, Queue
+from streamq.keys import JobKeys
+from streamq.replies import new_token
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def starts(r: Any, job: str, n: int) -> dict[int, int]:
+    """How often each sub-request of ``job`` started (the handlers count them)."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        pipe.get(f"starts:{job}:{i}")
+    return {i: int(v or 0) for i, v in enumerate(pipe.execute())}
+
+
+def started(r: Any, job: str, n: int) -> set[int]:
+    return {i for i, v in starts(r, job, n).items() if v}
+
+
+def streamq(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "streamq", *args, "--redis-url", url],
+                          capture_output=True, text=True, cwd=ROOT, timeout=90,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def worker(procs: Procs, queue: str, handler: str = "handlers:count", *args: str) -> Any:
+    return procs.worker(queue, f"tests.{handler}", *args)
+
+
+def test_a_cancelled_job_starts_nothing_more_and_keeps_what_ran(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a big job under way on two worker processes, and another job behind it
+    q = Queue(queue_name, redis_url)
+    n = 80
+    job = q.submit([{"n": i, "sleep": 0.25} for i in range(n)], concurrency=4).id
+    worker(procs, queue_name, "handlers:count", "--concurrency", "2", "--batch", "8")
+    worker(procs, queue_name, "handlers:count", "--concurrency", "2", "--batch", "8")
+    wait_until(lambda: len(started(r, job, n)) >= 6, 60, "work under way")
+    # When it is cancelled
+    report = q.cancel(job, timeout=30)
+    # Then this call cancelled it, every worker holding its work saw the cancel, and from
+    # the moment it returned none of its sub-requests starts
+    assert report.cancelled and report.complete and report.state == "cancelled", report
+    at_cancel = starts(r, job, n)
+    other = q.submit([{"n": i, "sleep": 0} for i in range(10)], concurrency=2).id
+    assert q.wait(other, timeout=60).state is JobState.SUCCEEDED  # workers go on
+    time.sleep(1.5)
+    assert starts(r, job, n) == at_cancel
+    ran = {i for i, v in at_cancel.items() if v}
+    assert 0 < len(ran) < n and set(at_cancel.values()) <= {0, 1}
+    # and what was running finished and kept its result
+    wait_until(lambda: set(q.results(job)) == ran, 30, "results of the running sub-requests")
+    assert q.results(job) == {i: 2 * i for i in ran}
+    st = q.status(job)
+    assert st.state is JobState.CANCELLED and st.terminal and st.finished_ms
+    # with one completion record, and every key of the job on the normal retention
+    assert settled_completions(r, queue_name)[job] == 1
+    jk = JobKeys(job)
+    wait_until(lambda: not r.exists(jk.tasks), 30, "the stream released")
+    for key in (jk.meta, jk.results):
+        assert 0 < r.pttl(key) <= q.retention_ms
+    # When it is cancelled again
+    again = q.cancel(job)
+    # Then nothing changes
+    assert not again.cancelled and again.state == "cancelled" and again.complete
+    assert completions_of(r, queue_name)[job] == 1
+    q.close()
+
+
+def test_a_handler_sees_the_cancel_and_stops_early(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "max": 30} for i in range(4)], concurrency=2).id
+    worker(procs, queue_name, "handlers:until_cancelled", "--concurrency", "2", "--batch", "1")
+    wait_until(lambda: len(started(r, job, 4)) == 2, 60, "two running")
+    t0 = time.monotonic()
+    assert q.cancel(job, timeout=30).complete
+    # the two running handlers saw the cancel, stopped early and their results are kept
+    wait_until(lambda: len(q.results(job)) == 2, 20, "the running handlers stopped")
+    assert time.monotonic() - t0 < 20
+    assert all(v["cancelled"] for v in q.results(job).values()), q.results(job)
+    time.sleep(1.0)
+    assert len(started(r, job, 4)) == 2
+    q.close()
+
+
+def test_cancel_before_any_start_drops_everything_of_both_lanes_and_scheduled_jobs(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a big job, a scheduled job and small jobs queued with no worker running
+    q = Queue(queue_name, redis_url)
+    big = q.submit([{"n": i, "sleep": 0} for i in range(30)], concurrency=3).id
+    later = q.submit([{"n": i, "sleep": 0} for i in range(3)], delay=1.0).id
+    small = [q.submit([{"n": i, "sleep": 0}]).id for i in range(5)]
+    keep = q.submit([{"n": 99, "sleep": 0}]).id
+    # When they are cancelled (a small one twice)
+    for job in (big, later, *small):
+        report = q.cancel(job)
+        assert report.cancelled and report.complete and report.held == 0, report
+    assert not q.cancel(small[0]).cancelled
+    # Then with workers running none of them ever starts, the job kept runs
+    worker(procs, queue_name, "handlers:count", "--concurrency", "3")
+    assert q.wait(keep, timeout=60).state is JobState.SUCCEEDED
+    time.sleep(2.0)  # (past the scheduled job's time)
+    assert not started(r, big, 30) and not started(r, later, 3)
+    assert not any(started(r, job, 1) for job in small)
+    for job in (big, later, *small):
+        st = q.status(job)
+        assert st.state is JobState.CANCELLED and st.done == 0 and q.results(job) == {}
+    assert not r.exists(JobKeys(big).tasks)
+    counts = settled_completions(r, queue_name)
+    assert all(counts[job] == 1 for job in (big, later, *small, keep))
+    q.close()
+
+
+def test_a_worker_killed_holding_a_cancelled_job_loses_nothing_and_runs_none_of_it_again(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a worker holding a batch of slow sub-requests of a job
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "sleep": 2.0} for i in range(12)], concurrency=2).id
+    other = q.submit([{"n": i, "sleep": 0} for i in range(20)], concurrency=2).id
+    first = worker(procs, queue_name, "handlers:count", "--concurrency", "2", "--batch", "4")
+    wait_until(lambda: len(started(r, job, 12)) >= 1, 60, "slow work held")
+    # When the job is cancelled without waiting, and the worker is killed at once
+    report = q.cancel(job, wait=False)
+    assert report.cancelled and report.held >= 1
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    at_kill = starts(r, job, 12)
+    # and another worker and the reaper come
+    worker(procs, queue_name, "handlers:count", "--concurrency", "2")
+    procs.reaper(queue_name, "--min-idle", "1")
+    # Then the other job completes and none of the cancelled job runs again (the dead
+    # worker's held entries stay pending until the stream expires with the job)
+    assert q.wait(other, timeout=90).state is JobState.SUCCEEDED
+    time.sleep(3.0)  # (past the reaper's min idle: several passes)
+    assert starts(r, job, 12) == at_kill
+    assert 0 < r.pttl(JobKeys(job).tasks) <= q.retention_ms
+    assert q.status(job).state is JobState.CANCELLED
+    assert settled_completions(r, queue_name) == {job: 1, other: 1}
+    q.close()
+
+
+def test_a_canceller_killed_after_its_first_step_leaves_nothing_stuck(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a job cancelled in its own slot whose finish in the queue never ran (the
+    # canceller was killed between the two steps)
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "sleep": 0} for i in range(10)], concurrency=2).id
+    held, reply = q.scripts.cancel_job(JobKeys(job), new_token())
+    assert reply.completed and held == 0
+    assert r.zscore(q.shard_for(job).active, job) is not None  # still registered
+    # When a worker comes (it claims the job's token and finds it terminal)
+    worker(procs, queue_name, "handlers:count")
+    # Then the job is finished once, its tokens gone, and nothing of it ran
+    assert settled_completions(r, queue_name) == {job: 1}
+    assert not started(r, job, 10)
+    assert r.hlen(q.shard_for(job).tokens) == 0
+    # and a cancel called again reports it cancelled, changing nothing
+    again = q.cancel(job)
+    assert again.state == "cancelled" and not again.cancelled
+    assert completions_of(r, queue_name)[job] == 1
+    q.close()
+
+
+def test_cancels_racing_completions_end_each_job_once(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given many small and medium jobs being served as fast as they come
+    q = Queue(queue_name, redis_url)
+    jobs = {q.submit([{"n": i, "sleep": 0.01}]).id: 1 for i in range(60)}
+    jobs.update({q.submit([{"n": i, "sleep": 0.01} for i in range(5)]).id: 5 for _ in range(20)})
+    worker(procs, queue_name, "handlers:count", "--concurrency", "4")
+    # When every job is cancelled while workers complete them
+    reports = {job: q.cancel(job, timeout=30) for job in jobs}
+    # Then each job ends in exactly one terminal state, recorded once, and a cancelled
+    # job has no sub-request that started twice
+    counts = settled_completions(r, queue_name)
+    states = {job: q.status(job).state for job in jobs}
+    assert all(counts[job] == 1 for job in jobs)
+    assert set(states.values()) <= {JobState.SUCCEEDED, JobState.CANCELLED}
+    for job, report in reports.items():
+        assert report.complete
+        assert report.state == states[job].value
+        assert set(starts(r, job, jobs[job]).values()) <= {0, 1}
+    events = {f[b"job"].decode(): f[b"state"].decode()
+              for _, f in r.xrange(q.shard_for(next(iter(jobs))).events)}
+    assert all(events[job] == states[job].value for job in jobs if job in events)
+    q.close()
+
+
+def test_cancel_from_the_cli_and_its_errors(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": i, "sleep": 0} for i in range(3)]).id
+    out = streamq(redis_url, "cancel", queue_name, job, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["cancelled"] and doc["state"] == "cancelled" and doc["complete"]
+    again = streamq(redis_url, "cancel", queue_name, job)
+    assert again.returncode == 0 and "cancelled already" in again.stdout
+    done = q.submit([{"n": 1, "sleep": 0}]).id
+    worker(procs, queue_name)
+    assert q.wait(done, timeout=60).state is JobState.SUCCEEDED
+    finished = streamq(redis_url, "cancel", queue_name, done)
+    assert finished.returncode == 0 and "succeeded: nothing to cancel" in finished.stdout
+    assert q.status(done).state is JobState.SUCCEEDED
+    status = streamq(redis_url, "status", queue_name, job, "--json")
+    assert json.loads(status.stdout)["state"] == "cancelled"
+    unknown = streamq(redis_url, "cancel", queue_name, "no-such-job")
+    assert unknown.returncode != 0 and "no-such-job" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    bad = streamq(redis_url, "cancel", queue_name, "bad id!")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    with pytest.raises(JobNotFound):
+        q.cancel("no-such-job")
+    with pytest.raises(JobNotFound):  # a job of another queue
+        Queue(queue_name + "-other", redis_url).cancel(job)
+    q.close()
