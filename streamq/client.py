@@ -10,12 +10,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import cancel as cancelling
-from . import config, deadletters, flow, lane, schedule
-from . import rates as ratelimits
+from . import config, deadletters, lane, schedule
 from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
+from .controls import Controls, check_range
 from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
@@ -28,7 +27,7 @@ from .errors import (
 from .following import Following
 from .jobs import Job, StreamingJob, wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_name, shard_queue
-from .models import JobState, JobStatus, completion_message
+from .models import JobState, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
 from .tracing import submit_tracer, traced_submit
@@ -46,10 +45,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _check_range(name: str, value: int, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
-    return value
+_check_range = check_range
 
 
 def _new_ids(n: int) -> list[str]:
@@ -59,7 +55,7 @@ def _new_ids(n: int) -> list[str]:
     return [pool[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
-class Queue(Following):
+class Queue(Following, Controls):
     """A client of one queue: submit jobs and follow them.
 
     ``Queue("images", "redis://localhost:6379/0")``; pass ``client=`` to share
@@ -261,64 +257,6 @@ class Queue(Following):
             except JobClosed:
                 break  # another producer finished the same submit
         return self.scripts.finalize_job(jk)
-
-    @wrap_connection_errors
-    def pause(self, *, wait: bool = True, timeout: float = 30.0) -> flow.PauseReport:
-        """Pause the queue: workers finish what they hold and claim nothing new until
-        :meth:`resume`. With ``wait`` (the default) this returns once every live worker
-        slot has seen the pause, so no sub-request starts after it returns
-        (``report.complete``); a slot still busy at ``timeout`` is listed in
-        ``report.waiting``. Pausing a paused queue keeps its pause."""
-        return flow.pause(self, wait=wait, timeout=timeout)
-
-    @wrap_connection_errors
-    def resume(self) -> bool:
-        """Resume a paused queue (idle workers wake at once); False when it was not
-        paused."""
-        return flow.resume(self) > 0
-
-    @wrap_connection_errors
-    def reprioritize(self, job_id: str, *, priority: int | None = None,
-                     concurrency: int | None = None) -> JobStatus:
-        """Change a queued or running job's priority and/or concurrency limit (its
-        next claim follows them); returns its status. See :func:`streamq.flow.reprioritize`."""
-        check_name("job id", job_id)
-        if priority is not None:
-            _check_range("priority", priority, 0, config.MAX_PRIORITY)
-        if concurrency is not None:
-            _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
-        return flow.reprioritize(self, job_id, priority, concurrency)
-
-    @wrap_connection_errors
-    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0
-               ) -> cancelling.CancelReport:
-        """Cancel a job: none of its sub-requests starts after this returns (with
-        ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
-        their results; it ends ``cancelled`` with one completion. A finished job is left
-        as it is (``report.cancelled`` False). See :mod:`streamq.cancel`."""
-        check_name("job id", job_id)
-        if timeout < 0:
-            raise ValueError("timeout must be >= 0")
-        return cancelling.cancel(self, job_id, wait=wait, timeout=timeout)
-
-    @wrap_connection_errors
-    def set_rate(self, per_second: float | None, *, client: str | None = None,
-                 burst: int | None = None) -> bool:
-        """Limit the sub-requests started per second, of ``client`` or (None) of the
-        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
-        second's); None clears the limit. Work over a limit waits. True when the stored
-        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
-        return ratelimits.set_rate(self, per_second, client, burst)
-
-    @wrap_connection_errors
-    def rates(self) -> ratelimits.RateLimits:
-        """The queue's rate limits (:meth:`set_rate`)."""
-        return ratelimits.read_rates(self.redis, self.keys)
-
-    @wrap_connection_errors
-    def is_paused(self) -> bool:
-        """True when any shard of the queue is paused."""
-        return flow.paused_shards(self) > 0
 
     @traced_submit("submit_many")
     @wrap_connection_errors
