@@ -70,7 +70,7 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
         for k, v in st.as_dict().items():
             if k.endswith("_ms"):
                 v = _when(v)
-            t.add_row(k, str(v))
+            t.add_row(k, _opt(v))
         console().print(t)
         return
     ov = inspect.overview(r, q.known_shards)
@@ -165,7 +165,7 @@ def workers(queue: QueueArg, json_out: JsonOut = False,
     console().print(t)
 
 
-def _opt(v: int | None) -> str:
+def _opt(v: object) -> str:
     return "-" if v is None else str(v)
 
 
