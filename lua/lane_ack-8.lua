@@ -4,8 +4,8 @@
   succeeded and its completion is recorded and published once. An entry XACK
   did not acknowledge (settled before: a resent call, or reclaimed from a
   worker presumed dead) changes nothing. Acknowledged entries are deleted. The
-  result of an entry whose job was cancelled while it ran is stored; the job
-  stays cancelled.
+  result of an entry whose job was cancelled while it ran is stored and counted
+  in the record (`done`); the job stays cancelled.
   Finished jobs whose retention passed are forgotten (a bounded number per call).
 
   Input:
@@ -78,9 +78,15 @@ for n, j in ipairs(mine) do
     lane_complete(ctx, ARGV[j + 1], raw, "succeeded", 1, 0, nowMs)
     completed = completed + 1
   elseif lane_cancelled(raw) then
-    -- it was running when its job was cancelled: its result is kept, nothing completes
+    -- it was running when its job was cancelled: its result is kept and counted,
+    -- nothing completes
     results[#results + 1] = ARGV[j + 1]
     results[#results + 1] = ARGV[j + 2]
+    local none = '{"state":"cancelled","done":0,'
+    if string.sub(raw, 1, #none) == none then
+      rcall("HSET", ctx.ljobs, ARGV[j + 1],
+            '{"state":"cancelled","done":1,' .. string.sub(raw, #none + 1))
+    end
   end
 end
 chunked("HSET", ctx.lresults, results)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .connection import pipelined
+from .connection import is_transient, pipelined
 from .errors import ConfigError
 from .keys import JobKeys, QueueKeys, check_name, token_job
 from .replies import Call
@@ -185,7 +185,14 @@ class Limiter:
         if now - self._read_at >= REFRESH_S:
             with self._lock:
                 if now - self._read_at >= REFRESH_S:
-                    self._limits = read_rates(self.w.redis, self.qk)
+                    try:
+                        self._limits = read_rates(self.w.redis, self.qk)
+                    except Exception as e:
+                        # Redis busy or away for a moment: the limits read last hold (the
+                        # next call reads again); with none read yet the caller waits it out
+                        if not is_transient(e) or self._read_at == -math.inf:
+                            raise
+                        return self._limits
                     self._read_at = now
         return self._limits
 

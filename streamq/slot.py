@@ -107,9 +107,10 @@ class Slot:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
-            # no read ahead under rate limits: a read takes permits first (work)
-            spec, follow = ([] if stopping or self.paused or w.rates.active() else follow), []
+            spec, follow = ([] if stopping or self.paused else follow), []
             try:
+                if spec and w.rates.active():
+                    spec = []  # no read ahead under rate limits: a read takes permits first
                 claimed, due, preread, lanes = self.settle(
                     settled, finishes, 0 if stopping else self.claim_n, spec, acks)
                 settled = []
@@ -504,6 +505,14 @@ def slot_threads(worker: Worker) -> list[threading.Thread]:
     def serve(slot: Slot) -> None:
         try:
             slot.run()
+        except BaseException:
+            # a slot loop that ends by an error (a defect) would leave its tokens leased
+            # by the live heartbeat: the worker stops instead, so they are handed back
+            log.exception("worker slot %d stopped by an unexpected error; the worker stops",
+                          slot.index)
+            if worker.fatal is None:
+                worker.fatal = f"worker slot {slot.index} stopped by an unexpected error"
+            worker.stopping.set()
         finally:
             worker.watchdog.stop()  # the slot's handler thread, if it made one
 

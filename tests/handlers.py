@@ -104,6 +104,12 @@ async def acount(payload: Any) -> Any:
     return payload["n"] * 2
 
 
+def nap(payload: Any) -> Any:
+    """Sleep ``payload["sleep"]`` seconds without touching Redis; return ``payload["n"]``."""
+    time.sleep(float(payload.get("sleep", 0)))
+    return payload["n"]
+
+
 def hang(payload: Any) -> Any:
     """Sleep a minute without touching Redis (a worker to kill while it holds work)."""
     time.sleep(60)

@@ -240,3 +240,23 @@ def test_cancel_from_the_cli_and_its_errors(
     with pytest.raises(JobNotFound):  # a job of another queue
         Queue(queue_name + "-other", redis_url).cancel(job)
     q.close()
+
+
+def test_a_small_job_cancelled_while_it_runs_keeps_and_counts_its_result(
+    r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
+) -> None:
+    # Given a small job whose one sub-request is running
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 21, "sleep": 2.0}]).id
+    worker(procs, queue_name)
+    wait_until(lambda: started(r, job, 1), 60, "the small job running")
+    # When it is cancelled
+    report = q.cancel(job, timeout=30)
+    # Then the call waited for the running entry, the job is cancelled, and the result
+    # is kept and counted, with one completion record
+    assert report.cancelled and report.held == 1 and report.complete, report
+    st = q.status(job)
+    assert st.state is JobState.CANCELLED and (st.done, st.failed) == (1, 0)
+    assert q.results(job) == {0: 42}
+    assert settled_completions(r, queue_name)[job] == 1
+    q.close()

@@ -363,6 +363,55 @@ def test_an_idle_worker_survives_a_transient_redis_state(
         server.wait(10)
 
 
+def test_a_busy_worker_of_a_rate_limited_queue_survives_a_busy_redis(
+        tmp_path: Path, queue_name: str) -> None:
+    # (its slots read the queue's limits every round: a read refused by a busy Redis
+    # once ended a slot's loop, and the live heartbeat kept that slot's tokens leased)
+    server, url = start_redis(tmp_path, "--enable-debug-command", "yes",
+                              "--enable-protected-configs", "yes")
+    r = redis.Redis.from_url(url, socket_timeout=60)
+    log = tmp_path / "worker.log"
+    worker = None
+    try:
+        # Given a worker busy with a job of a queue that has a (high) rate limit
+        q = Queue(queue_name, url)
+        q.set_rate(100_000)
+        job = q.submit([{"n": i, "sleep": 0.01} for i in range(400)], concurrency=2)
+        worker = start_worker(url, queue_name, log, "--concurrency", "2",
+                              handler="tests.handlers:nap")
+        wait_until(lambda: q.status(job.id).done > 20, 30, "work under way")
+        # When Redis is busy for a while
+        states = _State(r, tmp_path)
+        states.url = url
+        states.enter("BUSY")
+        time.sleep(1.5)
+        states.leave("BUSY")
+        # Then the worker goes on and, with a reaper for the entries whose acks Redis
+        # refused, the job completes, with no error in the worker's log
+        env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT))
+        reaper = subprocess.Popen(
+            [sys.executable, "-m", "streamq", "reaper", queue_name, "--interval", "0.5",
+             "--min-idle", "2", "--log-level", "WARNING"], env=env, cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            job.wait(timeout=60)
+        except Exception:
+            raise AssertionError(f"{q.status(job.id)}\n{log.read_text()[-3000:]}") from None
+        assert worker.poll() is None
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+        assert stop(worker) == 0
+        reaper.kill()
+        reaper.wait(10)
+        q.close()
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+        r.close()
+        server.kill()
+        server.wait(10)
+
+
 def _survive(state: str, url: str, tmp: Path, queue_name: str) -> None:
     r = redis.Redis.from_url(url, socket_timeout=60)
     states = _State(r, tmp)
