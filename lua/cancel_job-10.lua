@@ -1,9 +1,10 @@
 --[[
   Cancel a job in its own slot: an open or active job becomes terminal with
   state `cancelled` at once. No sub-request of it is delivered afterwards:
-  its retries are dropped, the entries no worker has read are deleted, and
-  the group's last-delivered id moves to the end of the stream (XGROUP SETID
-  $), so a read of new entries finds nothing. The entries workers hold
+  its retries are dropped and the entries no worker has read are deleted,
+  so a read of new entries finds nothing (and nothing adds one: adds need
+  `open`, and no retry, hand-back or reclaim re-adds an entry of a cancelled
+  job). The entries workers hold
   (pending) stay: those running finish, and their acknowledgements still
   store their results (ack keeps them for the job's retention) without
   completing the job again; those not started are dropped by the worker
@@ -94,7 +95,6 @@ else
     rcall("XDEL", tasksKey, unpack(ids))
     last = ids[#ids]
   end
-  rcall("XGROUP", "SETID", tasksKey, group, "$")
   rcall("PEXPIRE", tasksKey, retentionMs)
 end
 for _, key in ipairs({metaKey, resultsKey, errorsKey, inflightKey, addedKey, idsKey, dlqKey,

@@ -48,38 +48,25 @@ local group, job = ARGV[1], ARGV[8]
 local raw = rcall("HGET", ctx.ljobs, job)
 if not raw then return ERR_JOB_NOT_FOUND end
 
--- the job's entry, if a worker holds it (pending) or none has read it yet
+-- the job's entry: held by a worker (pending), or read by none (deleted: it never starts)
 local held = ""
-if rcall("EXISTS", ctx.lane) == 1 then
-  local last = "0-0"
-  for _, g in ipairs(rcall("XINFO", "GROUPS", ctx.lane)) do
-    local f = {}
-    for k = 1, #g, 2 do f[g[k]] = g[k + 1] end
-    if f["name"] == group then last = f["last-delivered-id"] end
-  end
-  local from = "-"
-  while true do
-    local got = rcall("XRANGE", ctx.lane, from, "+", "COUNT", 1000)
-    if #got == 0 then break end
-    for _, e in ipairs(got) do
-      local fields = e[2]
-      for k = 1, #fields, 2 do
-        if fields[k] == "j" and fields[k + 1] == job then
-          local parts_e, parts_l = {}, {}
-          for p in string.gmatch(e[1], "%d+") do parts_e[#parts_e + 1] = tonumber(p) end
-          for p in string.gmatch(last, "%d+") do parts_l[#parts_l + 1] = tonumber(p) end
-          local read = parts_e[1] < parts_l[1] or
-                       (parts_e[1] == parts_l[1] and parts_e[2] <= parts_l[2])
-          if read then
-            held = e[1]
-          elseif lane_active(raw) then
-            rcall("XDEL", ctx.lane, e[1])  -- never read: it never starts
-          end
+local from = "-"
+while rcall("EXISTS", ctx.lane) == 1 do
+  local got = rcall("XRANGE", ctx.lane, from, "+", "COUNT", 1000)
+  if #got == 0 then break end
+  for _, e in ipairs(got) do
+    local fields = e[2]
+    for k = 1, #fields, 2 do
+      if fields[k] == "j" and fields[k + 1] == job then
+        if #rcall("XPENDING", ctx.lane, group, e[1], e[1], 1) > 0 then
+          held = e[1]
+        elseif lane_active(raw) then
+          rcall("XDEL", ctx.lane, e[1])
         end
       end
     end
-    from = "(" .. got[#got][1]
   end
+  from = "(" .. got[#got][1]
 end
 if not lane_active(raw) then return {0, held} end
 

@@ -22,25 +22,14 @@ local group, consumer = ARGV[1], ARGV[2]
 
 --- @include "includes/lane_complete"
 
-local moved = 0
-for j = 3, #ARGV do
-  local id = ARGV[j]
-  local pending = rcall("XPENDING", laneKey, group, id, id, 1, consumer)
-  local entry = rcall("XRANGE", laneKey, id, id)
-  if #pending == 1 and #entry == 1 then
-    rcall("XACK", laneKey, group, id)
-    rcall("XDEL", laneKey, id)
-    local fields = entry[1][2]
-    local job = nil
-    for k = 1, #fields, 2 do
-      if fields[k] == "j" then job = fields[k + 1] end
-    end
-    if job == nil or lane_active(rcall("HGET", ljobsKey, job)) then
-      local args = {"XADD", laneKey, "*"}
-      for k = 1, #fields do args[#args + 1] = fields[k] end
-      rcall(unpack(args))
-      moved = moved + 1
-    end
+--- @include "includes/hand_back"
+
+-- an entry without a job is handed back too (the reaper dead-letters it as malformed)
+local function active(fields)
+  for k = 1, #fields, 2 do
+    if fields[k] == "j" then return lane_active(rcall("HGET", ljobsKey, fields[k + 1])) end
   end
+  return true
 end
-return moved
+
+return hand_back(laneKey, group, consumer, 3, active)

@@ -21,22 +21,9 @@ local tasksKey, metaKey = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local cancelled = rcall("HGET", metaKey, "state") == "cancelled"
 
-local moved = 0
-for j = 3, #ARGV do
-  local id = ARGV[j]
-  local pending = rcall("XPENDING", tasksKey, group, id, id, 1, consumer)
-  local entry = rcall("XRANGE", tasksKey, id, id)
-  if #pending == 1 and #entry == 1 then
-    rcall("XACK", tasksKey, group, id)
-    rcall("XDEL", tasksKey, id)
-    if not cancelled then
-      local fields = entry[1][2]
-      local args = {"XADD", tasksKey, "*"}
-      for k = 1, #fields do args[#args + 1] = fields[k] end
-      rcall(unpack(args))
-      moved = moved + 1
-    end
-  end
-end
+--- @include "includes/hand_back"
+
+local moved = hand_back(tasksKey, group, consumer, 3,
+                        function() return not cancelled end)
 if cancelled and rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
 return moved

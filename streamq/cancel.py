@@ -1,9 +1,9 @@
 """Cancel a job: nothing of it starts after the call returns; what runs finishes.
 
 Two steps, each idempotent. In the job's slot, ``cancel_job`` makes the job
-terminal (``cancelled``), drops its retries, deletes the entries no worker has
-read and moves its group past the end of its stream, so no read delivers
-anything of it again; the entries workers hold stay pending. In the queue's
+terminal (``cancelled``), drops its retries and deletes the entries no worker
+has read, so no read delivers anything of it again; the entries workers hold
+stay pending. In the queue's
 slot, ``finish_jobs`` records its one completion and publication and removes its
 tokens. A canceller killed between the two leaves the finish to whoever meets
 the job next (a worker holding its token, or the reaper), as for any job made
@@ -25,13 +25,12 @@ waits until that entry is settled.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .config import GROUP
-from .connection import server_ms
 from .errors import JobNotFound
+from .flow import WaitReport, live_workers
 from .keys import JobKeys, QueueKeys, shard_queue
 from .lane_scripts import LaneCtx
 from .replies import new_token
@@ -41,12 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CancelReport", "cancel"]
 
-#: How often a waiting cancel looks at the workers' notes, s.
-_POLL_S = 0.05
 
 
 @dataclass
-class CancelReport:
+class CancelReport(WaitReport):
     """What :func:`cancel` did: the job's state after it; whether this call cancelled
     the job (False: it was cancelled before, or had ended otherwise); how many of its
     entries workers held at the call; and the workers still holding entries of it
@@ -58,13 +55,6 @@ class CancelReport:
     cancelled: bool
     held: int = 0
     waiting: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.waiting
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "complete": self.complete}
 
 
 def cancel(q: Queue, job_id: str, *, wait: bool = True, timeout: float = 30.0) -> CancelReport:
@@ -86,23 +76,16 @@ def cancel(q: Queue, job_id: str, *, wait: bool = True, timeout: float = 30.0) -
     # the job's one completion (a no-op when it was recorded before)
     call = q.finish_call(job_id, reply, qk)
     q.scripts.run(call.name, call.keys, call.args)
-    deadline = time.monotonic() + timeout
-    while True:
-        report.waiting = _unnoted(q, qk, jk)
-        if not wait or not report.waiting or time.monotonic() >= deadline:
-            return report
-        time.sleep(_POLL_S)
+    report.poll(lambda: _unnoted(q, qk, jk), wait, timeout)
+    return report
 
 
 def _live(q: Queue, qk: QueueKeys, workers: list[str]) -> list[str]:
     """Those of ``workers`` whose registration is live on shard ``qk``."""
     if not workers:
         return []
-    now = server_ms(q.redis, qk.workers)
-    pipe = q.redis.pipeline(transaction=False)
-    for worker in workers:
-        pipe.zscore(qk.workers, worker)
-    return [w for w, until in zip(workers, pipe.execute()) if until is not None and until >= now]
+    live = set(live_workers(q, qk))
+    return [w for w in workers if w in live]
 
 
 def _unnoted(q: Queue, qk: QueueKeys, jk: JobKeys) -> list[str]:
@@ -141,12 +124,11 @@ def _cancel_small(q: Queue, job_id: str, wait: bool, timeout: float) -> CancelRe
     if state != "cancelled" or not held:
         return report
     stream = qk.lane(int(rec["priority"]), str(rec["client"]))
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def holders() -> list[str]:
         holder: Any = q.redis.xpending_range(stream, GROUP, held, held, 1)
-        names = [h["consumer"].decode() if isinstance(h["consumer"], bytes)
-                 else str(h["consumer"]) for h in holder]
-        report.waiting = _live(q, qk, names)
-        if not wait or not report.waiting or time.monotonic() >= deadline:
-            return report
-        time.sleep(_POLL_S)
+        return _live(q, qk, [h["consumer"].decode() if isinstance(h["consumer"], bytes)
+                             else str(h["consumer"]) for h in holder])
+
+    report.poll(holders, wait, timeout)
+    return report

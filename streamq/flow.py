@@ -14,19 +14,21 @@ of the queue starts until ``resume``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .connection import server_ms
 from .errors import ConfigError, JobNotFound, ScriptError
-from .keys import JobKeys, shard_queue
+from .keys import JobKeys, QueueKeys, shard_queue
 from .replies import ScriptErrorCode, new_token
 
 if TYPE_CHECKING:
     from .client import Queue
     from .models import JobStatus
 
-__all__ = ["PauseReport", "pause", "paused_shards", "reprioritize", "resume"]
+__all__ = ["PauseReport", "WaitReport", "live_workers", "pause", "paused_shards", "reprioritize",
+           "resume"]
 
 #: Wake-up signals a pause or resume pushes (slots idle on the wake list wake at once).
 _WAKE = 64
@@ -34,8 +36,38 @@ _WAKE = 64
 _POLL_S = 0.05
 
 
+class WaitReport:
+    """What a call that waits for workers to note it reports: ``waiting`` lists those
+    that had not when the wait ended."""
+
+    waiting: list[str]
+
+    @property
+    def complete(self) -> bool:
+        return not self.waiting
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "complete": self.complete}  # type: ignore[call-overload]
+
+    def poll(self, check: Callable[[], list[str]], wait: bool, timeout: float) -> None:
+        """Set ``waiting`` to what ``check`` finds; with ``wait``, again every 50 ms
+        until it finds none or ``timeout`` seconds passed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.waiting = check()
+            if not wait or not self.waiting or time.monotonic() >= deadline:
+                return
+            time.sleep(_POLL_S)
+
+
+def live_workers(q: Queue, qk: QueueKeys) -> list[str]:
+    """The workers whose registration on shard ``qk`` is live, by Redis's clock."""
+    live: Any = q.redis.zrangebyscore(qk.workers, server_ms(q.redis, qk.workers), "+inf")
+    return [w.decode() for w in live]
+
+
 @dataclass
-class PauseReport:
+class PauseReport(WaitReport):
     """What :func:`pause` did: the pause's id, the shards it covers, and the worker
     slots that noted it and that had not when the wait ended (empty: none starts new
     work)."""
@@ -44,13 +76,6 @@ class PauseReport:
     shards: int
     acknowledged: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.waiting
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "complete": self.complete}
 
 
 def pause(q: Queue, *, wait: bool = True, timeout: float = 30.0) -> PauseReport:
@@ -62,12 +87,13 @@ def pause(q: Queue, *, wait: bool = True, timeout: float = 30.0) -> PauseReport:
     for qk in shards:  # the first shard's pause in force is every shard's
         pause_id = q.scripts.pause_queue(qk, pause_id, _WAKE)
     report = PauseReport(pause_id, len(shards))
-    deadline = time.monotonic() + timeout
-    while True:
-        report.acknowledged, report.waiting = _notes(q, pause_id)
-        if not wait or not report.waiting or time.monotonic() >= deadline:
-            return report
-        time.sleep(_POLL_S)
+
+    def check() -> list[str]:
+        report.acknowledged, waiting = _notes(q, pause_id)
+        return waiting
+
+    report.poll(check, wait, timeout)
+    return report
 
 
 def _notes(q: Queue, pause_id: str) -> tuple[list[str], list[str]]:
@@ -77,13 +103,12 @@ def _notes(q: Queue, pause_id: str) -> tuple[list[str], list[str]]:
     slots: set[str] = set()
     noted: set[str] = set()
     for qk in q.known_shards:
-        now = server_ms(q.redis, qk.workers)
-        live: Any = q.redis.zrangebyscore(qk.workers, now, "+inf")
+        live = live_workers(q, qk)
         if not live:
             continue
         pipe = q.redis.pipeline(transaction=False)
         for worker in live:
-            pipe.hgetall(qk.worker(worker.decode()))
+            pipe.hgetall(qk.worker(worker))
         for fields in pipe.execute():
             for name, value in fields.items():
                 key = name.decode()

@@ -147,7 +147,7 @@ class LaneWork:
         trip whose settle found the queue paused."""
         entries, _ = self.parse(qk, replies, count, self._sent.get(qk.tag, []))
         if entries:
-            self._requeue(entries)
+            self._requeue(qk, entries)
 
     def take_limited(self, qk: QueueKeys, count: int) -> tuple[list[LaneEntry], bool]:
         """The entries of rate-limited clients' lanes of shard ``qk`` to run this round:
@@ -278,7 +278,7 @@ class LaneWork:
         to_wall = time.time() - clock()
         for n, e in enumerate(entries):
             if w.stopping.is_set():
-                self._requeue(entries[n:])
+                self._requeue(qk, entries[n:])
                 return
             prepared = self._prepare(qk, e, unacked)
             if prepared is None:
@@ -353,7 +353,7 @@ class LaneWork:
             self._failed(qk, e, job, attempt, value, kind, raw)
             unacked[e.stream].discard(e.eid)
         if unstarted:
-            self._requeue(unstarted)  # the worker is stopping: handed back, never started
+            self._requeue(qk, unstarted)  # the worker is stopping: handed back, never started
 
     # -- settling ----------------------------------------------------------------------
 
@@ -396,12 +396,11 @@ class LaneWork:
             w.metrics.dead_lettered.inc()
             w.fault("after_dead_letter")
 
-    def _requeue(self, entries: Sequence[LaneEntry]) -> None:
+    def _requeue(self, qk: QueueKeys, entries: Sequence[LaneEntry]) -> None:
         """Hand back entries read but never started (the worker is stopping, or the queue
         paused); an entry of a job cancelled meanwhile is dropped."""
         for stream, ids in _by_stream(entries):
-            ljobs = stream[: stream.index("}:") + 2] + "ljobs"  # the lane's shard's records
-            self.w.scripts.run("lane_requeue", (stream, ljobs), [GROUP, self.w.id, *ids])
+            self.w.scripts.run("lane_requeue", (stream, qk.ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""

@@ -11,8 +11,6 @@ the setups taking turns. Prints one table with the ratios off/baseline and on/of
 
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import redis
 from rich.console import Console
 from rich.table import Table
 
@@ -78,30 +75,13 @@ class _nothing:
         return None
 
 
-def start_redis(d: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [shutil.which("redis-server") or "redis-server", "--port", str(port), "--bind",
-         "127.0.0.1", "--dir", d, "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    c = redis.Redis.from_url(url)
-    for _ in range(200):
-        try:
-            c.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    c.close()
-    return proc, url
-
-
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_core  # (here, not at the top: the children must not import streamq early)
+
     best = dict.fromkeys(MODES, 0.0)
     with tempfile.TemporaryDirectory() as d:
-        proc, url = start_redis(d)
+        proc, url = bench_core.start_redis(d)
         try:
             for n in range(REPEAT):
                 for mode in MODES:
