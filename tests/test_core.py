@@ -21,7 +21,7 @@ from streamq import (
     Worker,
     current_task,
 )
-from streamq.keys import JobKeys, QueueKeys
+from streamq.keys import QUEUES, JobKeys, QueueKeys
 
 StartWorker = Callable[..., Worker]
 
@@ -372,7 +372,8 @@ def test_bad_payloads_enqueue_nothing(r: redis.Redis, redis_url: str, queue_name
     assert sj.status().total == 0
     keys = {k.decode() for k in r.scan_iter(count=1000)}
     assert keys == {JobKeys(sj.id).meta, JobKeys(sj.id).tasks, *(
-        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config"))}
+        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config")),
+        QUEUES}
 
 
 def test_async_handler_and_current_task(
@@ -416,8 +417,9 @@ def test_finished_jobs_leave_only_results_and_records(
     for j in jobs:
         pipe.exists(JobKeys(j.id).tasks)
     assert sum(pipe.execute()) == 0
+    # (the registry of queue names is the deployment's, not the queue's)
     job_keys = [k.decode() for k in r.scan_iter(count=5000)
-                if not k.decode().startswith(f"sq:{{{queue_name}}}:")]
+                if not k.decode().startswith(f"sq:{{{queue_name}}}:") and k.decode() != QUEUES]
     queue_keys = {k.decode() for k in r.scan_iter(match=f"sq:{{{queue_name}}}:*", count=5000)}
     workers_keys = {k for k in queue_keys if k.startswith(qk.worker(""))}
     assert r.xlen(qk.events) == 20_000

@@ -297,7 +297,9 @@ def test_the_acl_rules_name_only_streamq_keys_and_channels() -> None:
     for role in RUNTIME:
         rules = acl_rules(role).split()
         keys = [r for r in rules if "~" in r]
-        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") for k in keys[1:])
+        # (and the registry of queue names, which a queue's first use adds to)
+        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") or k == "~sq:queues"
+                                            for k in keys[1:])
         assert (role == "inspector") == (keys == ["%R~sq:*"])
         assert [r for r in rules if r.startswith("&")] == ["&sq:*"]
         assert not any(r.lstrip("+").split("|")[0] in ("eval", "evalsha", "script", "function")
