@@ -322,6 +322,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 from web_fixtures import (  # noqa: E402, F401
     browser_page,
     chromium_browser,
+    data,
     start_web_server,
     web_server,
     web_workers,

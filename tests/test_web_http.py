@@ -8,16 +8,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin, urlparse
 
 import httpx
-import pytest
 import redis
 from conftest import ROOT, start_redis, wait_until
-from web_fixtures import WebServer, WorkerProcs, csrf_of, start_web
+from web_fixtures import Data, WebServer, WorkerProcs, csrf_of, populate, routes, start_web
 
 from streamq import JobState, Queue
 from streamq.keys import QueueKeys
@@ -42,60 +41,6 @@ def status_attr(html: str) -> str | None:
 def snapshot(r: Any) -> dict[bytes, bytes]:
     """Every key of the server and its DUMP (what a read-only server must not change)."""
     return {k: r.dump(k) for k in r.scan_iter("*", count=1000)}
-
-
-class Data:
-    """A queue with something on every view: a succeeded job, a failed job (its dead
-    letters), a small job, a job waiting (no worker left), completion records."""
-
-    def __init__(self, q: Queue, done: Any, dead_job: Any, small: Any, waiting: Any,
-                 dead_ids: list[str]) -> None:
-        self.q, self.done, self.dead_job, self.small = q, done, dead_job, small
-        self.waiting, self.dead_ids = waiting, dead_ids
-
-
-def populate(r: Any, redis_url: str, queue: str, workers: WorkerProcs,
-             payload: str = "x") -> Data:
-    q = Queue(queue, redis_url)
-    r.set("refuse:bad", 1)
-    workers.start(queue, "refuse_while_flagged")
-    done = q.submit([{"n": payload, "tag": "good"}, {"n": 2, "tag": "good"}], client="web-test",
-                    dedup_key=f"dedup-{payload}")
-    dead_job = q.submit([{"n": payload, "tag": "bad"}, {"n": 3, "tag": "bad"}], max_deliveries=1)
-    small = q.submit([{"n": 4, "tag": "good"}])
-    assert done.wait(timeout=60).state is JobState.SUCCEEDED
-    assert dead_job.wait(timeout=60).state is JobState.FAILED
-    assert small.wait(timeout=60).state is JobState.SUCCEEDED
-    wait_until(lambda: r.zcard(QueueKeys(queue).active) == 0, 30, "jobs finished")
-    workers.stop()
-    waiting = q.submit([{"n": 5, "tag": "good"}, {"n": 6, "tag": "good"}], priority=7)
-    dead_ids = [d.id for d in q.dead_letters(job_id=dead_job.id)]
-    assert len(dead_ids) == 2
-    return Data(q, done, dead_job, small, waiting, dead_ids)
-
-
-@pytest.fixture
-def data(r: Any, redis_url: str, queue_name: str, web_workers: WorkerProcs) -> Iterator[Data]:
-    d = populate(r, redis_url, queue_name, web_workers)
-    yield d
-    d.q.close()
-
-
-def routes(q: str, d: Data) -> dict[str, str]:
-    """Every view's URL and the data-view it must answer with."""
-    return {
-        f"/q/{q}": "queue", "/queues": "queues",
-        f"/q/{q}/jobs": "jobs", f"/q/{q}/jobs?state=succeeded": "jobs",
-        f"/q/{q}/jobs?client=web-test&priority=50": "jobs",
-        f"/q/{q}/jobs?min_age=0&max_age=3600": "jobs",
-        f"/q/{q}/jobs?search={d.done.id}": "jobs",
-        f"/q/{q}/jobs/{d.done.id}": "job", f"/q/{q}/jobs/{d.dead_job.id}": "job",
-        f"/q/{q}/jobs/{d.small.id}": "job", f"/q/{q}/jobs/{d.waiting.id}": "job",
-        f"/q/{q}/pending": "pending", f"/q/{q}/pending?job={d.waiting.id}": "pending",
-        f"/q/{q}/workers": "workers", f"/q/{q}/dead": "dead",
-        f"/q/{q}/dead/{quote(d.dead_ids[0], safe='')}": "dead-letter",
-        f"/q/{q}/completions": "completions",
-    }
 
 
 def crawl(client: httpx.Client, start: list[str], limit: int = 80) -> dict[str, httpx.Response]:
@@ -202,7 +147,7 @@ def test_no_token_or_a_wrong_one_is_refused_and_the_login_form_lets_in(
             assert html.status_code == 303 and "/login" in html.headers["location"], path
             api = c.get(path, headers={"Accept": "application/json"})
             assert api.status_code == 401, path
-            for bad in ("Bearer wrong-token", f"Bearer {web_server.token}x", "Bearer ",
+            for bad in ("Bearer wrong-token", f"Bearer {web_server.token}x", "Bearer",
                         f"Basic {web_server.token}"):
                 resp = c.get(path, headers={"Authorization": bad, "Accept": "application/json"})
                 assert resp.status_code == 401, (path, bad)
@@ -476,5 +421,6 @@ def test_redis_down_gives_an_error_page_and_the_app_recovers_when_it_returns(
 
 
 def test_the_web_server_stops_on_sigterm(web_server: WebServer) -> None:
+    """A stop signal is a clean stop, as for the worker and the reaper: exit 0."""
     os.kill(web_server.pid, signal.SIGTERM)
-    assert web_server.proc.wait(15) == 0
+    assert web_server.proc.wait(15) == 0, web_server.stderr()

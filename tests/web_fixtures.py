@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.parse
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -168,6 +169,8 @@ def start_web_server(redis_url: str, queue_name: str,
     yield start
     for s in started:
         s.stop()
+        # shown with the test's output when it fails
+        print(f"--- streamq web {s.base_url} log ---\n{s.stderr()}")
 
 
 @pytest.fixture
@@ -213,6 +216,68 @@ def web_workers(redis_url: str) -> Iterator[WorkerProcs]:
     w = WorkerProcs(redis_url)
     yield w
     w.stop()
+
+
+# -- a queue with something on every view ------------------------------------------------
+
+class Data:
+    """A queue with something on every view: a succeeded job, a failed job (its dead
+    letters), a small job, a job waiting (no worker left), completion records."""
+
+    def __init__(self, q: Any, done: Any, dead_job: Any, small: Any, waiting: Any,
+                 dead_ids: list[str]) -> None:
+        self.q, self.done, self.dead_job, self.small = q, done, dead_job, small
+        self.waiting, self.dead_ids = waiting, dead_ids
+
+
+def populate(r: Any, redis_url: str, queue: str, workers: WorkerProcs,
+             payload: str = "x") -> Data:
+    from conftest import wait_until
+
+    from streamq import JobState, Queue
+    from streamq.keys import QueueKeys
+
+    q = Queue(queue, redis_url)
+    r.set("refuse:bad", 1)
+    workers.start(queue, "refuse_while_flagged")
+    done = q.submit([{"n": payload, "tag": "good"}, {"n": 2, "tag": "good"}], client="web-test",
+                    dedup_key=f"dedup-{payload}")
+    dead_job = q.submit([{"n": payload, "tag": "bad"}, {"n": 3, "tag": "bad"}], max_deliveries=1)
+    small = q.submit([{"n": 4, "tag": "good"}])
+    assert done.wait(timeout=60).state is JobState.SUCCEEDED
+    assert dead_job.wait(timeout=60).state is JobState.FAILED
+    assert small.wait(timeout=60).state is JobState.SUCCEEDED
+    wait_until(lambda: r.zcard(QueueKeys(queue).active) == 0, 30, "jobs finished")
+    workers.stop()
+    waiting = q.submit([{"n": 5, "tag": "good"}, {"n": 6, "tag": "good"}], priority=7)
+    dead_ids = [d.id for d in q.dead_letters(job_id=dead_job.id)]
+    assert len(dead_ids) == 2
+    return Data(q, done, dead_job, small, waiting, dead_ids)
+
+
+def routes(q: str, d: Data) -> dict[str, str]:
+    """Every view's URL and the data-view it must answer with."""
+    return {
+        f"/q/{q}": "queue", "/queues": "queues",
+        f"/q/{q}/jobs": "jobs", f"/q/{q}/jobs?state=succeeded": "jobs",
+        f"/q/{q}/jobs?client=web-test&priority=50": "jobs",
+        f"/q/{q}/jobs?min_age=0&max_age=3600": "jobs",
+        f"/q/{q}/jobs?search={d.done.id}": "jobs",
+        f"/q/{q}/jobs/{d.done.id}": "job", f"/q/{q}/jobs/{d.dead_job.id}": "job",
+        f"/q/{q}/jobs/{d.small.id}": "job", f"/q/{q}/jobs/{d.waiting.id}": "job",
+        f"/q/{q}/pending": "pending", f"/q/{q}/pending?job={d.waiting.id}": "pending",
+        f"/q/{q}/workers": "workers", f"/q/{q}/dead": "dead",
+        f"/q/{q}/dead/{urllib.parse.quote(d.dead_ids[0], safe='')}": "dead-letter",
+        f"/q/{q}/completions": "completions",
+    }
+
+
+@pytest.fixture
+def data(r: Any, redis_url: str, queue_name: str, web_workers: WorkerProcs) -> Iterator[Data]:
+    """The test's queue populated (:func:`populate`)."""
+    d = populate(r, redis_url, queue_name, web_workers)
+    yield d
+    d.q.close()
 
 
 # -- the browser -------------------------------------------------------------------------
