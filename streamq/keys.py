@@ -25,6 +25,10 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+#: SET of queue names, added to by every process that loads a queue's shards (the
+#: dashboard's list of queues); a key of its own slot, written outside scripts
+QUEUES = f"{PREFIX}:queues"
+
 #: the separator of a shard's hash tag: ``<queue>~<n>`` (never in a queue name)
 SHARD_SEP = "~"
 

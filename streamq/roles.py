@@ -61,22 +61,23 @@ _CONNECT = ("ping", "hello", "auth", "time", "command", "readonly", "asking", "c
 _SUBSCRIBE = ("subscribe", "unsubscribe", "ssubscribe", "sunsubscribe")
 DIRECT: dict[str, tuple[str, ...]] = {
     # status, results, wait, subscribe; a queue's first use stores its shards
-    "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx"),
+    "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx", "sadd"),
     # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check,
     # its own registration removed on exit
-    "worker": (*_CONNECT, *_READS, "hsetnx", "xreadgroup", "blpop", "xclaim", "info", "zrem",
+    "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "xclaim", "info", "zrem",
                "del"),
     # its pass lock
-    "reaper": (*_CONNECT, *_READS, "hsetnx", "set"),
+    "reaper": (*_CONNECT, *_READS, "hsetnx", "sadd", "set"),
     "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),
 }
 
 #: Keys a role writes itself, outside functions (besides those its functions name):
-#: a queue's first use stores its shards in its config hash.
+#: a queue's first use stores its shards in its config hash, and a process that loads
+#: them adds the queue's name to the registry of queues.
 _DIRECT_WRITES: dict[str, tuple[str, ...]] = {
-    "producer": ("sq:{*}:config",),
-    "worker": ("sq:{*}:config",),
-    "reaper": ("sq:{*}:config",),
+    "producer": ("sq:{*}:config", "sq:queues"),
+    "worker": ("sq:{*}:config", "sq:queues"),
+    "reaper": ("sq:{*}:config", "sq:queues"),
     "inspector": (),
 }
 

@@ -26,12 +26,13 @@ import os
 import zlib
 from collections.abc import Sequence
 
+import redis
 from redis.crc import key_slot
 
 from .cluster import is_cluster
 from .connection import Client
 from .errors import ConfigError
-from .keys import SHARD_SEP, QueueKeys
+from .keys import QUEUES, SHARD_SEP, QueueKeys
 
 log = logging.getLogger("streamq.shards")
 
@@ -145,10 +146,20 @@ def load_shards(client: Client, name: str, shards: int | None = None) -> list[Qu
         if raw is None:
             raise ConfigError(f"queue {name!r}: its shard configuration could not be stored")
     keys = _parse(name, raw)
+    _register(client, name)
     if shards is not None and shards != len(keys):
         log.warning("queue %s has %d shard(s) (its stored configuration); %d asked for is "
                     "ignored", name, len(keys), shards)
     return keys
+
+
+def _register(client: Client, name: str) -> None:
+    """Add the queue to the registry of queue names (``keys.QUEUES``), which lists it
+    on the dashboard; a credential without the right to (an older ACL file) skips it."""
+    try:
+        client.sadd(QUEUES, name)
+    except redis.exceptions.NoPermissionError:
+        log.debug("queue %s not added to %s: no permission", name, QUEUES)
 
 
 def shard_index(key: str, count: int) -> int:

@@ -11,6 +11,7 @@ live       ``subscribe``, ``watch``
 flow       ``pause``, ``resume``
 rates      ``rate``
 admin      ``setup``
+web        ``web`` (the dashboard; the web extra)
 =========  ==========================================================
 
 Errors a command lets through become one ``streamq: ...`` line on stderr and
@@ -30,7 +31,7 @@ from .. import __version__
 from .common import ExitCode, app, fail
 
 # importing a command module registers its commands, in this order in --help
-from . import submit, read, live, flow, rates, dlq, admin  # isort: skip  # noqa: F401, E402
+from . import submit, read, live, flow, rates, dlq, admin, web  # isort: skip  # noqa: F401, E402
 from .run import load_handler  # isort: skip  # noqa: E402
 
 __all__ = ["ExitCode", "app", "load_handler", "main"]

@@ -1,0 +1,147 @@
+"""The dashboard's two Redis clients and the queue reads every page shares.
+
+Reads use the inspector role's credentials (``--redis-url``), actions the admin
+role's (``--admin-url``). Both clients fail fast (short timeouts, one retry) so a lost
+Redis gives an error page at once, and are made again on the next request when the
+server could not be reached at start: the app recovers by itself when Redis returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .. import inspect
+from ..client import Queue
+from ..connection import Client, connect, undecided
+from ..errors import ConnectionFailed
+from ..keys import QUEUES, check_name
+from ..shards import read_shards
+from .snapshots import Snapshots
+
+#: Socket timeouts of the dashboard's clients, seconds.
+SOCKET_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 2.0
+#: Queue names listed at most.
+MAX_QUEUES = 1000
+
+
+class RedisUnavailable(Exception):
+    """Raised when Redis cannot be reached (or cannot serve) for a page or an action."""
+
+
+@dataclass
+class WebSettings:
+    """How ``streamq web`` runs."""
+
+    redis_url: str
+    admin_url: str | None = None  #: None: actions use ``redis_url``
+    token: str | None = None
+    basic: tuple[str, str] | None = None
+    read_only: bool = False
+    queues: Sequence[str] = field(default_factory=tuple)  #: shown besides the registry
+    cluster: bool | None = None
+
+
+class _Lazy:
+    """A client made on first use, made again while the server could not be reached."""
+
+    def __init__(self, url: str, cluster: bool | None) -> None:
+        self.url, self.cluster = url, cluster
+        self._client: Client | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Client:
+        with self._lock:
+            c = self._client
+            if c is not None and not undecided(c):
+                return c
+            if c is not None:
+                c.close()
+                self._client = None
+            try:
+                c = connect(self.url, cluster=self.cluster, retry=Retry(NoBackoff(), 1),
+                            socket_timeout=SOCKET_TIMEOUT_S,
+                            socket_connect_timeout=CONNECT_TIMEOUT_S)
+            except ConnectionFailed as e:
+                raise RedisUnavailable(str(e)) from None
+            self._client = c
+            if undecided(c):  # not reachable now: asked again next time
+                reason = getattr(c, "streamq_undecided", None)
+                raise RedisUnavailable(reason if isinstance(reason, str)
+                                       else "cannot reach Redis")
+            return c
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+class Backend:
+    """The clients, the overview cache and the list of queues."""
+
+    def __init__(self, settings: WebSettings) -> None:
+        self.settings = settings
+        self._reads = _Lazy(settings.redis_url, settings.cluster)
+        self._admin = (_Lazy(settings.admin_url, settings.cluster)
+                       if settings.admin_url else self._reads)
+        self.snapshots = Snapshots(self._overview)
+        for q in settings.queues:
+            check_name("queue name", q)
+
+    @property
+    def r(self) -> Client:
+        return self._reads.get()
+
+    def admin_queue(self, name: str) -> Queue:
+        """A Queue on the admin client, for actions."""
+        return Queue(name, client=self._admin.get())
+
+    def queue(self, name: str) -> Queue:
+        """A Queue on the read client (reads only: nothing of it writes)."""
+        return Queue(check_name("queue name", name), client=self.r)
+
+    def shards(self, name: str) -> list[Any]:
+        return self.queue(name).known_shards
+
+    def queue_names(self) -> list[str]:
+        """The registry of queues and the queues named on the command line, sorted."""
+        raw: Any = self.r.smembers(QUEUES)
+        names = {v.decode() if isinstance(v, bytes) else str(v) for v in raw}
+        names.update(self.settings.queues)
+        return sorted(names)[:MAX_QUEUES]
+
+    def _overview(self, name: str) -> inspect.Overview:
+        q = self.queue(name)
+        return inspect.overview(self.r, q.known_shards)
+
+    def require_queue(self, name: str) -> list[Any]:
+        """The queue's shards; QueueNotFound for a queue with no key."""
+        check_name("queue name", name)
+        shards = read_shards(self.r, name) or self.queue(name).known_shards
+        inspect.require_queue(self.r, shards)
+        return shards
+
+    def close(self) -> None:
+        self._reads.close()
+        self._admin.close()
+
+
+def transient(e: BaseException) -> bool:
+    """An error that means Redis is unreachable or cannot serve now."""
+    if isinstance(e, (RedisUnavailable, ConnectionFailed, redis.ConnectionError,
+                      redis.TimeoutError, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(e, redis.exceptions.RedisClusterException):
+        return True
+    text = str(e)
+    return isinstance(e, redis.ResponseError) and text.startswith(
+        ("LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY"))
