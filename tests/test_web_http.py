@@ -96,6 +96,20 @@ def test_every_view_answers_with_its_view_and_unknown_things_get_a_404_page(
             assert "text/html" in resp.headers["content-type"]
         queues = c.get("/queues").text
         assert f'data-queue="{q}"' in queues
+        # the Jobs view finds finished and unfinished jobs, by state and by id
+        listed = c.get(f"/q/{q}/jobs").text
+        for job in (data.done, data.dead_job, data.small, data.waiting):
+            assert job.id in listed, job.id
+        succeeded = c.get(f"/q/{q}/jobs?state=succeeded").text
+        assert data.done.id in succeeded and data.waiting.id not in succeeded
+        assert data.dead_job.id in c.get(f"/q/{q}/jobs?state=failed").text
+        found = c.get(f"/q/{q}/jobs?search={data.waiting.id}").text
+        assert data.waiting.id in found and data.done.id not in found
+        assert data.done.id in c.get(f"/q/{q}/jobs?search=dedup-x").text
+        by_client = c.get(f"/q/{q}/jobs?client=web-test").text
+        assert data.done.id in by_client and data.waiting.id not in by_client
+        by_priority = c.get(f"/q/{q}/jobs?priority=7").text
+        assert data.waiting.id in by_priority and data.done.id not in by_priority
         # the queue view's body names the queue
         assert re.search(rf'<body\b[^>]*data-queue="{re.escape(q)}"', c.get(f"/q/{q}").text)
         # every page linked from the views answers (no broken link)
