@@ -5,23 +5,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install redis-server test chaos lint type bench demo clean
+.PHONY: help install system-packages redis-server test chaos lint type bench demo clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-redis-server: ## install redis-server (and tmux, for the terminal test) from Debian when missing
-	@command -v redis-server >/dev/null && command -v tmux >/dev/null || { \
-	  echo "installing redis-server and tmux with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server tmux >/dev/null; }
+system-packages: ## install redis-server, tmux (terminal test) and chromium (browser test) from Debian when missing
+	@command -v redis-server >/dev/null && command -v tmux >/dev/null && command -v chromium >/dev/null || { \
+	  echo "installing redis-server, tmux and chromium with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server tmux chromium >/dev/null; }
+
+redis-server: system-packages ## the Debian packages the tests need (system-packages)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev,spark,otel]'
+	$(BIN)/pip install -q -e '.[test,dev,spark,otel,web]'
 	touch $(STAMP)
 
-install: redis-server $(STAMP) ## create .venv with streamq, test and dev tools
+install: system-packages $(STAMP) ## create .venv with streamq, test and dev tools
 
 test: install ## run the test suite against a private redis-server
 	$(BIN)/python -m pytest -q
@@ -42,6 +44,7 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_tracing.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_cluster.py
+	$(BIN)/python tests/bench/bench_web.py
 
 demo: install ## the main job: a Spark pipeline through streamq on a private Redis
 	$(BIN)/python -m streamq.spark.demo

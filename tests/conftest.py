@@ -316,3 +316,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                                   "spark.task.maxFailures": "3"})
     yield session
     session.stop()
+
+
+# the web dashboard's fixtures: `streamq web` servers, workers, Debian Chromium
+from web_fixtures import (  # noqa: E402, F401
+    browser_page,
+    chromium_browser,
+    data,
+    start_web_server,
+    web_server,
+    web_workers,
+)

@@ -195,3 +195,14 @@ async def astall(payload: Any) -> Any:
         r.set(f"late:{key}", 1)
         return {"late": True}
     return {"n": payload["n"] * 2, "attempt": task.attempt}
+
+
+def refuse_while_flagged(payload: Any) -> Any:
+    """Fail for good (NonRetryable) while the key ``refuse:<payload["tag"]>`` exists;
+    else return ``{"n": n, "ok": true}``."""
+    from streamq import NonRetryable
+
+    _start()
+    if _redis().exists(f"refuse:{payload['tag']}"):
+        raise NonRetryable(f"refused {payload['n']}")
+    return {"n": payload["n"], "ok": True}

@@ -51,9 +51,27 @@ def entrypoint() -> list[str]:
 
 
 def local_command(argv: list[str]) -> list[str]:
-    """Run the image's ``streamq`` with this interpreter, as installed here."""
+    """Run the image's ``streamq`` (or ``python``) with this interpreter, as installed
+    here."""
+    if argv[0] == "python":
+        return [sys.executable, *argv[1:]]
     assert argv[0] == "streamq", argv
     return [sys.executable, "-m", "streamq", *argv[1:]]
+
+
+def listening_here(svc: Service, argv: list[str]) -> list[str]:
+    """A listening service's command with a free loopback port for its ``--port`` (no
+    network namespaces here), noted as ``svc.port``."""
+    if "--port" not in argv:
+        return argv
+    argv = list(argv)
+    i = argv.index("--port")
+    svc.container_port = int(argv[i + 1])
+    svc.port = free_port()
+    argv[i + 1] = str(svc.port)
+    if "--host" in argv:
+        argv[argv.index("--host") + 1] = "127.0.0.1"
+    return argv
 
 
 @dataclass
@@ -63,6 +81,9 @@ class Service:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     metrics_ports: list[int] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
+    #: the local port of a service that listens (its command's ``--port``)
+    port: int | None = None
+    container_port: int | None = None
 
     @property
     def grace_s(self) -> float:
@@ -111,9 +132,11 @@ def service_env(spec: dict[str, Any], port: int) -> dict[str, str]:
     return env
 
 
-def healthy(test: list[str], env: dict[str, str], port: int) -> bool:
+def healthy(test: list[str], env: dict[str, str], port: int,
+            svc: Service | None = None) -> bool:
     """Run a compose health check here (``CMD`` or ``CMD-SHELL`` form); redis-cli gets
-    the local port, secrets their local files."""
+    the local port, secrets their local files, a listening service's check its local
+    port."""
     if test[0] == "CMD-SHELL":
         shell = secrets_here(test[1]).replace("redis-cli ", f"redis-cli -p {port} ")
         return subprocess.run(["sh", "-c", shell], env=env, capture_output=True,
@@ -124,13 +147,15 @@ def healthy(test: list[str], env: dict[str, str], port: int) -> bool:
         argv = [argv[0], "-p", str(port), *argv[1:]]
     else:
         argv = local_command(argv)
+        if svc is not None and svc.port is not None:
+            argv = [a.replace(f":{svc.container_port}/", f":{svc.port}/") for a in argv]
     out = subprocess.run(argv, env=env, capture_output=True, timeout=30)
     return out.returncode == 0 and (argv[0] != "redis-cli" or out.stdout.strip() == b"PONG")
 
 
 def wait_healthy(svc: Service, env: dict[str, str], port: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while not healthy(svc.spec["healthcheck"]["test"], env, port):
+    while not healthy(svc.spec["healthcheck"]["test"], env, port, svc):
         assert all(p.poll() is None for p in svc.procs), f"{svc.name} exited early"
         assert time.monotonic() < deadline, f"{svc.name} never became healthy"
         time.sleep(0.3)
@@ -174,7 +199,8 @@ def compose(tmp_path: Path) -> Iterator[tuple[dict[str, Service], int]]:
                     name = Path(e["STREAMQ_WORKER_ID_FILE"]).name
                     e["STREAMQ_WORKER_ID_FILE"] = str(tmp_path / f"{svc.name}-{n}-{name}")
                 replica_envs.append(e)
-                argv = local_command([*entrypoint(), *svc.spec["command"]])
+                argv = listening_here(svc, local_command([*entrypoint(), *svc.spec["command"]]))
+                argv = [secrets_here(a) for a in argv]
                 log = tmp_path / f"{svc.name}-{len(svc.procs)}.log"
                 with log.open("wb") as out:
                     svc.procs.append(subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out))
@@ -220,7 +246,7 @@ def test_compose_services_run_jobs_and_stop_within_their_grace(
 
     # When every service gets its stop signal
     # Then each exits 0 within its grace period
-    for svc in (worker, reaper, services["redis"]):
+    for svc in (worker, reaper, services["web"], services["redis"]):
         for p in svc.procs:
             p.send_signal(svc.stop_signal)
         for i, p in enumerate(svc.procs):
@@ -230,6 +256,42 @@ def test_compose_services_run_jobs_and_stop_within_their_grace(
                 pytest.fail(f"{svc.name} did not stop within {svc.grace_s} s")
             log = svc.logs[i].read_text()[-2000:] if svc.logs else ""
             assert code == 0, f"{svc.name} exited {code}: {log}"
+    q.close()
+
+
+def test_the_web_service_shows_the_queue_to_its_token_and_refuses_actions(
+        compose: tuple[dict[str, Service], int]) -> None:
+    """The dashboard service as a local process: healthy, the queue of the workers
+    shown to the token in its secret (reading as the inspector), nothing shown without
+    it, every action refused (read-only)."""
+    import httpx
+
+    services, port = compose
+    web = services["web"]
+    assert web.port and len(web.procs) == 1
+    queue = services["worker"].spec["environment"]["STREAMQ_QUEUE"]
+    spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    token = (ROOT / spec["secrets"]["web-token"]["file"]).read_text().strip()
+    q = Queue(queue, f"redis://producer:{PRODUCER_PASSWORD}@127.0.0.1:{port}/0")
+    job = q.submit([{"n": 1}, {"n": 2}])
+    assert job.wait(timeout=60).state is JobState.SUCCEEDED
+    base = f"http://127.0.0.1:{web.port}"
+    assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+    assert httpx.get(f"{base}/queues", headers={"Accept": "application/json"},
+                     timeout=10).status_code == 401
+    with httpx.Client(base_url=base, timeout=15,
+                      headers={"Authorization": f"Bearer {token}", "Accept": "text/html"}) as c:
+        page = c.get(f"/q/{queue}/jobs/{job.id}")
+        assert page.status_code == 200 and 'data-view="job"' in page.text
+        assert f'data-queue="{queue}"' in c.get("/queues").text
+        csrf = re.search(r'<meta name="csrf-token" content="([^"]*)"', page.text)
+        assert csrf
+        resp = c.post(f"/q/{queue}/pause", data={"csrf": csrf.group(1)},
+                      headers={"Origin": base})
+        assert resp.status_code == 403
+        assert not q.is_paused()
+        for text in (page.text, c.get("/queues").text):
+            assert token not in text and "inspector-secret" not in text
     q.close()
 
 
@@ -360,7 +422,7 @@ def test_the_image_is_pinned_the_base_by_digest_and_every_dependency_by_version(
     dockerfile = (ROOT / "Dockerfile").read_text()
     [base] = re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
     assert re.fullmatch(r"python:3\.11[\w.-]*@sha256:[0-9a-f]{64}", base), base
-    assert re.search(r"pip install --constraint constraints\.txt \.", dockerfile)
+    assert re.search(r'pip install --constraint constraints\.txt "?\.(\[web\])?"?', dockerfile)
     pins = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
@@ -370,7 +432,10 @@ def test_the_image_is_pinned_the_base_by_digest_and_every_dependency_by_version(
     # every runtime dependency of pyproject.toml is pinned, at a version it accepts
     import tomllib
 
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    # the image installs the web extra too (the dashboard's service)
+    assert '".[web]"' in dockerfile
+    deps = [*project["dependencies"], *project["optional-dependencies"]["web"]]
     for dep in map(Requirement, deps):
         name = dep.name.lower().replace("_", "-")
         assert name in pins, f"{name} is not in constraints.txt"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import signal
 from typing import Annotated
 
 import typer
@@ -23,6 +24,10 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 @app.command(rich_help_panel="Inspect")
@@ -88,6 +93,11 @@ def web(
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     typer.echo(f"streamq web on http://{host}:{port}/ (pid {os.getpid()}"
                f"{', read-only' if read_only else ''})", err=True)
+    # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again under the
+    # handler that was there before it: a stop signal ends the process with exit 0 (as the
+    # worker and the reaper), not killed by its signal
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stopped)
     try:
         uvicorn.run(application, host=host, port=port, log_level=level.lower(),
                     access_log=level == "DEBUG", timeout_graceful_shutdown=3,

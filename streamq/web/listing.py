@@ -135,7 +135,7 @@ def _candidates(r: Client, regs: list[tuple[str, bool]], cursor: tuple[float, st
     found: list[tuple[float, str, bool]] = []
     for (_, small), got in zip(regs, pipe.execute()):
         for member, score in got:
-            job = _s(member)
+            job = _s(member).partition("|")[0]  # finished: "<job>|<token>"
             if cursor is not None and (score, job) >= cursor:
                 continue
             found.append((float(score), job, small))
