@@ -513,3 +513,34 @@ def test_job_id_reused_after_its_retention_runs_again(
     # the first run's record was trimmed with the queue's retention (events are kept
     # that long); the second run has its own
     assert settled_completions(r, queue_name) == {"again": 1}
+
+
+def test_a_job_records_its_first_start(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a job whose entries wait before any worker runs, then one that fails
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["a", "b", "c"], concurrency=1)
+    failing = q.submit(["x"], max_deliveries=1, job_id=f"{queue_name}-fails")
+    time.sleep(0.3)
+    assert r.hget(JobKeys(job.id).meta, "started") is None
+
+    def handler(p: Any) -> Any:
+        if p == "x":
+            raise ValueError("no")
+        time.sleep(0.05)
+        return p
+
+    # When a worker runs them
+    workers(queue_name, handler)
+    job.wait(timeout=10)
+    failing.wait(timeout=10)
+    # Then each job's first start is its earliest delivery, by Redis's clock: after its
+    # creation (by the time the entries waited) and no later than its completion
+    for j in (job, failing):
+        created, started, finished = (int(v) for v in r.hmget(
+            JobKeys(j.id).meta, "created", "started", "finished"))
+        assert created + 250 <= started <= finished
+    # and a later ack does not move it (the first of three entries started first)
+    first = int(r.hget(JobKeys(job.id).meta, "started"))
+    assert first <= int(r.hget(JobKeys(job.id).meta, "finished")) - 100
