@@ -13,7 +13,7 @@ import redis
 from conftest import Procs, wait_until
 from proxy import ReplyDropProxy
 
-from streamq import JobState, Queue
+from streamq import JobState, Queue, Worker
 from streamq.config import STATS_WINDOW_MS
 from streamq.connection import server_ms
 from streamq.errors import ConfigError
@@ -186,7 +186,7 @@ def test_the_stream_is_trimmed_to_its_window_and_expires(
     beat(q, "w1", "n1:1", [("started", 2), ("w1", 2)])
     # Then the old entries are trimmed (MINID ~: whole stream nodes, at most one node
     # of them may stay) and the new one is kept
-    entries = r.xrange(qk.stats)
+    entries: Any = r.xrange(qk.stats)
     stale = [e for e, _ in entries if int(e.split(b"-")[0]) < old + 3_600_000]
     assert len(stale) <= 100 and len(entries) == len(stale) + 1
     # and what stays beyond the window is not counted
@@ -257,3 +257,49 @@ def test_percentiles_interpolate_inside_their_bucket() -> None:
     assert percentile(hist, 0.95) == 19.0
     # the overflow bucket gives its lower bound
     assert percentile([(5.0, 1), (float("inf"), 9)], 0.99) == 5.0
+
+
+def test_a_heartbeat_that_fails_keeps_its_counts_for_the_next(
+    r: redis.Redis, proxy: ReplyDropProxy, queue_name: str
+) -> None:
+    # Given a worker (not running: its beats called by hand) that counted 4 attempts,
+    # reaching Redis through a proxy that loses every reply to its next 6 heartbeats
+    w = Worker(queue_name, lambda p: p, proxy.url, heartbeat_s=0.3)
+    w.activity.started([0.002] * 4)
+    w.activity.finished(4)
+    proxy.drop_reply_to(w.scripts.function("heartbeat").encode(), n=6)
+    # When a beat fails (the connection layer's resends all lost too)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        w.leases.heartbeat()
+    assert proxy.pending_drops() == 0
+    # and a failure is counted before the next beats go through
+    w.activity.failed()
+    w.leases.heartbeat()
+    w.leases.heartbeat()
+    # Then every count arrived once: the failed beat's batch (which ran) was not added
+    # again by the beat that resent it, and what came after went with the next
+    assert totals(r, queue_name) == (4, 4, 1)
+    assert r.xlen(w.keys.stats) == 2
+    assert not w.activity.unsent()
+    w.redis.close()
+
+
+def test_a_stopping_worker_reports_what_its_slots_did_last(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a worker whose beats are 30 s apart (only its first beat ran before work came)
+    w = Worker(queue_name, lambda p: p, redis_url, heartbeat_s=30, idle_wait_s=0.2)
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    wait_until(lambda: r.zcard(w.keys.workers) == 1, 30, "the worker's first beat")
+    # When it runs a job of 5 and is stopped before its next beat
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1, 2, 3, 4, 5])
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    assert totals(r, queue_name) == (0, 0, 0)
+    w.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+    # Then its last beats reported everything
+    assert totals(r, queue_name) == (5, 5, 0)
+    q.close()
