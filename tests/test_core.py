@@ -429,14 +429,14 @@ def test_finished_jobs_leave_only_results_and_records(
         assert job_keys == []
         lane_stream = qk.lane(50, "default")
         assert queue_keys <= {qk.events, qk.ljobs, qk.lresults, qk.ldone, qk.lanes, lane_stream,
-                              qk.workers, qk.wake, qk.config} | workers_keys
+                              qk.workers, qk.wake, qk.config, qk.stats} | workers_keys
         assert (r.hlen(qk.ljobs), r.hlen(qk.lresults), r.zcard(qk.ldone)) == (20_000,) * 3
         assert (r.xlen(lane_stream), r.exists(qk.lactive)) == (0, 0)
         return
     # and the keys left are results and job records, with a time to live, and queue bookkeeping
     assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
     assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake,
-                          qk.config} | workers_keys
+                          qk.config, qk.stats} | workers_keys
     assert r.zcard(qk.finished) == 20_000
     pipe = r.pipeline(transaction=False)
     for j in jobs[::100]:
