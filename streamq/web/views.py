@@ -145,13 +145,23 @@ def pending(request: Request) -> Response:
             check_name("job id", job_id)
             ids = [job_id]
         else:
-            ids = inspect.active_job_ids(backend.r, shards)[:PENDING_JOBS]
+            ids = _oldest_active(backend, shards, PENDING_JOBS)
         rep = inspect.pending(backend.r, shards[0], ids, consumer=consumer,
                               details=job_id is not None)
         return render(request, "pending.html", queue=name, rep=rep, job=job_id,
                       consumer=consumer, capped=job_id is None and len(ids) == PENDING_JOBS)
     except Exception as e:
         return handle(request, e)
+
+
+def _oldest_active(backend: Backend, shards: list[Any], n: int) -> list[str]:
+    """The ``n`` oldest unfinished jobs over every shard (a bounded read of each
+    ``active`` registry)."""
+    rows: list[tuple[float, str]] = []
+    for qk in shards:
+        got: Any = backend.r.zrange(qk.active, 0, n - 1, withscores=True)
+        rows += [(score, j.decode() if isinstance(j, bytes) else str(j)) for j, score in got]
+    return [j for _, j in sorted(rows)[:n]]
 
 
 def workers(request: Request) -> Response:
