@@ -51,14 +51,21 @@ class JobFilter:
             return False, True
         return True, True
 
-    def matches(self, row: Row) -> bool:
+    def matches(self, row: Row, now_ms: int) -> bool:
+        age_s = (now_ms - row.created_ms) / 1000
         return ((self.state is None or row.state == self.state)
                 and (self.client is None or row.client == self.client)
-                and (self.priority is None or row.priority == self.priority))
+                and (self.priority is None or row.priority == self.priority)
+                and (self.min_age_s is None or age_s >= self.min_age_s)
+                and (self.max_age_s is None or age_s <= self.max_age_s))
 
     @property
     def reads_jobs(self) -> bool:
-        return self.state is not None or self.client is not None or self.priority is not None
+        """The filter needs each candidate's own keys (not only its registry score:
+        a finished registry is scored by the time its job is forgotten, not created)."""
+        aged = self.min_age_s is not None or self.max_age_s is not None
+        return (self.state is not None or self.client is not None
+                or self.priority is not None or (aged and self.registries()[1]))
 
 
 @dataclass(frozen=True)
@@ -91,16 +98,25 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _registries(shards: Sequence[QueueKeys], f: JobFilter) -> list[tuple[str, bool]]:
-    """(registry key, holds small jobs) to read for the filter."""
+#: (registry key, holds small jobs, scored by the job's creation time)
+Registry = tuple[str, bool, bool]
+
+
+def _registries(shards: Sequence[QueueKeys], f: JobFilter) -> list[Registry]:
+    """The registries to read for the filter: the unfinished ones are scored by
+    registration (creation) time, the finished ones by forget-after time."""
     unfinished, finished = f.registries()
-    out: list[tuple[str, bool]] = []
+    out: list[Registry] = []
     for qk in shards:
         if unfinished:
-            out += [(qk.active, False), (qk.lactive, True)]
+            out += [(qk.active, False, True), (qk.lactive, True, True)]
         if finished:
-            out += [(qk.finished, False), (qk.ldone, True)]
+            out += [(qk.finished, False, False), (qk.ldone, True, False)]
     return out
+
+
+def _score(v: float) -> str:
+    return "+inf" if v == float("inf") else "-inf" if v == float("-inf") else f"{v:.0f}"
 
 
 def parse_cursor(raw: str | None) -> tuple[float, str] | None:
@@ -116,24 +132,28 @@ def parse_cursor(raw: str | None) -> tuple[float, str] | None:
         return None
 
 
-def _candidates(r: Client, regs: list[tuple[str, bool]], cursor: tuple[float, str] | None,
-                lo: float, n: int) -> list[tuple[float, str, bool]]:
-    """The next ``n`` jobs after the cursor over every registry, newest score first
-    (ties: greater id first), each registry read with a bounded ZREVRANGEBYSCORE."""
-    hi: Any = "+inf" if cursor is None else cursor[0]
+def _candidates(r: Client, regs: list[Registry], cursor: tuple[float, str] | None,
+                created: tuple[float, float], n: int) -> list[tuple[float, str, bool]]:
+    """The next ``n`` jobs after the cursor over every registry, highest score first
+    (ties: greater id first), each registry read with a bounded ZREVRANGEBYSCORE;
+    ``created`` bounds the scores of the registries scored by creation time."""
+    hi = float("inf") if cursor is None else cursor[0]
+    bounds = [(min(hi, created[1]), created[0]) if by_created else (hi, float("-inf"))
+              for _, _, by_created in regs]
     ties = [0] * len(regs)
     if cursor is not None:
         # entries tied with the cursor's score (jobs registered in the same ms) come
         # before it or after it: ask for all of them too
         pipe = r.pipeline(transaction=False)
-        for key, _ in regs:
-            pipe.zcount(key, hi, hi)
+        for (key, _, _), (top, _) in zip(regs, bounds):
+            pipe.zcount(key, _score(top), _score(top))
         ties = [int(t) for t in pipe.execute()]
     pipe = r.pipeline(transaction=False)
-    for (key, _), extra in zip(regs, ties):
-        pipe.zrevrangebyscore(key, hi, lo, start=0, num=n + extra, withscores=True)
+    for (key, _, _), extra, (top, low) in zip(regs, ties, bounds):
+        pipe.zrevrangebyscore(key, _score(top), _score(low), start=0, num=n + extra,
+                              withscores=True)
     found: list[tuple[float, str, bool]] = []
-    for (_, small), got in zip(regs, pipe.execute()):
+    for (_, small, _), got in zip(regs, pipe.execute()):
         for member, score in got:
             job = _s(member).partition("|")[0]  # finished: "<job>|<token>"
             if cursor is not None and (score, job) >= cursor:
@@ -173,22 +193,21 @@ def page(r: Client, shards: Sequence[QueueKeys], f: JobFilter, cursor_raw: str |
     regs = _registries(shards, f)
     out = Page()
     pipe = r.pipeline(transaction=False)
-    for key, _ in regs:
+    for key, _, _ in regs:
         pipe.zcard(key)
     out.total_registered = sum(int(n) for n in pipe.execute())
     if f.search:
         out.rows = search(r, shards, f.search)
         return out
-    lo: Any = "-inf" if f.max_age_s is None else now_ms - f.max_age_s * 1000
+    # the creation times the age filter allows (the bounds of the registries scored
+    # by creation; the others are checked job by job)
+    created = (float("-inf") if f.max_age_s is None else now_ms - f.max_age_s * 1000,
+               float("inf") if f.min_age_s is None else now_ms - f.min_age_s * 1000)
     cursor = parse_cursor(cursor_raw)
-    if f.min_age_s is not None:
-        top = now_ms - f.min_age_s * 1000
-        if cursor is None or cursor[0] > top:
-            cursor = (top, "\uffff")  # every job at that score and below
     want = PAGE_SIZE
     while len(out.rows) < want:
         chunk = _CHUNK if f.reads_jobs else want - len(out.rows)
-        got = _candidates(r, regs, cursor, lo, chunk)
+        got = _candidates(r, regs, cursor, created, chunk)
         if not got:
             out.next_cursor = None
             return out
@@ -196,7 +215,7 @@ def page(r: Client, shards: Sequence[QueueKeys], f: JobFilter, cursor_raw: str |
         for (score, job, _), row in zip(got, rows):
             out.examined += 1
             cursor = (score, job)
-            if row is not None and f.matches(row):
+            if row is not None and f.matches(row, now_ms):
                 out.rows.append(row)
                 if len(out.rows) == want:
                     break

@@ -1,0 +1,92 @@
+"""The Jobs view's pages (streamq.web.listing) against a real Redis: every job once
+over the pages, filters, ages, search; the finished registry (scored by forget-after
+time) and the unfinished one (scored by creation) read together."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+
+from streamq import Queue, Worker  # noqa: E402
+from streamq.connection import server_ms  # noqa: E402
+from streamq.web import listing  # noqa: E402
+
+StartWorker = Callable[..., Worker]
+
+
+def _all_pages(r: Any, q: Queue, f: listing.JobFilter) -> list[listing.Row]:
+    rows: list[listing.Row] = []
+    cursor = None
+    for _ in range(100):
+        pg = listing.page(r, q.known_shards, f, cursor, server_ms(r, q.keys.workers))
+        assert len(pg.rows) <= listing.PAGE_SIZE
+        rows += pg.rows
+        if pg.next_cursor is None or not pg.rows:
+            return rows
+        cursor = pg.next_cursor
+    raise AssertionError("paging did not end")
+
+
+def test_pages_show_every_job_once_and_filters_hold(
+        r: Any, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    # Given 40 finished jobs, then (a second later) 90 unfinished ones, many registered
+    # in the same millisecond (submit_many), of two clients and three priorities
+    q = Queue(queue_name, redis_url)
+    finished = q.submit_many([[{"n": i}, {"n": -i}] for i in range(40)], client="old")
+    w = workers(queue_name, lambda p: p)
+    for j in finished:
+        j.wait(timeout=30)
+    w.stop()
+    time.sleep(1.2)
+    waiting = []
+    for p in (10, 20, 30):
+        waiting += q.submit_many([[{"n": i}, {"n": i}] for i in range(30)], priority=p,
+                                 client="new" if p != 20 else "old")
+    dedup = q.submit([{"n": "d"}, {"n": "e"}], dedup_key="order-77")
+    every = {j.id for j in [*finished, *waiting, dedup]}
+
+    # When every page is read without a filter: each job shows up exactly once
+    rows = _all_pages(r, q, listing.JobFilter())
+    assert len(rows) == len(every) and {row.job_id for row in rows} == every
+    # filters by state, client and priority return exactly the matching jobs
+    done = _all_pages(r, q, listing.JobFilter(state="succeeded"))
+    assert {row.job_id for row in done} == {j.id for j in finished}
+    active = _all_pages(r, q, listing.JobFilter(state="active", client="old"))
+    assert {row.job_id for row in active} == {j.id for j in waiting[30:60]}
+    p30 = _all_pages(r, q, listing.JobFilter(priority=30))
+    assert {row.job_id for row in p30} == {j.id for j in waiting[60:]}
+    # ages hold over both registries: the finished jobs are the only ones over a second old
+    old = _all_pages(r, q, listing.JobFilter(min_age_s=1.0))
+    assert {row.job_id for row in old} == {j.id for j in finished}
+    recent = _all_pages(r, q, listing.JobFilter(max_age_s=1.0))
+    assert {row.job_id for row in recent} == every - {j.id for j in finished}
+    # search by id and by dedup key
+    pg = listing.page(r, q.known_shards, listing.JobFilter(search=waiting[5].id), None, 0)
+    assert [row.job_id for row in pg.rows] == [waiting[5].id]
+    pg = listing.page(r, q.known_shards, listing.JobFilter(search="order-77"), None, 0)
+    assert [row.job_id for row in pg.rows] == [dedup.id]
+    q.close()
+
+
+def test_a_filter_stops_after_examining_its_cap(
+        r: Any, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given more jobs than a filtered page examines, none matching
+    monkeypatch.setattr(listing, "EXAMINE_CAP", 300)
+    q = Queue(queue_name, redis_url)
+    q.submit_many([[{"n": i}, {"n": i}] for i in range(700)], client="a")
+    # Then a page stops at the cap, says so, and the next one goes on from there
+    f = listing.JobFilter(client="nobody")
+    pg = listing.page(r, q.known_shards, f, None, server_ms(r, q.keys.workers))
+    assert pg.rows == [] and pg.capped and pg.next_cursor is not None
+    assert listing.EXAMINE_CAP <= pg.examined < listing.EXAMINE_CAP + 250
+    seen = pg.examined
+    while pg.next_cursor is not None and pg.capped:
+        pg = listing.page(r, q.known_shards, f, pg.next_cursor, server_ms(r, q.keys.workers))
+        seen += pg.examined
+    assert seen == 700
+    q.close()
