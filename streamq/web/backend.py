@@ -24,6 +24,7 @@ from ..errors import ConnectionFailed
 from ..keys import QUEUES, check_name
 from ..shards import read_shards
 from .snapshots import Snapshots
+from .trends import TrendCache
 
 #: Socket timeouts of the dashboard's clients, seconds.
 SOCKET_TIMEOUT_S = 5.0
@@ -94,6 +95,7 @@ class Backend:
         self._admin = (_Lazy(settings.admin_url, settings.cluster)
                        if settings.admin_url else self._reads)
         self.snapshots = Snapshots(self._overview)
+        self.trends = TrendCache(lambda: self.r)
         for q in settings.queues:
             check_name("queue name", q)
 

@@ -3,7 +3,9 @@ queue's stats stream (:mod:`streamq.history`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import history
@@ -11,6 +13,9 @@ from ..connection import Client
 from ..keys import QueueKeys
 from .charts import Chart, Series, chart
 
+#: Seconds a queue's charts are served before its history is read again (its stats
+#: stream gets an entry per worker heartbeat: reading an hour of it is not free).
+REFRESH_S = 5.0
 #: The charts' window and bucket, ms.
 WINDOW_MS = 3_600_000
 BUCKET_MS = 60_000
@@ -50,3 +55,23 @@ def trends(r: Client, shards: Sequence[QueueKeys]) -> Trends:
                   last.wait_p50_ms if last else None,
                   last.wait_p95_ms if last else None,
                   last.wait_p99_ms if last else None)
+
+
+class TrendCache:
+    """Each queue's latest charts, read again once older than :data:`REFRESH_S`."""
+
+    def __init__(self, client: Callable[[], Client]) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self._latest: dict[str, tuple[float, Trends]] = {}
+
+    def get(self, shards: Sequence[QueueKeys]) -> Trends:
+        name = shards[0].name
+        with self._lock:
+            have = self._latest.get(name)
+        if have is not None and time.monotonic() - have[0] < REFRESH_S:
+            return have[1]
+        got = trends(self._client(), shards)
+        with self._lock:
+            self._latest[name] = (time.monotonic(), got)
+        return got

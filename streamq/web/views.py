@@ -29,9 +29,9 @@ def _backend(request: Request) -> Backend:
 
 
 def queue_trends(backend: Backend, shards: list[Any]) -> Any:
-    """The queue's charts (None when its history cannot be read)."""
-    from .trends import trends
-    return trends(backend.r, shards)
+    """The queue's charts, read at most every ``trends.REFRESH_S`` and shared by every
+    page and live stream."""
+    return backend.trends.get(shards)
 
 
 def home(request: Request) -> Response:
