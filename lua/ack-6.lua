@@ -16,7 +16,9 @@
     ARGV[2..] triples (entry id, sub-request index, encoded result)
 
   Output:
-    {acked, completed (0|1), state, total, ...}: `acked` then the job_reply fields
+    {acked, completed (0|1), state, total, ...}: `acked` then the job_reply fields.
+    The meta field "started" keeps the earliest delivery of the entries settled
+    (includes/first_start): the job's first start.
     `acked` counts entries this call acknowledged; `completed` is 1 when this
     call made the job terminal: the caller must then finish it in the queue slot.
     A cancelled job's entries still pending (they were running at the cancel)
@@ -32,6 +34,7 @@ local group = ARGV[1]
 --- @include "includes/complete_job"
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
+--- @include "includes/first_start"
 
 -- XACK every id at once (in slices of 500). Only what XACK acknowledged may
 -- count. When it acknowledged them all (the usual case) that is every id;
@@ -46,6 +49,8 @@ local ids, fields = {}, {}
 for j = 2, #ARGV, 3 do
   ids[#ids + 1] = ARGV[j]
 end
+-- the batch was read at once: its first entry's delivery stands for it
+local started = first_start(tasksKey, group, ids[1], now_ms())
 local ackedNow = 0
 for i = 1, #ids, 500 do
   ackedNow = ackedNow + rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
@@ -74,7 +79,7 @@ local acked = #ids
 local completed = 0
 local m = rcall("HMGET", metaKey, "state", "remaining", "done", "total", "failed", "retention",
                 "concurrency", "dedup", "priority", "client", "created", "incarnation",
-                "dead")
+                "dead", "started")
 local state, done = m[1] or "", tonumber(m[3] or "0")
 if acked > 0 then
   chunked("HSET", resultsKey, fields)
@@ -82,6 +87,10 @@ if acked > 0 then
   done = done + acked
   local remaining = tonumber(m[2] or "0") - acked
   local counters = {"remaining", remaining, "done", done}
+  if started and (m[14] == false or started < tonumber(m[14])) then
+    counters[#counters + 1] = "started"
+    counters[#counters + 1] = started
+  end
   if remaining <= 0 and state == "active" then
     state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms(), m[6],
                            tonumber(m[4] or "0"), tonumber(m[5] or "0"), counters)

@@ -26,7 +26,9 @@
 
   Output:
     {outcome, then the job_reply fields}: outcome 0 the entry was not pending
-    (settled already), 1 retry scheduled, 2 dead-lettered
+    (settled already), 1 retry scheduled, 2 dead-lettered. The meta field
+    "started" keeps the earliest delivery of the entries settled (the job's
+    first start, includes/first_start).
 ]]
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, retryKey, inflightKey, dlqKey, unannouncedKey =
@@ -38,6 +40,7 @@ local group, entryId, index, attempts, delay =
 --- @include "includes/job_reply"
 --- @include "includes/complete_job"
 --- @include "includes/dead_letter"
+--- @include "includes/first_start"
 
 local function reply(outcome, completed)
   local r = job_reply(metaKey, completed)
@@ -45,8 +48,13 @@ local function reply(outcome, completed)
   return r
 end
 
+local started = first_start(tasksKey, group, entryId, now_ms())
 if rcall("XACK", tasksKey, group, entryId) == 0 then
   return reply(0, 0)
+end
+local before = rcall("HGET", metaKey, "started")
+if started and (not before or started < tonumber(before)) then
+  rcall("HSET", metaKey, "started", started)
 end
 rcall("XDEL", tasksKey, entryId)
 rcall("HDEL", inflightKey, entryId)

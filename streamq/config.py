@@ -51,6 +51,9 @@ MAX_AUTO_PREFETCH = 64
 DEFAULT_LEASE_MS = 30_000
 #: Worker heartbeat period, in seconds; leases are extended on the same beat.
 DEFAULT_HEARTBEAT_S = 5.0
+#: How long the queue's stats stream keeps the heartbeats' counts (an hour of charts
+#: plus a margin), in milliseconds (:mod:`streamq.history`).
+STATS_WINDOW_MS = 3_900_000
 #: How long a stopping worker keeps trying an unreachable Redis to hand back its tokens
 #: before it exits without (its leases then expire and the reaper reclaims its entries).
 DEFAULT_STOP_RETRY_S = 30.0

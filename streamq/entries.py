@@ -312,6 +312,7 @@ class EntryRunner:
         attempt in ms, or -1 to dead-letter at once."""
         w = self.w
         w.metrics.failed.inc()
+        w.activity.failed()
         if isinstance(e, HandlerTimeout):
             w.metrics.timed_out.inc()
         with w.stats.lock:
@@ -325,6 +326,7 @@ class EntryRunner:
         both lists. Called before anything is acknowledged, so the metrics never lag
         behind a completion."""
         self.w.metrics.wait_seconds.observe_many(waits)
+        self.w.activity.started(waits)  # one wait per attempt started
         self.w.metrics.handler_seconds.observe_many(durations)
         waits.clear()
         durations.clear()
@@ -416,6 +418,7 @@ class EntryRunner:
             if raw[1] == 1:
                 completed.append((jk.job_id, JobReply.parse(raw[1:])))
         self.w.metrics.processed.inc(acked)
+        self.w.activity.finished(acked)
         with self.w.stats.lock:
             self.w.stats.processed += acked
         if self.w.tracer is not None:

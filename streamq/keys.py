@@ -167,6 +167,14 @@ class QueueKeys:
         return self._k("paused")
 
     @cached_property
+    def stats(self) -> str:
+        """STREAM of what the workers did, one entry per heartbeat that had something to
+        report (sub-requests started, finished, failed; queue-wait histogram buckets);
+        written by the heartbeats on the queue's first shard, trimmed to a little more
+        than an hour (:mod:`streamq.history`)."""
+        return self._k("stats")
+
+    @cached_property
     def events(self) -> str:
         """STREAM of completion records, the durable twin of the pub/sub channels."""
         return self._k("events")

@@ -369,6 +369,7 @@ class LaneWork:
         """Count the replies of lane_ack calls."""
         n = sum(int(r[0]) for r in replies)
         self.w.metrics.processed.inc(n)
+        self.w.activity.finished(n)
         with self.w.stats.lock:
             self.w.stats.processed += n
         if self.traced:  # the ack spans of what these calls acknowledged

@@ -103,9 +103,13 @@ class LeaseKeeper:
         count = sum(len(v) for v in by_shard.values())
         w.metrics.leases.set(count)
         lost: list[str] = []
+        # what the slots did since the last counted beat: carried by the first shard's
+        # beat, and the same batch again until one carrying it succeeds
+        stats = w.activity.batch()
         try:
             self.see_cancels()
             for qk, held in by_shard.items():
+                first = qk == w.keys
                 lost += w.scripts.heartbeat(
                     qk, w.id,
                     heartbeat_ttl_ms=int(w.heartbeat_s * 3000),
@@ -116,7 +120,10 @@ class LeaseKeeper:
                           "processed": w.stats.processed, "failed": w.stats.failed,
                           "leases": len(held), "cancels": ",".join(cancels.recent())},
                     tokens=held,
+                    stats=stats if first else None,
                 )
+                if first and stats is not None:
+                    w.activity.sent()
         finally:
             # also when the beat failed: under OOM the script's writes are refused but
             # XCLAIM is not, and fresh entries are not taken from a live worker

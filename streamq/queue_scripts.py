@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .config import MAX_CONCURRENCY, WAKE_CAP
+from .config import MAX_CONCURRENCY, STATS_WINDOW_MS, WAKE_CAP
 from .keys import QueueKeys, owner
 from .replies import Call, JobReply, SettleReply, s
 from .script_base import ScriptsBase
@@ -162,16 +162,27 @@ class QueueScripts(ScriptsBase):
         info_ttl_ms: int,
         info: dict[str, Any],
         tokens: Sequence[tuple[str, int]],
+        stats: tuple[str, Sequence[tuple[str, int]]] | None = None,
+        stats_window_ms: int = STATS_WINDOW_MS,
     ) -> list[str]:
         """Refresh a worker's heartbeat (alive for ``heartbeat_ttl_ms`` from Redis's clock)
         and the leases its slots hold, given as (token, slot), extended by ``lease_ms``;
-        return the tokens no longer held by that slot."""
-        args: list[Any] = [worker, heartbeat_ttl_ms, lease_ms, info_ttl_ms, len(info)]
+        return the tokens no longer held by that slot. ``stats``, a batch (id
+        ``<nonce>:<sequence>``, field/value pairs) of :class:`streamq.history.ActivityCounter`,
+        is added to the shard's stats stream unless a beat already took it (give it on
+        the queue's first shard only)."""
+        batch, pairs = stats if stats is not None else ("", ())
+        args: list[Any] = [worker, heartbeat_ttl_ms, lease_ms, info_ttl_ms, batch,
+                           stats_window_ms, len(pairs)]
+        for k, v in pairs:
+            args += [k, v]
+        args.append(len(info))
         for k, v in info.items():
             args += [k, v]
         for tok, slot in tokens:
             args += [tok, owner(worker, slot)]
-        reply = self.run("heartbeat", (qk.workers, qk.worker(worker), qk.leased, qk.owners), args)
+        reply = self.run("heartbeat", (qk.workers, qk.worker(worker), qk.leased, qk.owners,
+                                       qk.stats), args)
         return [s(t) for t in reply]
 
     def reserve_dedup(self, qk: QueueKeys, dedup_key: str, job_id: str) -> str:

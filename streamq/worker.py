@@ -55,6 +55,7 @@ from .connection import (
 from .entries import EntryRunner, current_task
 from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .eviction import check_eviction
+from .history import ActivityCounter
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
 from .rates import Limiter
@@ -170,6 +171,8 @@ class Worker:
         if self.tracer is not None:
             self.handler = self.tracer.wrap(handler)
         self.stats = _Stats()
+        #: what the slots did, for the queue's stats stream (:mod:`streamq.history`)
+        self.activity = ActivityCounter()
         #: set to drain and stop
         self.stopping = threading.Event()
         #: the event loop of ``async def`` handlers (None for a sync handler)
@@ -303,6 +306,11 @@ class Worker:
                 for t in slots:
                     t.join(self.heartbeat_s / len(slots))
             self._beat()
+        # the slots are done: what they did since the last counted beat goes out now
+        # (a batch whose beat failed is sent again first, so up to two more beats)
+        for _ in range(3):
+            if self.fatal is not None or not self.activity.unsent() or not self._beat():
+                break
         self._close(loop_thread)
         log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
         if self.fatal is not None:

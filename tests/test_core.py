@@ -21,7 +21,7 @@ from streamq import (
     Worker,
     current_task,
 )
-from streamq.keys import JobKeys, QueueKeys
+from streamq.keys import QUEUES, JobKeys, QueueKeys
 
 StartWorker = Callable[..., Worker]
 
@@ -372,7 +372,8 @@ def test_bad_payloads_enqueue_nothing(r: redis.Redis, redis_url: str, queue_name
     assert sj.status().total == 0
     keys = {k.decode() for k in r.scan_iter(count=1000)}
     assert keys == {JobKeys(sj.id).meta, JobKeys(sj.id).tasks, *(
-        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config"))}
+        getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config")),
+        QUEUES}
 
 
 def test_async_handler_and_current_task(
@@ -416,8 +417,9 @@ def test_finished_jobs_leave_only_results_and_records(
     for j in jobs:
         pipe.exists(JobKeys(j.id).tasks)
     assert sum(pipe.execute()) == 0
+    # (the registry of queue names is the deployment's, not the queue's)
     job_keys = [k.decode() for k in r.scan_iter(count=5000)
-                if not k.decode().startswith(f"sq:{{{queue_name}}}:")]
+                if not k.decode().startswith(f"sq:{{{queue_name}}}:") and k.decode() != QUEUES]
     queue_keys = {k.decode() for k in r.scan_iter(match=f"sq:{{{queue_name}}}:*", count=5000)}
     workers_keys = {k for k in queue_keys if k.startswith(qk.worker(""))}
     assert r.xlen(qk.events) == 20_000
@@ -427,14 +429,14 @@ def test_finished_jobs_leave_only_results_and_records(
         assert job_keys == []
         lane_stream = qk.lane(50, "default")
         assert queue_keys <= {qk.events, qk.ljobs, qk.lresults, qk.ldone, qk.lanes, lane_stream,
-                              qk.workers, qk.wake, qk.config} | workers_keys
+                              qk.workers, qk.wake, qk.config, qk.stats} | workers_keys
         assert (r.hlen(qk.ljobs), r.hlen(qk.lresults), r.zcard(qk.ldone)) == (20_000,) * 3
         assert (r.xlen(lane_stream), r.exists(qk.lactive)) == (0, 0)
         return
     # and the keys left are results and job records, with a time to live, and queue bookkeeping
     assert Counter(k.rsplit(":", 1)[1] for k in job_keys) == {"meta": 20_000, "results": 20_000}
     assert queue_keys <= {qk.events, qk.finished, qk.fair, qk.workers, qk.wake,
-                          qk.config} | workers_keys
+                          qk.config, qk.stats} | workers_keys
     assert r.zcard(qk.finished) == 20_000
     pipe = r.pipeline(transaction=False)
     for j in jobs[::100]:
@@ -511,3 +513,34 @@ def test_job_id_reused_after_its_retention_runs_again(
     # the first run's record was trimmed with the queue's retention (events are kept
     # that long); the second run has its own
     assert settled_completions(r, queue_name) == {"again": 1}
+
+
+def test_a_job_records_its_first_start(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a job whose entries wait before any worker runs, then one that fails
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["a", "b", "c"], concurrency=1)
+    failing = q.submit(["x"], max_deliveries=1, job_id=f"{queue_name}-fails")
+    time.sleep(0.3)
+    assert r.hget(JobKeys(job.id).meta, "started") is None
+
+    def handler(p: Any) -> Any:
+        if p == "x":
+            raise ValueError("no")
+        time.sleep(0.05)
+        return p
+
+    # When a worker runs them
+    workers(queue_name, handler)
+    job.wait(timeout=10)
+    failing.wait(timeout=10)
+    # Then each job's first start is its earliest delivery, by Redis's clock: after its
+    # creation (by the time the entries waited) and no later than its completion
+    for j in (job, failing):
+        created, started, finished = (int(v) for v in r.hmget(
+            JobKeys(j.id).meta, "created", "started", "finished"))
+        assert created + 250 <= started <= finished
+    # and a later ack does not move it (the first of three entries started first)
+    first = int(r.hget(JobKeys(job.id).meta, "started"))
+    assert first <= int(r.hget(JobKeys(job.id).meta, "finished")) - 100

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -297,7 +298,9 @@ def test_the_acl_rules_name_only_streamq_keys_and_channels() -> None:
     for role in RUNTIME:
         rules = acl_rules(role).split()
         keys = [r for r in rules if "~" in r]
-        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") for k in keys[1:])
+        # (and the registry of queue names, which a queue's first use adds to)
+        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") or k == "~sq:queues"
+                                            for k in keys[1:])
         assert (role == "inspector") == (keys == ["%R~sq:*"])
         assert [r for r in rules if r.startswith("&")] == ["&sq:*"]
         assert not any(r.lstrip("+").split("|")[0] in ("eval", "evalsha", "script", "function")
@@ -369,6 +372,43 @@ def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
             if p.poll() is None:
                 p.kill()
             p.communicate(timeout=10)
+
+
+def test_the_inspector_reads_the_history_the_workers_beats_write(
+    acl: dict[str, str], queue_name: str
+) -> None:
+    # Given a worker logged in as its role that ran a job of 3 sub-requests
+    from streamq import Worker
+    from streamq.connection import connect
+    from streamq.history import read_history
+    from streamq.shards import read_shards
+
+    producer = Queue(queue_name, acl["producer"])
+    job = producer.submit([1, 2, 3], concurrency=3)
+    worker = Worker(queue_name, lambda p: p, acl["worker"], heartbeat_s=0.3, idle_wait_s=0.2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    inspector = connect(acl["inspector"])
+    try:
+        assert producer.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+        # When the inspector reads the queue's history
+        shards = read_shards(inspector, queue_name)
+        assert shards
+
+        def counted() -> bool:
+            t = read_history(inspector, shards).totals
+            return (t.started, t.finished, t.failed) == (3, 3, 0)
+
+        # Then it sees what the worker's beats reported
+        wait_until(counted, 20, "the worker's counts in the history")
+        # but may not write the stats stream itself
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            inspector.xadd(shards[0].stats, {"started": 1})
+    finally:
+        worker.stop()
+        thread.join(30)
+        inspector.close()
+        producer.close()
 
 
 def test_a_forged_completion_notice_is_not_taken_for_a_completion(
