@@ -299,6 +299,47 @@ def test_replay_a_dead_letter_and_purge_the_rest(
     q.close()
 
 
+def test_an_open_page_says_when_redis_is_lost_and_goes_on_when_it_returns(
+        tmp_path: Path, queue_name: str, browser_page: Any) -> None:
+    """The test's own redis-server (append-only) SIGKILLed under an open queue page: the
+    page shows the live error without a reload; the server started again on its port:
+    the error goes and the live updates go on."""
+    import signal
+    import urllib.parse as up
+
+    from conftest import start_redis
+    from web_fixtures import start_web
+
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    proc, url = start_redis(tmp_path, *aof)
+    port = int(up.urlparse(url).port or 0)
+    server = None
+    try:
+        q = Queue(queue_name, url)
+        q.submit([{"n": 1}, {"n": 2}])
+        q.close()
+        server = start_web(tmp_path / "web", url, queues=(queue_name,))
+        page = browser_page
+        login(page, server, then=f"/q/{queue_name}")
+        page.evaluate("window.__sameDocument = true")
+        assert page.locator("#live-error").is_hidden()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        page.locator("#live-error").wait_for(state="visible", timeout=20_000)
+        assert "redis" in text(page, "#live-error").lower()
+        proc, _ = start_redis(tmp_path, *aof, port=port)
+        page.locator("#live-error").wait_for(state="hidden", timeout=30_000)
+        assert page.evaluate("window.__sameDocument") is True
+        page.reload()
+        assert page.locator("main[data-view=queue]").count() == 1
+    finally:
+        if server:
+            server.stop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
 def test_the_screenshots_of_the_docs(
         start_web_server: Callable[..., WebServer], redis_url: str, topology: str,
         web_workers: WorkerProcs, browser_page: Any, r: Any) -> None:
