@@ -136,6 +136,30 @@ def test_a_job_is_followed_live_from_submit_to_completion(
     q.close()
 
 
+def test_a_live_update_shows_what_a_job_carries_as_text(
+        web_server: WebServer, queue_name: str, redis_url: str, web_workers: WorkerProcs,
+        browser_page: Any) -> None:
+    """Payloads and results holding a script tag, rendered first and then put in place
+    by the live updates, are text on the page: never elements."""
+    xss = "<script>window.__xss = 1</script><img src=x onerror='window.__xss = 2'>"
+    page = browser_page
+    errors = errors_of(page)
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": xss, "sleep": 0.4} for _ in range(6)], concurrency=1)
+    login(page, web_server, then=f"/q/{queue_name}/jobs/{job.id}")
+    web_workers.start(queue_name, "count")
+    page.wait_for_function(
+        "() => document.querySelector('#job-state').textContent.trim() === 'succeeded'",
+        timeout=30_000)
+    assert page.get_attribute("body", "data-updated"), "no live update came"
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.__xss") is None
+    assert page.locator("main script, main img[src=x]").count() == 0
+    assert "window.__xss = 1" in page.locator("main").inner_text()
+    assert not errors, errors
+    q.close()
+
+
 def test_the_completions_feed_shows_a_new_completion_live(
         web_server: WebServer, queue_name: str, redis_url: str, web_workers: WorkerProcs,
         browser_page: Any) -> None:
