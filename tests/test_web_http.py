@@ -245,7 +245,9 @@ def test_an_action_without_or_with_a_wrong_csrf_token_or_from_another_site_is_re
                     (fields, {"Origin": origin}),                       # no token
                     ({**fields, "csrf": "wrong"}, {"Origin": origin}),  # a wrong token
                     ({**fields, "csrf": good + "x"}, {"Origin": origin}),
-                    ({**fields, "csrf": good}, {"Origin": "https://evil.example"})):
+                    ({**fields, "csrf": good}, {"Origin": "https://evil.example"}),
+                    ({**fields, "csrf": good}, {"Origin": "null"}),
+                    ({**fields, "csrf": good}, {"Sec-Fetch-Site": "cross-site"})):
                 resp = c.post(path, data=form, headers=headers)
                 assert resp.status_code == 403, (path, form, headers, resp.status_code)
                 assert view_of(resp.text) == "error" and status_attr(resp.text) == "403"

@@ -282,9 +282,10 @@ def data(r: Any, redis_url: str, queue_name: str, web_workers: WorkerProcs) -> I
 
 # -- the browser -------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_browser() -> Iterator[Any]:
-    """Headless Debian Chromium under Playwright, one per test session."""
+    """Headless Debian Chromium under Playwright, one per test module (Playwright's
+    event loop is gone before other modules' tests run)."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM}: `make install` installs Debian's chromium")
     sync_api = pytest.importorskip("playwright.sync_api",
