@@ -90,3 +90,15 @@ def test_a_filter_stops_after_examining_its_cap(
         seen += pg.examined
     assert seen == 700
     q.close()
+
+
+def test_charts_scale_to_a_round_top_and_show_lone_points() -> None:
+    from streamq.web.charts import HEIGHT, Series, chart
+    c = chart("wait", "ms", [Series("p50", [None, None, 70.0]),
+                             Series("p95", [10.0, 140.0, None])])
+    assert c.top == 200.0 and not c.empty
+    p50, p95 = c.lines
+    # a point with no measured neighbour is a dot (a polyline of one point shows nothing)
+    assert p50.dots == ((300.0, round(HEIGHT - 2 - (HEIGHT - 4) * 0.35, 1)),)
+    assert p95.dots == () and len(p95.points.split()) == 2 and p95.last == 140.0
+    assert chart("none", "/s", [Series("a", [None, None])]).empty

@@ -27,6 +27,8 @@ class Line:
     colour: str
     points: str  #: the polyline's "x,y x,y ..." (empty when nothing was measured)
     last: float | None
+    #: points with no measured neighbour (a polyline does not show them): drawn as dots
+    dots: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,18 @@ def chart(title: str, unit: str, series: Sequence[Series]) -> Chart:
     for n, s in enumerate(series):
         count = len(s.values)
         step = WIDTH / max(1, count - 1)
-        pts = []
-        for i, v in enumerate(s.values):
+        pts, dots = [], []
+        values = list(s.values)
+        for i, v in enumerate(values):
             if v is None:
                 continue
-            y = HEIGHT - 2 - (HEIGHT - 4) * min(1.0, max(0.0, v / top))
-            pts.append(f"{i * step:.1f},{y:.1f}")
-        last = next((v for v in reversed(s.values) if v is not None), None)
-        lines.append(Line(s.name, COLOURS[n % len(COLOURS)], " ".join(pts), last))
+            x, y = i * step, HEIGHT - 2 - (HEIGHT - 4) * min(1.0, max(0.0, v / top))
+            pts.append(f"{x:.1f},{y:.1f}")
+            before = values[i - 1] if i > 0 else None
+            after = values[i + 1] if i + 1 < count else None
+            if before is None and after is None:
+                dots.append((round(x, 1), round(y, 1)))
+        last = next((v for v in reversed(values) if v is not None), None)
+        lines.append(Line(s.name, COLOURS[n % len(COLOURS)], " ".join(pts), last,
+                          tuple(dots)))
     return Chart(title, unit, top, lines)
