@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -127,6 +129,17 @@ def handle(request: Request, e: Exception) -> Response:
     log.exception("error serving %s", request.url.path)
     return error_page(request, 500, "Internal error",
                       "The dashboard failed to serve this page; the error is in its log.")
+
+
+def guarded(view: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """A page whose errors become error pages (:func:`handle`)."""
+    @functools.wraps(view)
+    def page(request: Request) -> Response:
+        try:
+            return view(request)
+        except Exception as e:
+            return handle(request, e)
+    return page
 
 
 def int_param(request: Request, name: str, lo: int, hi: int) -> int | None:

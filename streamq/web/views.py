@@ -13,7 +13,7 @@ from ..errors import JobNotFound
 from ..keys import check_name
 from . import jobview, listing
 from .backend import Backend
-from .pages import NotFound, float_param, handle, int_param, render
+from .pages import NotFound, float_param, guarded, int_param, render
 
 #: Dead letters shown on one page.
 DEAD_PAGE = 100
@@ -34,62 +34,57 @@ def queue_trends(backend: Backend, shards: list[Any]) -> Any:
     return backend.trends.get(shards)
 
 
+@guarded
 def home(request: Request) -> Response:
     return RedirectResponse("/queues", status_code=303)
 
 
+@guarded
 def queues(request: Request) -> Response:
     """Every queue: counts, state, charts."""
     backend = _backend(request)
-    try:
-        rows = []
-        for name in backend.queue_names():
-            try:
-                snap = backend.snapshots.get(name)
-            except inspect.QueueNotFound:
-                continue  # named but empty: nothing to show
-            shards = backend.queue(name).known_shards
-            rows.append((snap.overview, queue_trends(backend, shards)))
-        return render(request, "queues.html", rows=rows)
-    except Exception as e:
-        return handle(request, e)
+    rows = []
+    for name in backend.queue_names():
+        try:
+            snap = backend.snapshots.get(name)
+        except inspect.QueueNotFound:
+            continue  # named but empty: nothing to show
+        shards = backend.queue(name).known_shards
+        rows.append((snap.overview, queue_trends(backend, shards)))
+    return render(request, "queues.html", rows=rows)
 
 
+@guarded
 def queue(request: Request) -> Response:
     """One queue: counts by priority, tokens, rate limits, charts, pause and resume."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        shards = backend.require_queue(name)
-        snap = backend.snapshots.get(name)
-        return render(request, "queue.html", queue=name, ov=snap.overview,
-                      trends=queue_trends(backend, shards), age_s=0)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    shards = backend.require_queue(name)
+    snap = backend.snapshots.get(name)
+    return render(request, "queue.html", queue=name, ov=snap.overview,
+                  trends=queue_trends(backend, shards), age_s=0)
 
 
+@guarded
 def jobs(request: Request) -> Response:
     """A page of the queue's jobs: filters, search, cursor."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        shards = backend.require_queue(name)
-        state = request.query_params.get("state") or None
-        if state is not None and state not in listing.STATES:
-            raise NotFound(f"unknown state {state!r}: one of {', '.join(listing.STATES)}")
-        f = listing.JobFilter(
-            state=state, client=request.query_params.get("client") or None,
-            priority=int_param(request, "priority", 0, 99),
-            min_age_s=float_param(request, "min_age"), max_age_s=float_param(request, "max_age"),
-            search=(request.query_params.get("search") or "").strip() or None)
-        now = inspect.server_ms(backend.r, shards[0])
-        pg = listing.page(backend.r, shards, f, request.query_params.get("cursor"), now)
-        query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "flash",
-                                                                             "sig", "outcome")}
-        return render(request, "jobs.html", queue=name, page=pg, f=f, states=listing.STATES,
-                      query=query, now_ms=now)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    shards = backend.require_queue(name)
+    state = request.query_params.get("state") or None
+    if state is not None and state not in listing.STATES:
+        raise NotFound(f"unknown state {state!r}: one of {', '.join(listing.STATES)}")
+    f = listing.JobFilter(
+        state=state, client=request.query_params.get("client") or None,
+        priority=int_param(request, "priority", 0, 99),
+        min_age_s=float_param(request, "min_age"), max_age_s=float_param(request, "max_age"),
+        search=(request.query_params.get("search") or "").strip() or None)
+    now = inspect.server_ms(backend.r, shards[0])
+    pg = listing.page(backend.r, shards, f, request.query_params.get("cursor"), now)
+    query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "flash",
+                                                                         "sig", "outcome")}
+    return render(request, "jobs.html", queue=name, page=pg, f=f, states=listing.STATES,
+                  query=query, now_ms=now)
 
 
 def job_detail(backend: Backend, name: str, job_id: str, offset: int = 0,
@@ -104,54 +99,48 @@ def job_detail(backend: Backend, name: str, job_id: str, offset: int = 0,
                           limit)
 
 
+@guarded
 def job(request: Request) -> Response:
     """One job: progress, counts, settings, timeline, sub-requests, dead letters."""
     backend = _backend(request)
-    try:
-        name, job_id = request.path_params["queue"], request.path_params["job"]
-        offset = int_param(request, "offset", 0, 10**9) or 0
-        d = job_detail(backend, name, job_id, offset)
-        dead = backend.queue(name).dead_letters(count=DEAD_PAGE, job_id=job_id)
-        return render(request, "job.html", queue=name, d=d, st=d.status, dead=dead,
-                      page_size=jobview.SUB_PAGE)
-    except Exception as e:
-        return handle(request, e)
+    name, job_id = request.path_params["queue"], request.path_params["job"]
+    offset = int_param(request, "offset", 0, 10**9) or 0
+    d = job_detail(backend, name, job_id, offset)
+    dead = backend.queue(name).dead_letters(count=DEAD_PAGE, job_id=job_id)
+    return render(request, "job.html", queue=name, d=d, st=d.status, dead=dead,
+                  page_size=jobview.SUB_PAGE)
 
 
+@guarded
 def sub_request(request: Request) -> Response:
     """One sub-request of a job, its payload, result and error shown whole."""
     backend = _backend(request)
-    try:
-        name, job_id = request.path_params["queue"], request.path_params["job"]
-        index = int(request.path_params["index"])
-        d = job_detail(backend, name, job_id, index, limit=None)
-        subs = [s for s in d.subs if s.index == index] if index < d.status.total else []
-        if not subs:
-            raise NotFound(f"job {job_id!r} has no sub-request {index}")
-        return render(request, "sub.html", queue=name, st=d.status, sub=subs[0])
-    except Exception as e:
-        return handle(request, e)
+    name, job_id = request.path_params["queue"], request.path_params["job"]
+    index = int(request.path_params["index"])
+    d = job_detail(backend, name, job_id, index, limit=None)
+    subs = [s for s in d.subs if s.index == index] if index < d.status.total else []
+    if not subs:
+        raise NotFound(f"job {job_id!r} has no sub-request {index}")
+    return render(request, "sub.html", queue=name, st=d.status, sub=subs[0])
 
 
+@guarded
 def pending(request: Request) -> Response:
     """Pending entries by job and consumer (XPENDING), as ``streamq pending`` shows."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        shards = backend.require_queue(name)
-        job_id = request.query_params.get("job") or None
-        consumer = request.query_params.get("consumer") or None
-        if job_id is not None:
-            check_name("job id", job_id)
-            ids = [job_id]
-        else:
-            ids = _oldest_active(backend, shards, PENDING_JOBS)
-        rep = inspect.pending(backend.r, shards[0], ids, consumer=consumer,
-                              details=job_id is not None)
-        return render(request, "pending.html", queue=name, rep=rep, job=job_id,
-                      consumer=consumer, capped=job_id is None and len(ids) == PENDING_JOBS)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    shards = backend.require_queue(name)
+    job_id = request.query_params.get("job") or None
+    consumer = request.query_params.get("consumer") or None
+    if job_id is not None:
+        check_name("job id", job_id)
+        ids = [job_id]
+    else:
+        ids = _oldest_active(backend, shards, PENDING_JOBS)
+    rep = inspect.pending(backend.r, shards[0], ids, consumer=consumer,
+                          details=job_id is not None)
+    return render(request, "pending.html", queue=name, rep=rep, job=job_id,
+                  consumer=consumer, capped=job_id is None and len(ids) == PENDING_JOBS)
 
 
 def _oldest_active(backend: Backend, shards: list[Any], n: int) -> list[str]:
@@ -164,65 +153,57 @@ def _oldest_active(backend: Backend, shards: list[Any], n: int) -> list[str]:
     return [j for _, j in sorted(rows)[:n]]
 
 
+@guarded
 def workers(request: Request) -> Response:
     """Live and dead workers: heartbeat, leases, counts."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        shards = backend.require_queue(name)
-        rows = inspect.workers(backend.r, shards[0])
-        return render(request, "workers.html", queue=name, workers=rows)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    shards = backend.require_queue(name)
+    rows = inspect.workers(backend.r, shards[0])
+    return render(request, "workers.html", queue=name, workers=rows)
 
 
+@guarded
 def dead(request: Request) -> Response:
     """The newest dead letters, with replay and purge."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        shards = backend.require_queue(name)
-        q = backend.queue(name)
-        job_id = request.query_params.get("job") or None
-        if job_id is not None:
-            check_name("job id", job_id)
-        letters = q.dead_letters(count=DEAD_PAGE, job_id=job_id)
-        total = sum(int(backend.r.xlen(qk.dead)) for qk in shards)
-        return render(request, "dead.html", queue=name, letters=letters, total=total,
-                      job=job_id, rows=[(d, d.as_dict()) for d in letters],
-                      preview=jobview.Value.of)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    shards = backend.require_queue(name)
+    q = backend.queue(name)
+    job_id = request.query_params.get("job") or None
+    if job_id is not None:
+        check_name("job id", job_id)
+    letters = q.dead_letters(count=DEAD_PAGE, job_id=job_id)
+    total = sum(int(backend.r.xlen(qk.dead)) for qk in shards)
+    return render(request, "dead.html", queue=name, letters=letters, total=total,
+                  job=job_id, rows=[(d, d.as_dict()) for d in letters],
+                  preview=jobview.Value.of)
 
 
+@guarded
 def dead_letter(request: Request) -> Response:
     """One dead letter whole."""
     backend = _backend(request)
-    try:
-        name, dead_id = request.path_params["queue"], request.path_params["dead"]
-        backend.require_queue(name)
-        q = backend.queue(name)
-        raw, sep, k = dead_id.partition("@")
-        shards = q.known_shards
-        if sep and (not k.isdigit() or not 0 < int(k) < len(shards)):
-            raise inspect.DeadLetterNotFound(f"no dead letter {dead_id!r} in queue {name!r}")
-        qk = shards[int(k)] if sep else shards[0]
-        letter = inspect.dead_letter(backend.r, qk, raw)
-        replayed = deadletters.replayed_into(backend.r, qk, raw)
-        return render(request, "dead_letter.html", queue=name, dead_id=dead_id, d=letter,
-                      doc=letter.as_dict(), replayed=replayed,
-                      payload=jobview.Value.of(letter.as_dict()["payload"], None))
-    except Exception as e:
-        return handle(request, e)
+    name, dead_id = request.path_params["queue"], request.path_params["dead"]
+    backend.require_queue(name)
+    q = backend.queue(name)
+    raw, sep, k = dead_id.partition("@")
+    shards = q.known_shards
+    if sep and (not k.isdigit() or not 0 < int(k) < len(shards)):
+        raise inspect.DeadLetterNotFound(f"no dead letter {dead_id!r} in queue {name!r}")
+    qk = shards[int(k)] if sep else shards[0]
+    letter = inspect.dead_letter(backend.r, qk, raw)
+    replayed = deadletters.replayed_into(backend.r, qk, raw)
+    return render(request, "dead_letter.html", queue=name, dead_id=dead_id, d=letter,
+                  doc=letter.as_dict(), replayed=replayed,
+                  payload=jobview.Value.of(letter.as_dict()["payload"], None))
 
 
+@guarded
 def completions(request: Request) -> Response:
     """The latest completion records; the page follows new ones live."""
     backend = _backend(request)
-    try:
-        name = request.path_params["queue"]
-        backend.require_queue(name)
-        recs = list(reversed(backend.queue(name).completions(FEED_SIZE)))
-        return render(request, "completions.html", queue=name, records=recs)
-    except Exception as e:
-        return handle(request, e)
+    name = request.path_params["queue"]
+    backend.require_queue(name)
+    recs = list(reversed(backend.queue(name).completions(FEED_SIZE)))
+    return render(request, "completions.html", queue=name, records=recs)
