@@ -150,7 +150,10 @@ def completions(request: Request) -> Response:
         q = backend.queue(name)
         new: list[tuple[tuple[int, ...], Completion]] = []
         for qk in q.known_shards:
-            start = f"({seen[qk.tag]}" if qk.tag in seen else str(after + 1)
+            # a record's finished time and its entry id may be a tick apart, and a
+            # reconnecting browser asks again from its page's ``after``: start a second
+            # early; the page drops a record it shows already (one per job)
+            start = f"({seen[qk.tag]}" if qk.tag in seen else str(max(0, after - 1000))
             entries: Any = backend.r.xrange(qk.events, start, "+", count=FEED_BATCH)
             for entry_id, f in entries:
                 eid = entry_id.decode()

@@ -24,7 +24,15 @@
       var data = JSON.parse(ev.data);
       if (!data.count) return;
       var target = document.getElementById(data.target);
-      if (target) target.insertAdjacentHTML("afterbegin", data.html);
+      if (!target) return;
+      // a job has one completion record: an item already shown is not added again
+      var box = document.createElement(target.tagName);
+      box.innerHTML = data.html;
+      Array.prototype.slice.call(box.children).reverse().forEach(function (item) {
+        var job = item.getAttribute("data-job");
+        if (job && target.querySelector('[data-job="' + CSS.escape(job) + '"]')) return;
+        target.insertBefore(item, target.firstChild);
+      });
       document.body.setAttribute("data-updated", String(Date.now()));
     });
     source.addEventListener("unavailable", function (ev) {
