@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, wait_until
+from conftest import ROOT, completions_of, wait_until
 from web_fixtures import Data, WebServer, WorkerProcs, check_not_blank, login, routes
 
 from streamq import JobState, Queue
@@ -162,18 +162,26 @@ def test_a_live_update_shows_what_a_job_carries_as_text(
 
 def test_the_completions_feed_shows_a_new_completion_live(
         web_server: WebServer, queue_name: str, redis_url: str, web_workers: WorkerProcs,
-        browser_page: Any) -> None:
+        browser_page: Any, r: Any) -> None:
     page = browser_page
     web_workers.start(queue_name, "count")
     q = Queue(queue_name, redis_url)
     first = q.submit([{"n": 0}])
     assert first.wait(timeout=30).state is JobState.SUCCEEDED
     login(page, web_server, then=f"/q/{queue_name}/completions")
-    page.locator(f"#feed li[data-job='{first.id}']").wait_for(timeout=30_000)
+    shown_first = page.locator(f"#feed li[data-job='{first.id}']")
+    shown_first.first.wait_for(timeout=30_000)
     page.evaluate("window.__sameDocument = true")
     job = q.submit([{"n": 1}, {"n": 2}])
-    page.locator(f"#feed li[data-job='{job.id}']").wait_for(timeout=30_000)
+    shown = page.locator(f"#feed li[data-job='{job.id}']")
+    shown.first.wait_for(timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
+    page.wait_for_timeout(1500)  # a later update would repeat a record
+    # each job has one record, shown once
+    records = completions_of(r, queue_name)
+    assert records[first.id] == records[job.id] == 1, records
+    assert shown_first.count() == 1, page.locator("#feed").inner_html()
+    assert shown.count() == 1, page.locator("#feed").inner_html()
     q.close()
 
 
