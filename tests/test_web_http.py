@@ -270,6 +270,55 @@ def test_an_action_without_or_with_a_wrong_csrf_token_or_from_another_site_is_re
         assert resp.status_code == 303 and not data.q.is_paused()
 
 
+def test_every_action_shows_its_outcome_and_doing_it_twice_changes_nothing_more(
+        web_server: WebServer, data: Data, queue_name: str, r: Any) -> None:
+    """Each action answers 303 to its page with a flash message; repeated, it does no
+    more (a second cancel, replay or purge finds nothing left to do)."""
+    from conftest import completions_of
+
+    from streamq.deadletters import replay_job_id
+
+    q = queue_name
+    letter = next(d for d in data.q.dead_letters(job_id=data.dead_job.id)
+                  if d.id == data.dead_ids[0])
+
+    def act(path: str, page: str, **fields: Any) -> str:
+        resp = post_action(c, path, page, **fields)
+        assert resp.status_code == 303, (path, resp.status_code, resp.text[:300])
+        shown = c.get(resp.headers["location"])
+        found = FLASH.search(shown.text)
+        assert found, f"{path}: no outcome shown"
+        return found.group(1)
+
+    with web_server.client() as c:
+        for _ in range(2):
+            assert act(f"/q/{q}/pause", f"/q/{q}") == "ok"
+            assert data.q.is_paused()
+        for _ in range(2):
+            assert act(f"/q/{q}/resume", f"/q/{q}") == "ok"
+            assert not data.q.is_paused()
+        job_page = f"/q/{q}/jobs/{data.waiting.id}"
+        assert act(f"{job_page}/settings", job_page, priority="60", concurrency="2") == "ok"
+        assert (data.waiting.status().priority, data.waiting.status().concurrency) == (60, 2)
+        assert act(f"{job_page}/settings", job_page, priority="60", concurrency="2") == "ok"
+        assert act(f"{job_page}/cancel", job_page, confirm="yes") == "ok"
+        assert data.waiting.status().state is JobState.CANCELLED
+        act(f"{job_page}/cancel", job_page, confirm="yes")  # ok or "already finished"
+        assert data.waiting.status().state is JobState.CANCELLED
+        wait_until(lambda: completions_of(r, q)[data.waiting.id] == 1, 10, "its record")
+
+        assert act(f"/q/{q}/dead/replay", f"/q/{q}/dead", id=[letter.id]) == "ok"
+        target = replay_job_id(letter)
+        assert data.q.status(target).total == 1
+        act(f"/q/{q}/dead/replay", f"/q/{q}/dead", id=[letter.id])  # already replayed
+        assert data.q.status(target).total == 1, "a dead letter was replayed twice"
+
+        for _ in range(2):
+            assert act(f"/q/{q}/dead/purge", f"/q/{q}/dead", confirm=q) == "ok"
+            assert data.q.dead_letters(job_id=data.dead_job.id) == []
+    assert completions_of(r, q)[data.waiting.id] == 1
+
+
 def test_read_only_mode_refuses_every_action_and_changes_nothing(
         start_web_server: Callable[..., WebServer], data: Data, queue_name: str,
         r: Any) -> None:
