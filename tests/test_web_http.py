@@ -147,6 +147,39 @@ def test_the_event_streams_the_pages_name_answer_as_server_sent_events(
                 assert first.strip(), url
 
 
+def test_the_pending_and_workers_views_show_a_running_job_and_its_worker(
+        web_server: WebServer, queue_name: str, redis_url: str, web_workers: WorkerProcs,
+        r: Any) -> None:
+    """A worker holding a job's sub-requests (its handler hangs): the Pending view lists
+    the job's entries under the worker's consumer, the Workers view the worker, live,
+    with its pid; once the worker is SIGKILLed the Workers view says it is dead."""
+    q = queue_name
+    queue = Queue(q, redis_url)
+    job = queue.submit([{"n": i} for i in range(3)], concurrency=2)
+    proc = web_workers.start(q, "hang")
+    wait_until(lambda: queue.status(job.id).in_flight > 0, 30, "its sub-requests running")
+    [(worker_id, _)] = r.zrange(QueueKeys(q).workers, 0, -1, withscores=True)
+    worker_id = worker_id.decode()
+    with web_server.client() as c:
+        pending = c.get(f"/q/{q}/pending").text
+        assert re.search(rf'<tr data-job="{job.id}" data-consumer="[^"]*">', pending), pending
+        detail = c.get(f"/q/{q}/pending?job={job.id}").text
+        assert 'id="pending-entries"' in detail and job.id in detail
+        workers = c.get(f"/q/{q}/workers").text
+        row = re.search(rf'<tr data-worker="{re.escape(worker_id)}" data-alive="(yes|no)">'
+                        r"(.*?)</tr>", workers, re.S)
+        assert row and row.group(1) == "yes", workers
+        assert str(proc.pid) in row.group(2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+        def dead() -> bool:
+            text = c.get(f"/q/{q}/workers").text
+            return f'data-worker="{worker_id}" data-alive="no"' in text
+        wait_until(dead, 20, "the worker shown dead")
+    queue.close()
+
+
 # -- authentication ----------------------------------------------------------------------
 
 def test_no_token_or_a_wrong_one_is_refused_and_the_login_form_lets_in(
