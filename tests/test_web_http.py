@@ -450,6 +450,29 @@ def test_no_secret_is_in_any_page_and_actions_use_the_admin_credentials(
             assert admin.exists(QueueKeys(queue_name).paused) or q.is_paused()
             assert post_action(c, f"/q/{queue_name}/resume", f"/q/{queue_name}").status_code == 303
             assert not q.is_paused()
+        # the reads' password from STREAMQ_REDIS_PASSWORD_FILE (a compose secret) does
+        # not replace the admin's: the admin URL's password, or --admin-password-file
+        (tmp_path / "inspector-password").write_text(passwords["inspector"] + "\n")
+        (tmp_path / "admin-password").write_text(passwords["admin"] + "\n")
+        bare = f"redis://admin@{host}"
+        for admin_url, extra in ((urls["admin"], ()),
+                                 (bare, ("--admin-password-file",
+                                         str(tmp_path / "admin-password")))):
+            other = start_web(tmp_path / "web2", f"redis://inspector@{host}",
+                              queues=(queue_name,), admin_url=admin_url, extra=extra,
+                              env_extra={"STREAMQ_REDIS_PASSWORD_FILE":
+                                         str(tmp_path / "inspector-password")})
+            try:
+                with other.client() as c:
+                    assert c.get(f"/q/{queue_name}").status_code == 200
+                    resp = post_action(c, f"/q/{queue_name}/pause", f"/q/{queue_name}")
+                    said = c.get(resp.headers["location"]).text
+                    assert FLASH.search(said).group(1) == "ok", said[:500]  # type: ignore[union-attr]
+                    assert q.is_paused()
+                    post_action(c, f"/q/{queue_name}/resume", f"/q/{queue_name}")
+                    assert not q.is_paused()
+            finally:
+                other.stop()
         with httpx.Client(base_url=server.base_url, timeout=15) as anon:
             pages["login"] = anon.get("/login")
             pages["refused"] = anon.get("/queues", headers={"Accept": "application/json"})

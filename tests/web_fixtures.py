@@ -97,7 +97,8 @@ class WebServer:
 
 def start_web(tmp: Path, redis_url: str, *, auth: str = "token", read_only: bool = False,
               queues: tuple[str, ...] = (), admin_url: str | None = None,
-              extra: tuple[str, ...] = (), wait: float = 40) -> WebServer:
+              extra: tuple[str, ...] = (), wait: float = 40,
+              env_extra: dict[str, str] | None = None) -> WebServer:
     """Start ``python -m streamq web`` on a free loopback port and wait for /healthz.
 
     ``auth``: "token" (a token file in ``tmp``), "basic" (a user:password file) or
@@ -133,6 +134,7 @@ def start_web(tmp: Path, redis_url: str, *, auth: str = "token", read_only: bool
     env.pop("STREAMQ_WEB_ADMIN_URL", None)
     if admin_url:
         env["STREAMQ_WEB_ADMIN_URL"] = admin_url
+    env.update(env_extra or {})
     log = tmp / f"web-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -42,6 +42,10 @@ def web(
         envvar="STREAMQ_WEB_ADMIN_URL",
         help="Redis URL for actions, with the admin role's credentials (default: "
              "--redis-url, whose credentials should be the inspector role's)")] = None,
+    admin_password_file: Annotated[str | None, typer.Option(
+        envvar="STREAMQ_WEB_ADMIN_PASSWORD_FILE",
+        help="file whose first line is the admin's Redis password (wins over the "
+             "password in --admin-url and over STREAMQ_REDIS_PASSWORD_FILE)")] = None,
     token_file: Annotated[str | None, typer.Option(
         envvar="STREAMQ_WEB_TOKEN_FILE", help="file whose first line is the access token")] =
         None,
@@ -82,7 +86,10 @@ def web(
     try:
         token = read_secret(token_file, "token") if token_file else None
         basic = read_basic(basic_auth_file) if basic_auth_file else None
-        settings = WebSettings(redis_url=redis_url, admin_url=admin_url, token=token,
+        admin_password = (read_secret(admin_password_file, "admin password")
+                          if admin_password_file else None)
+        settings = WebSettings(redis_url=redis_url, admin_url=admin_url,
+                               admin_password=admin_password, token=token,
                                basic=basic, read_only=read_only, queues=tuple(queue or ()))
         application = create_app(settings)
     except ConfigError as e:

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -43,6 +44,9 @@ class WebSettings:
 
     redis_url: str
     admin_url: str | None = None  #: None: actions use ``redis_url``
+    #: the admin's password (``--admin-password-file``); else the one in ``admin_url``.
+    #: Either wins over ``STREAMQ_REDIS_PASSWORD_FILE`` (the reads' password)
+    admin_password: str | None = None
     token: str | None = None
     basic: tuple[str, str] | None = None
     read_only: bool = False
@@ -53,8 +57,8 @@ class WebSettings:
 class _Lazy:
     """A client made on first use, made again while the server could not be reached."""
 
-    def __init__(self, url: str, cluster: bool | None) -> None:
-        self.url, self.cluster = url, cluster
+    def __init__(self, url: str, cluster: bool | None, password: str | None = None) -> None:
+        self.url, self.cluster, self.password = url, cluster, password
         self._client: Client | None = None
         self._lock = threading.Lock()
 
@@ -66,10 +70,11 @@ class _Lazy:
             if c is not None:
                 c.close()
                 self._client = None
+            extra: dict[str, Any] = {} if self.password is None else {"password": self.password}
             try:
                 c = connect(self.url, cluster=self.cluster, retry=Retry(NoBackoff(), 1),
                             socket_timeout=SOCKET_TIMEOUT_S,
-                            socket_connect_timeout=CONNECT_TIMEOUT_S)
+                            socket_connect_timeout=CONNECT_TIMEOUT_S, **extra)
             except ConnectionFailed as e:
                 raise RedisUnavailable(str(e)) from None
             self._client = c
@@ -92,8 +97,15 @@ class Backend:
     def __init__(self, settings: WebSettings) -> None:
         self.settings = settings
         self._reads = _Lazy(settings.redis_url, settings.cluster)
-        self._admin = (_Lazy(settings.admin_url, settings.cluster)
-                       if settings.admin_url else self._reads)
+        admin_password = settings.admin_password
+        if admin_password is None and settings.admin_url:
+            # a password in the admin URL is the admin's, whatever the reads' password
+            # file says (which connect() would otherwise put first)
+            admin_password = urlsplit(settings.admin_url).password
+            admin_password = unquote(admin_password) if admin_password else None
+        self._admin = (_Lazy(settings.admin_url or settings.redis_url, settings.cluster,
+                             admin_password)
+                       if settings.admin_url or admin_password else self._reads)
         self.snapshots = Snapshots(self._overview)
         self.trends = TrendCache(lambda: self.r)
         for q in settings.queues:

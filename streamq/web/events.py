@@ -91,7 +91,8 @@ def queues(request: Request) -> Response:
                 snap = backend.snapshots.get(name)
             except inspect.QueueNotFound:
                 continue
-            rows.append((snap.overview, queue_trends(backend, backend.queue(name).known_shards)))
+            rows.append((name, snap.overview,
+                         queue_trends(backend, backend.queue(name).known_shards)))
         return "update", {"targets": {"queues-live": fragment("_queues_table.html",
                                                                 rows=rows)}}
     return _stream(request, read, PERIOD_S)

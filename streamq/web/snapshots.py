@@ -4,7 +4,9 @@ An overview of a queue with many unfinished jobs reads each job's keys (pipeline
 which takes seconds at 100,000 jobs. Pages do not wait for it: each queue's latest
 overview is kept, served at once, and read again in the background when it is older
 than its refresh period (at least :data:`REFRESH_S`, longer for a queue whose read
-takes long), one read per queue at a time. Only a queue's first view waits.
+takes long), one read per queue at a time. A queue's first page does not wait either:
+it shows a placeholder (:meth:`Snapshots.peek`) that its live stream, which waits for
+the read, fills in.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ log = logging.getLogger("streamq.web")
 
 #: Seconds an overview is served before it is read again.
 REFRESH_S = 1.0
+#: Seconds a page waits for a queue's first overview before it shows a placeholder.
+FIRST_WAIT_S = 0.5
 #: A read that took d seconds is not repeated for this many times d.
 BACKOFF = 4.0
 
@@ -59,6 +63,37 @@ class Snapshots:
                                  name=f"streamq-web-overview-{queue}").start()
             return snap
         return self._read_now(queue)
+
+    def peek(self, queue: str, wait_s: float = FIRST_WAIT_S) -> Snapshot | None:
+        """The queue's latest overview, waiting at most ``wait_s`` for a first read:
+        None when it takes longer (it goes on in the background; the page shows a
+        placeholder and its live stream sends the overview when the read is done).
+        An error of the read is raised."""
+        with self._lock:
+            have = queue in self._latest
+        if have:
+            return self.get(queue)
+        with self._lock:
+            busy = self._reading.get(queue)
+        if busy is None:
+            threading.Thread(target=self._refresh, args=(queue,), daemon=True,
+                             name=f"streamq-web-overview-{queue}").start()
+            deadline = time.monotonic() + wait_s
+            while busy is None and time.monotonic() < deadline:
+                time.sleep(0.005)  # the thread registers its read first thing
+                with self._lock:
+                    busy = self._reading.get(queue)
+                    if queue in self._latest or queue in self._errors:
+                        break
+            wait_s = max(0.0, deadline - time.monotonic())
+        if busy is not None:
+            busy.wait(wait_s)
+        with self._lock:
+            snap = self._latest.get(queue)
+            error = self._errors.pop(queue, None) if snap is None else None
+        if error is not None:
+            raise error
+        return snap
 
     def _read_now(self, queue: str) -> Snapshot:
         with self._lock:

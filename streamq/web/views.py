@@ -46,11 +46,11 @@ def queues(request: Request) -> Response:
     rows = []
     for name in backend.queue_names():
         try:
-            snap = backend.snapshots.get(name)
+            snap = backend.snapshots.peek(name)
         except inspect.QueueNotFound:
             continue  # named but empty: nothing to show
         shards = backend.queue(name).known_shards
-        rows.append((snap.overview, queue_trends(backend, shards)))
+        rows.append((name, snap.overview if snap else None, queue_trends(backend, shards)))
     return render(request, "queues.html", rows=rows)
 
 
@@ -60,8 +60,8 @@ def queue(request: Request) -> Response:
     backend = _backend(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
-    snap = backend.snapshots.get(name)
-    return render(request, "queue.html", queue=name, ov=snap.overview,
+    snap = backend.snapshots.peek(name)
+    return render(request, "queue.html", queue=name, ov=snap.overview if snap else None,
                   trends=queue_trends(backend, shards), age_s=0)
 
 
