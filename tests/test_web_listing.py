@@ -102,3 +102,32 @@ def test_charts_scale_to_a_round_top_and_show_lone_points() -> None:
     assert p50.dots == ((300.0, round(HEIGHT - 2 - (HEIGHT - 4) * 0.35, 1)),)
     assert p95.dots == () and len(p95.points.split()) == 2 and p95.last == 140.0
     assert chart("none", "/s", [Series("a", [None, None])]).empty
+
+
+def test_a_first_view_does_not_wait_for_a_slow_overview() -> None:
+    from streamq.inspect import QueueNotFound
+    from streamq.web.snapshots import Snapshots
+
+    calls: list[str] = []
+
+    def read(queue: str) -> Any:
+        calls.append(queue)
+        if queue == "gone":
+            raise QueueNotFound(queue)
+        time.sleep(0.4)  # a queue of very many jobs
+        return f"overview of {queue}"
+
+    snaps = Snapshots(read)
+    # the first page waits a little, then shows a placeholder; the read goes on
+    t0 = time.monotonic()
+    assert snaps.peek("big", wait_s=0.05) is None
+    assert time.monotonic() - t0 < 0.3
+    # the live stream waits for that same read (not a second one) and gets it
+    assert snaps.get("big").overview == "overview of big"
+    assert calls == ["big"]
+    # later pages have it at once
+    got = snaps.peek("big", wait_s=0.0)
+    assert got is not None and got.overview == "overview of big"
+    # a read that fails says so
+    with pytest.raises(QueueNotFound):
+        snaps.peek("gone", wait_s=1.0)
