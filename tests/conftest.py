@@ -318,12 +318,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
-# the web dashboard's fixtures: `streamq web` servers, workers, Debian Chromium
-from web_fixtures import (  # noqa: E402, F401
-    browser_page,
-    chromium_browser,
-    data,
-    start_web_server,
-    web_server,
-    web_workers,
-)
+# the web dashboard's fixtures: `streamq web` servers, workers, Debian Chromium (a
+# top-level module under pytest; tests.web_fixtures when this file is imported as
+# tests.conftest, as `python -m tests.chaos` does)
+try:
+    from web_fixtures import (  # noqa: E402, F401
+        browser_page,
+        chromium_browser,
+        data,
+        start_web_server,
+        web_server,
+        web_workers,
+    )
+except ModuleNotFoundError:
+    from tests.web_fixtures import (  # noqa: E402, F401
+        browser_page,
+        chromium_browser,
+        data,
+        start_web_server,
+        web_server,
+        web_workers,
+    )
