@@ -50,7 +50,8 @@ for j = 2, #ARGV, 3 do
   ids[#ids + 1] = ARGV[j]
 end
 -- the batch was read at once: its first entry's delivery stands for it
-local started = first_start(tasksKey, group, ids[1], now_ms())
+local nowMs = now_ms()
+local started = first_start(tasksKey, group, ids[1], nowMs)
 local ackedNow = 0
 for i = 1, #ids, 500 do
   ackedNow = ackedNow + rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
@@ -92,7 +93,7 @@ if acked > 0 then
     counters[#counters + 1] = started
   end
   if remaining <= 0 and state == "active" then
-    state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, now_ms(), m[6],
+    state = complete_known(metaKey, tasksKey, resultsKey, errorsKey, dlqKey, nowMs, m[6],
                            tonumber(m[4] or "0"), tonumber(m[5] or "0"), counters)
     completed = 1
   else

@@ -48,7 +48,8 @@ local function reply(outcome, completed)
   return r
 end
 
-local started = first_start(tasksKey, group, entryId, now_ms())
+local nowMs = now_ms()
+local started = first_start(tasksKey, group, entryId, nowMs)
 if rcall("XACK", tasksKey, group, entryId) == 0 then
   return reply(0, 0)
 end
@@ -63,7 +64,6 @@ if rcall("HGET", metaKey, "state") == "cancelled" then
   if rcall("XLEN", tasksKey) == 0 then rcall("DEL", tasksKey) end
   return reply(0, 0)
 end
-local nowMs = now_ms()
 
 local maxDeliveries = tonumber(rcall("HGET", metaKey, "max_deliveries") or "1")
 if delay >= 0 and attempts < maxDeliveries and index ~= "-1" then

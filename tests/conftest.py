@@ -321,21 +321,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 # the web dashboard's fixtures: `streamq web` servers, workers, Debian Chromium (a
 # top-level module under pytest; tests.web_fixtures when this file is imported as
 # tests.conftest, as `python -m tests.chaos` does)
-try:
-    from web_fixtures import (  # noqa: E402, F401
-        browser_page,
-        chromium_browser,
-        data,
-        start_web_server,
-        web_server,
-        web_workers,
-    )
-except ModuleNotFoundError:
-    from tests.web_fixtures import (  # noqa: E402, F401
-        browser_page,
-        chromium_browser,
-        data,
-        start_web_server,
-        web_server,
-        web_workers,
-    )
+if __package__:
+    from tests import web_fixtures as _web
+else:
+    import web_fixtures as _web  # type: ignore[no-redef]
+browser_page = _web.browser_page
+chromium_browser = _web.chromium_browser
+data = _web.data
+start_web_server = _web.start_web_server
+web_server = _web.web_server
+web_workers = _web.web_workers

@@ -15,33 +15,22 @@ from typing import Any
 import pytest
 import redis
 from conftest import ROOT, settled_completions, wait_until
+from web_fixtures import WorkerProcs
 
 from streamq import ConfigError, JobNotFound, JobState, Queue, current_task
 
 ENV_PATH = f"{ROOT}:{ROOT / 'tests'}"
 
 
-class Workers:
+class Workers(WorkerProcs):
     """Worker processes of one queue (``handlers:count``), killed at teardown."""
 
     def __init__(self, url: str, queue: str) -> None:
-        self.url, self.queue = url, queue
-        self.procs: list[subprocess.Popen[bytes]] = []
+        super().__init__(url)
+        self.queue = queue
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, STREAMQ_REDIS_URL=self.url, PYTHONPATH=ENV_PATH)
-        p = subprocess.Popen([sys.executable, "-m", "streamq", "worker", self.queue,
-                              "--handler", "handlers:count", "--heartbeat", "0.3",
-                              "--log-level", "WARNING", *args],
-                             cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        return p
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
+    def start(self, *args: str) -> subprocess.Popen[bytes]:  # type: ignore[override]
+        return super().start(self.queue, "count", *args)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from starlette.responses import Response
 from .. import config, deadletters
 from ..errors import DeadLetterReplayed, JobNotFound, StreamqError
 from ..keys import check_name
-from .backend import Backend, transient
-from .pages import back_to, error_page, handle, render
+from .backend import transient
+from .pages import back_to, backend_of, error_page, handle, render
 
 log = logging.getLogger("streamq.web")
 
@@ -30,10 +30,6 @@ ACK_WAIT_S = 5.0
 #: Dead letters replayed at most by one request.
 MAX_REPLAY = 1000
 
-
-def _backend(request: Request) -> Backend:
-    backend: Backend = request.app.state.backend
-    return backend
 
 
 async def _form(request: Request) -> dict[str, Any]:
@@ -70,7 +66,7 @@ def _run(request: Request, back: str, do: Any) -> Response:
         if isinstance(e, (JobNotFound, StreamqError)):
             return back_to(request, back, str(e), ok=False)
         return handle(request, e)
-    request.app.state.backend.snapshots.forget(request.path_params.get("queue", ""))
+    backend_of(request).snapshots.forget(request.path_params.get("queue", ""))
     return back_to(request, back, message)
 
 
@@ -79,8 +75,8 @@ async def pause(request: Request) -> Response:
     back = f"/q/{name}"
 
     def do() -> str:
-        _backend(request).require_queue(name)
-        rep = _backend(request).admin_queue(name).pause(wait=True, timeout=ACK_WAIT_S)
+        backend_of(request).require_queue(name)
+        rep = backend_of(request).admin_queue(name).pause(wait=True, timeout=ACK_WAIT_S)
         if rep.complete:
             return f"queue {name} paused: no worker claims new work"
         return (f"queue {name} paused; {len(rep.waiting)} worker(s) have not acknowledged "
@@ -92,8 +88,8 @@ async def resume(request: Request) -> Response:
     name = request.path_params["queue"]
 
     def do() -> str:
-        _backend(request).require_queue(name)
-        was = _backend(request).admin_queue(name).resume()
+        backend_of(request).require_queue(name)
+        was = backend_of(request).admin_queue(name).resume()
         return f"queue {name} resumed" if was else f"queue {name} was not paused"
     return await _threaded(request, f"/q/{name}", do)
 
@@ -106,7 +102,7 @@ async def cancel(request: Request) -> Response:
         return asked
 
     def do() -> str:
-        q = _backend(request).admin_queue(name)
+        q = backend_of(request).admin_queue(name)
         if q.status(check_name("job id", job_id)).queue != name:
             raise JobNotFound(job_id)
         rep = q.cancel(job_id, wait=True, timeout=ACK_WAIT_S)
@@ -135,7 +131,7 @@ async def settings(request: Request) -> Response:
         conc = number("concurrency", 1, config.MAX_CONCURRENCY)
         if prio is None and conc is None:
             raise StreamqError("give a priority or a concurrency")
-        q = _backend(request).admin_queue(name)
+        q = backend_of(request).admin_queue(name)
         if q.status(check_name("job id", job_id)).queue != name:
             raise JobNotFound(job_id)
         st = q.reprioritize(job_id, priority=prio, concurrency=conc)
@@ -154,7 +150,7 @@ async def replay(request: Request) -> Response:
     def do() -> str:
         if not ids:
             raise StreamqError("select the dead letters to replay")
-        q = _backend(request).admin_queue(name)
+        q = backend_of(request).admin_queue(name)
         done, already = [], []
         for dead_id in ids:
             try:
@@ -179,8 +175,8 @@ async def purge(request: Request) -> Response:
         return asked
 
     def do() -> str:
-        q = _backend(request).admin_queue(name)
-        _backend(request).require_queue(name)
+        q = backend_of(request).admin_queue(name)
+        backend_of(request).require_queue(name)
         n = sum(deadletters.purge(q.redis, qk) for qk in q.known_shards)
         return f"purged {n} dead letters" if n else "no dead letters to purge"
     return await _threaded(request, f"/q/{name}/dead", do)
@@ -188,7 +184,7 @@ async def purge(request: Request) -> Response:
 
 async def _threaded(request: Request, back: str, do: Any) -> Response:
     from starlette.concurrency import run_in_threadpool
-    if _backend(request).settings.read_only:
+    if backend_of(request).settings.read_only:
         return error_page(request, 403, "Read-only", "This dashboard runs in read-only mode: "
                                                      "actions are refused.")
     return await run_in_threadpool(_run, request, back, do)

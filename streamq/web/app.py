@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import actions, events, views
 from .backend import Backend, WebSettings, transient
-from .pages import HERE, error_page, render
+from .pages import HERE, backend_of, error_page, render
 from .security import CSRF_COOKIE, HEADERS, OPEN_PATHS, SESSION_COOKIE, Guard, same_origin
 
 __all__ = ["WebSettings", "create_app"]
@@ -55,6 +55,7 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _with_headers(send)  # the security headers, on refusals too
         path: str = scope["path"]
         headers = _headers(scope)
         cookies = _cookies(headers)
@@ -73,16 +74,15 @@ class Gate:
                 await refusal(scope, receive, send)
                 return
             receive = _replay(body)
-        await self.app(scope, receive, _with_headers(send))
+        await self.app(scope, receive, send)
 
     def _refuse_auth(self, request: Request, headers: dict[str, str]) -> Response:
         if self.guard.basic is not None:
             return PlainTextResponse("authentication required", status_code=401,
-                                     headers={**HEADERS,
-                                              "www-authenticate": 'Basic realm="streamq"'})
+                                     headers={"www-authenticate": 'Basic realm="streamq"'})
         if "text/html" in headers.get("accept", "") and request.method == "GET":
-            return RedirectResponse("/login", status_code=303, headers=HEADERS)
-        return PlainTextResponse("authentication required", status_code=401, headers=HEADERS)
+            return RedirectResponse("/login", status_code=303)
+        return PlainTextResponse("authentication required", status_code=401)
 
     def _check_post(self, request: Request, headers: dict[str, str], cookies: dict[str, str],
                     body: bytes) -> Response | None:
@@ -152,7 +152,7 @@ async def login(request: Request) -> Response:
 
 
 def healthz(request: Request) -> Response:
-    backend: Backend = request.app.state.backend
+    backend = backend_of(request)
     try:
         backend.r.ping()
     except Exception as e:

@@ -123,9 +123,6 @@ class Backend:
         """A Queue on the read client (reads only: nothing of it writes)."""
         return Queue(check_name("queue name", name), client=self.r)
 
-    def shards(self, name: str) -> list[Any]:
-        return self.queue(name).known_shards
-
     def queue_names(self) -> list[str]:
         """The registry of queues and the queues named on the command line, sorted."""
         raw: Any = self.r.smembers(QUEUES)

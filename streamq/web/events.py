@@ -21,12 +21,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .. import inspect
 from ..keys import check_name
 from ..models import Completion, JobState
-from .backend import Backend, transient
-from .pages import fragment, handle
-from .views import job_detail, queue_trends
+from .backend import transient
+from .pages import backend_of, fragment, handle
+from .views import job_detail, queue_rows, queue_trends
 
 log = logging.getLogger("streamq.web")
 
@@ -38,10 +37,6 @@ STREAM_LIFE_S = 300.0
 #: Completion records sent at most per event.
 FEED_BATCH = 100
 
-
-def _backend(request: Request) -> Backend:
-    backend: Backend = request.app.state.backend
-    return backend
 
 
 def _event(kind: str, data: dict[str, Any]) -> str:
@@ -82,24 +77,16 @@ def _stream(request: Request, read: Callable[[], tuple[str, dict[str, Any]] | No
 
 
 def queues(request: Request) -> Response:
-    backend = _backend(request)
+    backend = backend_of(request)
 
     def read() -> tuple[str, dict[str, Any]]:
-        rows = []
-        for name in backend.queue_names():
-            try:
-                snap = backend.snapshots.get(name)
-            except inspect.QueueNotFound:
-                continue
-            rows.append((name, snap.overview,
-                         queue_trends(backend, backend.queue(name).known_shards)))
-        return "update", {"targets": {"queues-live": fragment("_queues_table.html",
-                                                                rows=rows)}}
+        return "update", {"targets": {"queues-live": fragment(
+            "_queues_table.html", rows=queue_rows(backend, wait=True))}}
     return _stream(request, read, PERIOD_S)
 
 
 def queue(request: Request) -> Response:
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     try:
         check_name("queue name", name)
@@ -115,7 +102,7 @@ def queue(request: Request) -> Response:
 
 
 def job(request: Request) -> Response:
-    backend = _backend(request)
+    backend = backend_of(request)
     name, job_id = request.path_params["queue"], request.path_params["job"]
     try:
         offset = max(0, int(request.query_params.get("offset") or 0))
@@ -138,7 +125,7 @@ def job(request: Request) -> Response:
 
 def completions(request: Request) -> Response:
     """New completion records after the newest the page showed (by Redis's clock)."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     try:
         check_name("queue name", name)

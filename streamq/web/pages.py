@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from ..errors import ConfigError, JobNotFound, StreamqError
 from ..inspect import DeadLetterNotFound, QueueNotFound
 from .backend import Backend, transient
-from .security import CSRF_COOKIE, HEADERS, Guard, new_browser_id
+from .security import CSRF_COOKIE, Guard, new_browser_id
 
 log = logging.getLogger("streamq.web")
 
@@ -64,6 +64,12 @@ class NotFound(StreamqError):
     """Raised when a page names something that does not exist."""
 
 
+def backend_of(request: Request) -> Backend:
+    """The app's backend (clients, caches, settings)."""
+    backend: Backend = request.app.state.backend
+    return backend
+
+
 def browser_id(request: Request) -> tuple[str, bool]:
     """The browser's CSRF cookie value, and whether it is new (to be set)."""
     have = request.cookies.get(CSRF_COOKIE, "")
@@ -75,7 +81,7 @@ def browser_id(request: Request) -> tuple[str, bool]:
 def render(request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
     """A page: the template with what every page needs."""
     guard: Guard = request.app.state.guard
-    backend: Backend = request.app.state.backend
+    backend = backend_of(request)
     bid, new = browser_id(request)
     flash = None
     msg = request.query_params.get("flash")
@@ -87,7 +93,7 @@ def render(request: Request, template: str, status: int = 200, **ctx: Any) -> HT
     html = ENV.get_template(template).render(
         request=request, csrf=guard.csrf_token(bid), read_only=backend.settings.read_only,
         flash=flash, path=request.url.path, **ctx)
-    resp = HTMLResponse(html, status_code=status, headers=HEADERS)
+    resp = HTMLResponse(html, status_code=status)
     if new:
         resp.set_cookie(CSRF_COOKIE, bid, httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
@@ -105,7 +111,7 @@ def back_to(request: Request, url: str, message: str, ok: bool = True) -> Redire
     sep = "&" if "?" in url else "?"
     query = urlencode({"flash": message, "outcome": "ok" if ok else "error",
                        "sig": guard.csrf_token("flash|" + message)})
-    return RedirectResponse(f"{url}{sep}{query}", status_code=303, headers=HEADERS)
+    return RedirectResponse(f"{url}{sep}{query}", status_code=303)
 
 
 def error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:

@@ -13,7 +13,7 @@ from ..errors import JobNotFound
 from ..keys import check_name
 from . import jobview, listing
 from .backend import Backend
-from .pages import NotFound, float_param, guarded, int_param, render
+from .pages import NotFound, backend_of, float_param, guarded, int_param, render
 
 #: Dead letters shown on one page.
 DEAD_PAGE = 100
@@ -22,10 +22,6 @@ FEED_SIZE = 50
 #: Active jobs whose pending entries the Pending view reads (oldest first).
 PENDING_JOBS = 500
 
-
-def _backend(request: Request) -> Backend:
-    backend: Backend = request.app.state.backend
-    return backend
 
 
 def queue_trends(backend: Backend, shards: list[Any]) -> Any:
@@ -42,22 +38,28 @@ def home(request: Request) -> Response:
 @guarded
 def queues(request: Request) -> Response:
     """Every queue: counts, state, charts."""
-    backend = _backend(request)
+    return render(request, "queues.html", rows=queue_rows(backend_of(request), wait=False))
+
+
+def queue_rows(backend: Backend, *, wait: bool) -> list[tuple[str, Any, Any]]:
+    """(name, overview, charts) of every listed queue that has keys. ``wait``: read a
+    queue's first overview whole (a live stream); else its overview is None when the
+    read takes long (a page shows a placeholder)."""
     rows = []
     for name in backend.queue_names():
         try:
-            snap = backend.snapshots.peek(name)
+            snap = backend.snapshots.get(name) if wait else backend.snapshots.peek(name)
         except inspect.QueueNotFound:
             continue  # named but empty: nothing to show
         shards = backend.queue(name).known_shards
         rows.append((name, snap.overview if snap else None, queue_trends(backend, shards)))
-    return render(request, "queues.html", rows=rows)
+    return rows
 
 
 @guarded
 def queue(request: Request) -> Response:
     """One queue: counts by priority, tokens, rate limits, charts, pause and resume."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
     snap = backend.snapshots.peek(name)
@@ -68,7 +70,7 @@ def queue(request: Request) -> Response:
 @guarded
 def jobs(request: Request) -> Response:
     """A page of the queue's jobs: filters, search, cursor."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
     state = request.query_params.get("state") or None
@@ -102,7 +104,7 @@ def job_detail(backend: Backend, name: str, job_id: str, offset: int = 0,
 @guarded
 def job(request: Request) -> Response:
     """One job: progress, counts, settings, timeline, sub-requests, dead letters."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name, job_id = request.path_params["queue"], request.path_params["job"]
     offset = int_param(request, "offset", 0, 10**9) or 0
     d = job_detail(backend, name, job_id, offset)
@@ -114,7 +116,7 @@ def job(request: Request) -> Response:
 @guarded
 def sub_request(request: Request) -> Response:
     """One sub-request of a job, its payload, result and error shown whole."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name, job_id = request.path_params["queue"], request.path_params["job"]
     index = int(request.path_params["index"])
     d = job_detail(backend, name, job_id, index, limit=None)
@@ -127,7 +129,7 @@ def sub_request(request: Request) -> Response:
 @guarded
 def pending(request: Request) -> Response:
     """Pending entries by job and consumer (XPENDING), as ``streamq pending`` shows."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
     job_id = request.query_params.get("job") or None
@@ -156,7 +158,7 @@ def _oldest_active(backend: Backend, shards: list[Any], n: int) -> list[str]:
 @guarded
 def workers(request: Request) -> Response:
     """Live and dead workers: heartbeat, leases, counts."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
     rows = inspect.workers(backend.r, shards[0])
@@ -166,7 +168,7 @@ def workers(request: Request) -> Response:
 @guarded
 def dead(request: Request) -> Response:
     """The newest dead letters, with replay and purge."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
     q = backend.queue(name)
@@ -183,7 +185,7 @@ def dead(request: Request) -> Response:
 @guarded
 def dead_letter(request: Request) -> Response:
     """One dead letter whole."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name, dead_id = request.path_params["queue"], request.path_params["dead"]
     backend.require_queue(name)
     q = backend.queue(name)
@@ -202,7 +204,7 @@ def dead_letter(request: Request) -> Response:
 @guarded
 def completions(request: Request) -> Response:
     """The latest completion records; the page follows new ones live."""
-    backend = _backend(request)
+    backend = backend_of(request)
     name = request.path_params["queue"]
     backend.require_queue(name)
     recs = list(reversed(backend.queue(name).completions(FEED_SIZE)))
