@@ -427,23 +427,30 @@ def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:
 
 async def _bounded(items: list[tuple[tuple[str, str, int, str, int], Any]], w: Any,
                    limit: int) -> list[tuple[bool, Any, float, float] | None]:
-    """Run the handler on every item, ``limit`` at a time (each in a task of its own,
-    with its own current task); None for an item not started because the worker is
-    stopping."""
-    gate = asyncio.Semaphore(limit)
+    """Run the handler on every item, ``limit`` at a time: ``limit`` runner tasks take
+    the items in turn (a task per runner, not per item), each item with its own
+    current task; None for an item not started because the worker is stopping."""
+    out: list[tuple[bool, Any, float, float] | None] = [None] * len(items)
+    order = iter(range(len(items)))  # shared: each runner takes the next item
+    handler, clock = w.handler, time.perf_counter
 
-    async def one(task: tuple[str, str, int, str, int], payload: Any
-                  ) -> tuple[bool, Any, float, float] | None:
-        async with gate:
+    async def runner() -> None:
+        for i in order:
             if w.stopping.is_set():
-                return None
+                return
             if w.fault_at is not None:
                 w.fault("in_handler")
+            task, payload = items[i]
             _current.set(task)
-            started = time.perf_counter()
+            started = clock()
             try:
-                return True, await w.handler(payload), started, time.perf_counter()
+                out[i] = True, await handler(payload), started, clock()
             except Exception as e:  # noqa: BLE001 - reported as a failed attempt
-                return False, e, started, time.perf_counter()
+                out[i] = False, e, started, clock()
 
-    return list(await asyncio.gather(*(one(t, p) for t, p in items)))
+    n = min(limit, len(items))
+    if n == 1:
+        await runner()
+    elif n > 1:
+        await asyncio.gather(*(runner() for _ in range(n)))
+    return out

@@ -88,6 +88,18 @@ class _Stats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The event loop of ``async def`` handlers: uvloop's when installed."""
+    if os.environ.get("STREAMQ_UVLOOP", "1") != "0":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class Worker:
     """Serve one queue with ``handler(payload) -> result``."""
 
@@ -278,7 +290,7 @@ class Worker:
             self.metrics.serve(port, addr)
         loop_thread = None
         if self.is_async:
-            self.loop = asyncio.new_event_loop()
+            self.loop = new_loop()
             loop_thread = threading.Thread(target=self.loop.run_forever, name="streamq-loop",
                                            daemon=True)
             loop_thread.start()

@@ -207,3 +207,26 @@ def test_an_async_workers_concurrency_caps_a_larger_prefetch(
     # Then never more than 6 ran at once, and 6 did
     assert gauge.total_peak == 6, gauge.total_peak
     q.close()
+
+
+def test_async_handlers_run_on_uvloop_unless_switched_off(
+    redis_url: str, queue_name: str, workers: StartWorker, monkeypatch: Any
+) -> None:
+    # Given a handler that reports the class of the loop it runs on
+    async def loop_kind(p: Any) -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    q = Queue(queue_name, redis_url)
+    # When a worker with the defaults serves a job, then one with STREAMQ_UVLOOP=0
+    w = workers(queue_name, loop_kind)
+    job = q.submit([0])
+    assert job.wait(timeout=30).state is JobState.SUCCEEDED
+    # Then the first ran it on uvloop (a dependency of streamq where it builds), the
+    # second on asyncio's own loop
+    assert q.results(job.id) == {0: "uvloop"}
+    w.stop()
+    monkeypatch.setenv("STREAMQ_UVLOOP", "0")
+    workers(queue_name, loop_kind)
+    job = q.submit([1])
+    assert job.wait(timeout=30).state is JobState.SUCCEEDED
+    assert q.results(job.id) == {0: "asyncio"}
