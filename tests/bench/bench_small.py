@@ -11,6 +11,7 @@ processes, taken in turns, best of ``--rounds``:
    XREADGROUP COUNT 100 + one XACK per read, no-op.
 2. the same, the handler does one INCR; raw: the same INCR per entry, in turn.
 3. the same INCR from an ``async def`` handler (redis.asyncio); raw as in 2.
+   3c, its ceiling: the same INCRs with no queue, CEILING_FLIGHT at once per process.
 4. ``Queue.submit`` of one one-entry job at a time; raw: XADD one at a time.
 5. submit-to-completion latency of one job at a time, idle and while a load
    process submits at half of row 1's rate.
@@ -45,6 +46,8 @@ from streamq import Queue  # noqa: E402
 from streamq.keys import QueueKeys  # noqa: E402
 
 N, WORKERS, SUBMITS, SAMPLES, MEM_SMALL = 20_000, 2, 2_000, 300, 5_000
+#: INCRs in flight per process in the async ceiling (the async worker's default concurrency)
+CEILING_FLIGHT = 32
 COUNTER = "bench:incr"  # what the INCR handlers (tests/bench/handlers.py) and raw consumers increment
 perf = time.perf_counter
 
@@ -67,6 +70,37 @@ def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
         pipe.xack(key, core.GROUP, *[eid for eid, _ in entries])
         pipe.incrby(f"{key}:n", len(entries))
         pipe.execute()
+
+
+def ceiling_client(url: str, key: str, n: str) -> None:
+    """One process of the async ceiling (no queue): ``n`` INCRs from CEILING_FLIGHT
+    coroutines at once, redis.asyncio on the loop an async worker uses
+    (streamq.worker.new_loop), started by ``key:go``; the count added to ``key:n``."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from streamq.worker import new_loop
+
+    async def run() -> None:
+        r = aredis.Redis.from_url(url, socket_timeout=120)
+        await r.rpush(f"{key}:ready", 1)
+        await r.blpop([f"{key}:go"], timeout=60)
+        share, rest = divmod(int(n), CEILING_FLIGHT)
+
+        async def one(count: int) -> None:
+            for _ in range(count):
+                await r.incr(COUNTER)
+
+        await asyncio.gather(*(one(share + (i < rest)) for i in range(CEILING_FLIGHT)))
+        await r.incrby(f"{key}:n", int(n))
+        await r.aclose()
+
+    loop = new_loop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 def load(url: str, queue: str, rate: str, seconds: str) -> None:
@@ -137,6 +171,27 @@ def raw_jobs(r: redis.Redis, url: str, server: Any, mode: str, n: int = N
         core.wait_until(lambda: int(r.get(f"{key}:n") or 0) >= n, 120, "the raw consumers")
         t1, cpu = perf(), [core.cpu_s(p) - c for p, c in zip((server, *ps), cpu0)]
         r.set(f"{key}:stop", 1)
+    finally:
+        core.stop(ps)
+        r.flushdb()
+    return t1 - t0, cpu[0] / n * 1e6, sum(cpu[1:]) / n * 1e6
+
+
+def async_ceiling(r: redis.Redis, url: str, server: Any, n: int = N
+                  ) -> tuple[float, float, float]:
+    """No queue at all: WORKERS processes each doing n / WORKERS INCRs from
+    CEILING_FLIGHT coroutines at once (what row 3's handler does, without the queue):
+    seconds, and redis and client CPU µs per INCR. The most row 3 could reach here."""
+    key = f"ceil-{uuid.uuid4().hex[:8]}"
+    ps = [core.spawn([sys.executable, __file__, "--ceiling", url, key, str(n // WORKERS)])
+          for _ in range(WORKERS)]
+    try:
+        if any(r.blpop([f"{key}:ready"], timeout=60) is None for _ in range(WORKERS)):
+            raise RuntimeError("a ceiling client did not start")
+        t0, cpu0 = perf(), [core.cpu_s(p) for p in (server, *ps)]
+        r.rpush(f"{key}:go", *range(WORKERS))
+        core.wait_until(lambda: int(r.get(f"{key}:n") or 0) >= n, 120, "the ceiling clients")
+        t1, cpu = perf(), [core.cpu_s(p) - c for p, c in zip((server, *ps), cpu0)]
     finally:
         core.stop(ps)
         r.flushdb()
@@ -219,8 +274,9 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
     incr, raw_incr = pair(lambda: sq_jobs(r, url, server, "incr"),
                           lambda: raw_jobs(r, url, server, "incr"))
     log(f"2: streamq {N / incr[0]:,.0f} jobs/s, raw {N / raw_incr[0]:,.0f}")
-    aincr = core.fastest(lambda: sq_jobs(r, url, server, "aincr"), key=rate_key)
-    log(f"3: streamq async {N / aincr[0]:,.0f} jobs/s")
+    aincr, ceiling = pair(lambda: sq_jobs(r, url, server, "aincr"),
+                          lambda: async_ceiling(r, url, server))
+    log(f"3: streamq async {N / aincr[0]:,.0f} jobs/s; no queue {N / ceiling[0]:,.0f}")
     sub, raw_sub = pair(lambda: sq_submit(r, url), lambda: raw_submit(r, url), key=float)
     half = 0.5 * N / noop[0]
     p99 = lambda xs: core.pcts(xs)[1]  # noqa: E731
@@ -247,6 +303,8 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
         rate_row("2. the same, sync handler: one INCR (jobs/s)", incr, raw_incr, 0.80),
         rate_row("3. the same, async handler: one INCR (jobs/s)", aincr, raw_incr, 3.0,
                  times=True),
+        rate_row(f"3c. ceiling of 3: the INCRs alone, no queue, {CEILING_FLIGHT} in flight "
+                 "per process (INCRs/s)", ceiling, raw_incr, 3.0, times=True),
         ("4. Queue.submit one at a time (jobs/s)", f"{SUBMITS / sub:,.0f}",
          f"{SUBMITS / raw_sub:,.0f}", f"{raw_sub / sub:.0%}", f">= 70%: {ok[raw_sub / sub >= 0.7]}",
          "", ""),
@@ -264,10 +322,12 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
         f"{perf() - t_start:.0f} s. streamq: {WORKERS} `streamq worker` processes with no "
         f"option but --handler (the CLI defaults); raw: {WORKERS} consumer processes, "
         f"XREADGROUP COUNT {core.BATCH} BLOCK 100 on one stream + one XACK per read. Each figure is the "
-        f"best of {rounds} runs, streamq's and raw taken in turns (3 and 5b: streamq only).",
+        f"best of {rounds} runs, streamq's and raw taken in turns (3 with 3c; 5b: streamq only).",
         "1-3: from the first submit_many of 1,000 to the 20,000th completion record; raw: from "
         "the first of the pipelined XADDs (1,000 per round trip, the consumers reading "
-        "meanwhile) to the 20,000th XACK. 3's ratio is to 2's raw sequential consumers.",
+        "meanwhile) to the 20,000th XACK. 3's ratio is to 2's raw sequential consumers; "
+        f"3c does 3's INCRs with no queue at all ({WORKERS} processes, redis.asyncio on "
+        "the async worker's loop): no queue can beat it on this machine.",
         f"4: {SUBMITS:,} calls; raw: {SUBMITS:,} XADDs, one round trip each. 5: {SAMPLES} jobs "
         "one at a time, from before submit to the message on the queue's channel; raw: XADD -> "
         "XREADGROUP BLOCK -> XACK + PUBLISH. 6: used_memory after the jobs finished, less "
@@ -305,6 +365,8 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--raw"]:
         with contextlib.suppress(KeyboardInterrupt):
             raw_consumer(*sys.argv[2:])
+    elif sys.argv[1:2] == ["--ceiling"]:
+        ceiling_client(*sys.argv[2:])
     elif sys.argv[1:2] == ["--load"]:
         with contextlib.suppress(KeyboardInterrupt):
             load(*sys.argv[2:])
