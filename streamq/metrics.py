@@ -8,7 +8,7 @@ counters, base units (seconds) in histogram names, a ``queue`` label.
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -51,11 +51,21 @@ class BatchHistogram(Collector):
         self.observe_many((value,))
 
     def observe_many(self, values: Iterable[float]) -> None:
-        bounds, counts = self.bounds, self.counts
+        """Count ``values`` in their buckets (a value equal to a bound is in that bound's
+        bucket, as in Prometheus): sorted once, then one bisect per bound, so a batch
+        of a thousand costs a sort in C instead of a thousand Python steps."""
+        ordered = sorted(values)
+        if not ordered:
+            return
+        total = sum(ordered)
         with self._lock:
-            for v in values:
-                counts[bisect_left(bounds, v)] += 1
-                self.sum += v
+            counts, below = self.counts, 0
+            for i, bound in enumerate(self.bounds):
+                upto = bisect_right(ordered, bound, below)
+                counts[i] += upto - below
+                below = upto
+            counts[-1] += len(ordered) - below
+            self.sum += total
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         with self._lock:
