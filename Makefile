@@ -5,17 +5,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-packages redis-server test chaos lint type bench demo clean
+.PHONY: help install module system-packages redis-server test chaos lint type bench demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-system-packages: ## install redis-server, tmux (terminal test) and chromium (browser test) from Debian when missing
-	@command -v redis-server >/dev/null && command -v tmux >/dev/null && command -v chromium >/dev/null || { \
-	  echo "installing redis-server, tmux and chromium with apt-get"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server tmux chromium >/dev/null; }
+system-packages: ## install redis-server, tmux (terminal test), chromium (browser test) and gcc (the module) from Debian when missing
+	@command -v redis-server >/dev/null && command -v tmux >/dev/null && command -v chromium >/dev/null && command -v $(CC) >/dev/null || { \
+	  echo "installing redis-server, tmux, chromium and gcc with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server tmux chromium gcc libc6-dev >/dev/null; }
 
 redis-server: system-packages ## the Debian packages the tests need (system-packages)
+
+MODULE := module/streamq-module.so
+
+$(MODULE): module/streamq_module.c
+	$(CC) -O2 -Wall -Wextra -std=c99 -fPIC -shared -o $@ $<
+
+module: $(MODULE) ## streamq's Redis module (SQ.FCALL: roles with no write command of their own)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,dev,spark,otel,web]'
 	touch $(STAMP)
 
-install: system-packages $(STAMP) ## create .venv with streamq, test and dev tools
+install: system-packages $(STAMP) $(MODULE) ## create .venv with streamq, test and dev tools, and the module
 
 test: install ## run the test suite against a private redis-server
 	$(BIN)/python -m pytest -q
@@ -50,4 +57,4 @@ demo: install ## the main job: a Spark pipeline through streamq on a private Red
 	$(BIN)/python -m streamq.spark.demo
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(MODULE)

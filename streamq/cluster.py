@@ -59,10 +59,10 @@ _FIRST_KEY = frozenset({
     b"ZRANGEBYSCORE", b"ZSCAN", b"LLEN", b"LPUSH", b"RPUSH", b"LRANGE", b"SADD", b"SREM",
     b"SMEMBERS", b"SCARD", b"SISMEMBER",
 })
-_SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO"})
+_SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO", b"SQ.FCALL"})
 #: Script calls that may change state (every streamq state change is a script); a WAIT
 #: follows them with --wait-replicas.
-_WRITES = frozenset({b"EVALSHA", b"EVAL", b"FCALL"})
+_WRITES = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"SQ.FCALL"})
 
 
 def _word(arg: Any) -> bytes:

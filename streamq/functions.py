@@ -22,7 +22,13 @@ from .connection import Client
 from .errors import ConfigError
 from .luaload import VERSION_FUNCTION, LuaLibrary, library
 
-__all__ = ["LibraryMissing", "ensure", "installed", "is_missing_function", "load"]
+__all__ = ["MODULE_CALL", "LibraryMissing", "call_command", "ensure", "has_module",
+           "installed", "is_missing_function", "load"]
+
+#: The command of streamq's Redis module (module/streamq_module.c) that runs a
+#: function of the library on the caller's behalf: with it loaded, the roles hold no
+#: write command of their own (:mod:`streamq.roles`).
+MODULE_CALL = "SQ.FCALL"
 
 log = logging.getLogger("streamq.functions")
 
@@ -61,6 +67,34 @@ def installed(client: Client, node: Any = None) -> str | None:
             return None
         raise
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def has_module(client: Client, node: Any = None) -> bool:
+    """True when the server (a cluster's ``node``) has streamq's module loaded: a bare
+    SQ.FCALL runs nothing, and only a server without the module calls it unknown
+    (COMMAND INFO would do, but redis-py cannot parse its reply for an unknown one)."""
+    try:
+        _call(client, node, MODULE_CALL)
+    except redis.ResponseError as e:  # NOPERM, or the module's usage error: it is there
+        return "unknown command" not in str(e).lower()
+    return True
+
+
+def call_command(client: Client) -> str:
+    """The command that runs streamq's functions on this server: SQ.FCALL where every
+    master has streamq's module loaded, FCALL where none has. Asked once per client."""
+    word = getattr(client, "streamq_call", None)
+    if word is not None:
+        return str(word)
+    found = {name: has_module(client, node) for name, node in _nodes(client)}
+    if len(set(found.values())) > 1:
+        lacking = ", ".join(sorted(n for n, has in found.items() if not has))
+        raise ConfigError(f"streamq's module is loaded on some masters but not on {lacking}: "
+                          "load it on every master (loadmodule in each server's config), or "
+                          "on none")
+    word = MODULE_CALL if all(found.values()) else "FCALL"
+    client.streamq_call = word  # type: ignore[union-attr]
+    return word
 
 
 def load(client: Client, lib: LuaLibrary | None = None) -> list[tuple[str, str | None]]:

@@ -208,6 +208,15 @@ class QueueScripts(ScriptsBase):
                      (retention_ms, limit))
         return int(r[0]), int(r[1]), int(r[2]), r[3] == 1
 
+    def lock(self, key: str, holder: str, ttl_ms: int) -> bool:
+        """Take lock ``key`` for ``holder`` for ``ttl_ms``; also true when ``holder``
+        holds it already (the lock keeps its TTL then)."""
+        return bool(self.run("lock", (key,), (holder, ttl_ms)))
+
+    def unregister(self, qk: QueueKeys, worker: str) -> bool:
+        """Remove a stopping worker from shard ``qk``'s registry, with its description."""
+        return bool(self.run("unregister", (qk.workers, qk.worker(worker)), (worker,)))
+
     def unlock(self, key: str, holder: str) -> bool:
         """Delete lock ``key`` if ``holder`` still owns it."""
         return bool(self.run("unlock", (key,), (holder,)))

@@ -153,10 +153,7 @@ class Reaper:
     def _lock(self) -> bool:
         """Take the pass lock; also true when this reaper holds it still (a pass of its
         own cut short by a Redis error left it behind)."""
-        if self.redis.set(self.keys.reaper_lock, self.id, nx=True, px=self.lock_ttl_ms):
-            return True
-        holder: Any = self.redis.get(self.keys.reaper_lock)
-        return holder is not None and holder.decode() == self.id
+        return self.scripts.lock(self.keys.reaper_lock, self.id, self.lock_ttl_ms)
 
     # -- passes ----------------------------------------------------------------------
 

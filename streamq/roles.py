@@ -1,6 +1,16 @@
 """The Redis ACL roles of a streamq deployment, and the ACL rules each gets.
 
-Each role may call its own functions of streamq's library (``+fcall|sq_<name>``,
+With streamq's Redis module loaded (``module/streamq_module.c``, the shipped
+``deploy/users.acl``), a role holds no write command of its own: it may call its
+own functions through the module's SQ.FCALL (``+sq.fcall|sq_<name>``), which runs
+them with the module's rights, not the caller's; it reads ``sq:`` keys, and the
+few writes it sends itself are each limited by an ACL selector to the one kind
+of key they need (a queue's shard list, the registry of queue names, and for a
+worker its reads of work streams, its lease freshness and its wake list). Raw
+writes to streamq's state, PUBLISH, and every kind of code are refused.
+
+Without the module (``deploy/users-plain.acl``, for servers that cannot load
+one), each role may call its own functions of streamq's library (``+fcall|sq_<name>``,
 a first-argument rule Redis 7.0 accepts for FCALL) and no other code: EVAL,
 EVALSHA, SCRIPT and FUNCTION are the admin's. Redis runs a function's commands
 with the caller's permissions, so a role also holds the commands its functions
@@ -20,7 +30,7 @@ import re
 
 from .luaload import TIME_FUNCTION, VERSION_FUNCTION, bundled, function_name
 
-__all__ = ["DIRECT", "FUNCTIONS", "ROLES", "acl_line", "acl_rules", "commands_of",
+__all__ = ["DIRECT", "FUNCTIONS", "ROLES", "SCOPED", "acl_line", "acl_rules", "commands_of",
            "keys_of", "write_keys"]
 
 ROLES = ("producer", "worker", "reaper", "inspector", "admin")
@@ -39,14 +49,14 @@ FUNCTIONS: dict[str, frozenset[str]] = {
         "schedule_retry", "unpark", "heartbeat", "clear_owed", "announce", "unannounced",
         "announced", "finish_jobs", "lane_ack", "lane_fail", "lane_promote", "lane_start",
         "lane_requeue",
-        "take_permits",
+        "take_permits", "unregister",
     }),
     # recovery of stalled work and dead processes, retention trims
     "reaper": frozenset({
         "promote_retries", "reclaim", "delete_consumers", "expire_orphan", "drop_intent",
         "unpark", "reap_leases", "forget_job", "trim", "unlock", "clear_owed", "announce",
         "unannounced", "announced", "finish_jobs", "register_jobs", "lane_promote",
-        "lane_drop", "lane_reclaim",
+        "lane_drop", "lane_reclaim", "lock",
     }),
     "inspector": frozenset(),
 }
@@ -64,10 +74,8 @@ DIRECT: dict[str, tuple[str, ...]] = {
     "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx", "sadd"),
     # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check,
     # its own registration removed on exit
-    "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "xclaim", "info", "zrem",
-               "del"),
-    # its pass lock
-    "reaper": (*_CONNECT, *_READS, "hsetnx", "sadd", "set"),
+    "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "xclaim", "info"),
+    "reaper": (*_CONNECT, *_READS, "hsetnx", "sadd"),
     "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),
 }
 
@@ -79,6 +87,17 @@ _DIRECT_WRITES: dict[str, tuple[str, ...]] = {
     "worker": ("sq:{*}:config", "sq:queues"),
     "reaper": ("sq:{*}:config", "sq:queues"),
     "inspector": (),
+}
+
+#: The writes a role sends itself, and the only keys each may touch: with the module,
+#: each is an ACL selector of its own (``(~<keys> +<command>)``), so a role writes
+#: nothing else outside its functions.
+SCOPED: dict[str, tuple[str, ...]] = {
+    "hsetnx": ("sq:{*}:config",),  # a queue's first use stores its shards
+    "sadd": ("sq:queues",),  # the registry of queue names
+    "xreadgroup": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),  # a worker reads its work
+    "xclaim": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),  # ... and keeps it fresh (JUSTID)
+    "blpop": ("sq:{*}:wake",),  # an idle worker waits for a wake-up signal
 }
 
 _KEY_RE = re.compile(r"KEYS\[\d+\]\s+\w+\s+(sq:\S+)")
@@ -123,18 +142,33 @@ def write_keys(role: str) -> list[str]:
     return sorted(found)
 
 
-def acl_rules(role: str) -> str:
-    """The ACL rules of ``role`` (after ``user <name> on <password>``)."""
+def acl_rules(role: str, module: bool = True) -> str:
+    """The ACL rules of ``role`` (after ``user <name> on <password>``), for a server
+    with streamq's module loaded (``module``) or without it."""
     if role == "admin":
         return "~* &* +@all"
     if role not in FUNCTIONS:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
     scripts = sorted(FUNCTIONS[role])
+    read_only = [f"+fcall_ro|{VERSION_FUNCTION}", f"+fcall_ro|{TIME_FUNCTION}"]
+    if module:
+        # SQ.FCALL declares its keys with no access flags, which Redis checks as full
+        # access: the root pattern grants it, and the root has no other write command
+        plain = [f"+{c}" for c in sorted(set(DIRECT[role]) - set(SCOPED))]
+        calls = [f"+sq.fcall|{function_name(s)}" for s in scripts]
+        by_scope: dict[tuple[str, ...], list[str]] = {}
+        for c in DIRECT[role]:
+            if c in SCOPED:
+                by_scope.setdefault(SCOPED[c], []).append(c)
+        scoped = [f"({' '.join(f'~{k}' for k in scope)} {' '.join(f'+{c}' for c in cs)})"
+                  for scope, cs in by_scope.items()]
+        keys = ["~sq:*"] if scripts else ["%R~sq:*"]
+        return " ".join(["resetkeys", *keys, "resetchannels", "&sq:*", "-@all",
+                         *plain, *calls, *read_only, *scoped])
     commands = set(DIRECT[role])
     for script in scripts:
         commands |= commands_of(script)
     calls = [f"+fcall|{function_name(s)}" for s in scripts]
-    read_only = [f"+fcall_ro|{VERSION_FUNCTION}", f"+fcall_ro|{TIME_FUNCTION}"]
     plain = [f"+{c}" for c in sorted(commands)]
     # every role may read streamq's keys and write only the kinds of key its own
     # operations write (Redis 7.0 key permissions: %R~ read only, ~ read and write: one
@@ -145,7 +179,7 @@ def acl_rules(role: str) -> str:
                      *plain, *calls, *read_only])
 
 
-def acl_line(role: str, password: str) -> str:
+def acl_line(role: str, password: str, module: bool = True) -> str:
     """One ACL file line for ``role``, its password stored as a SHA-256 hash."""
     digest = hashlib.sha256(password.encode()).hexdigest()
-    return f"user {role} on #{digest} {acl_rules(role)}"
+    return f"user {role} on #{digest} {acl_rules(role, module)}"

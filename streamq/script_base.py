@@ -1,7 +1,8 @@
 """The plumbing of :class:`streamq.scripts.Scripts`: script registration and calls.
 
 Scripts are the functions of streamq's library (:func:`streamq.luaload.library`),
-run with FCALL. A server found without the library (a restart without
+run with FCALL, or with SQ.FCALL where streamq's Redis module is loaded (so that
+the roles need no write command of their own: :mod:`streamq.roles`). A server found without the library (a restart without
 persistence, FUNCTION FLUSH, a new master) gets it again when the user may load
 it (:func:`streamq.functions.ensure`); else the call fails with what to run.
 """
@@ -24,6 +25,8 @@ class ScriptsBase:
         self.client = client
         self.library = library()
         self._numkeys = {name: lua.numkeys for name, lua in bundled().items()}
+        #: FCALL or SQ.FCALL (:func:`streamq.functions.call_command`), asked at first use
+        self._call: str | None = None
 
     def function(self, name: str) -> str:
         """The library function that runs the script ``name`` (the FCALL's first
@@ -81,10 +84,13 @@ class ScriptsBase:
 
     def _commands(self, calls: Sequence[Call]) -> list[Sequence[Any]]:
         commands: list[Sequence[Any]] = []
+        word = self._call
+        if word is None and calls:
+            word = self._call = functions.call_command(self.client)
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
-            commands.append(("FCALL", self.library.functions[c.name], len(c.keys), *c.keys,
+            commands.append((word, self.library.functions[c.name], len(c.keys), *c.keys,
                              *c.args))
         return commands
 

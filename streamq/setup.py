@@ -35,6 +35,8 @@ class NodeReport:
     policy: str
     persistence: list[str]
     library_before: str | None
+    #: streamq's module (SQ.FCALL) is loaded: the roles of deploy/users.acl work
+    module: bool = False
     library_after: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -60,7 +62,13 @@ def inspect_node(client: Client, name: str, node: Any) -> NodeReport:
         pass
     report = NodeReport(node=name, version=str(server.get("redis_version", "?")),
                         policy=str(memory.get("maxmemory_policy", SAFE_POLICY)),
-                        persistence=saving, library_before=functions.installed(client, node))
+                        persistence=saving, library_before=functions.installed(client, node),
+                        module=functions.has_module(client, node))
+    if not report.module:
+        report.warnings.append("streamq's module is not loaded (loadmodule module/streamq-module.so): "
+                               "use the roles of deploy/users-plain.acl (setup --acl DIR "
+                               "--plain), under which each role can also send directly the "
+                               "writes its functions make")
     if not saving:
         report.warnings.append("no persistence (neither AOF nor RDB snapshots): a restart "
                                "loses every queued job; turn on appendonly")
@@ -94,9 +102,10 @@ def run_setup(client: Client, *, allow_eviction: bool = False,
     return reports
 
 
-def acl_lines(password_dir: Path) -> list[str]:
+def acl_lines(password_dir: Path, module: bool = True) -> list[str]:
     """The ACL file lines of every role, each password read from
-    ``<password_dir>/<role>-password`` (a compose secret's file) and stored hashed."""
+    ``<password_dir>/<role>-password`` (a compose secret's file) and stored hashed; for
+    a server with streamq's module loaded (``module``), or without it."""
     lines = ["user default off"]
     for role in (*FUNCTIONS, "admin"):
         path = password_dir / f"{role}-password"
@@ -107,7 +116,7 @@ def acl_lines(password_dir: Path) -> list[str]:
                               f"{e.strerror or e}") from None
         if not secret:
             raise ConfigError(f"the {role} password file {str(path)!r} is empty")
-        lines.append(acl_line(role, secret))
+        lines.append(acl_line(role, secret, module))
     return lines
 
 

@@ -340,8 +340,7 @@ class Worker:
             self.loop.close()
         try:
             for qk in self.shards:
-                self.redis.zrem(qk.workers, self.id)
-                self.redis.delete(qk.worker(self.id))
+                self.scripts.unregister(qk, self.id)
         except Exception as e:  # Redis down or refusing: the entries expire on their own
             log.warning("could not deregister: %s", e)
         if self.id_file is not None:

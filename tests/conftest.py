@@ -65,6 +65,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: streamq's Redis module (``make module``), for servers with the shipped roles
+MODULE = Path(__file__).resolve().parent.parent / "module" / "streamq-module.so"
+
+
+def module_args() -> tuple[str, str]:
+    """The redis-server arguments that load streamq's module (deploy/users.acl needs it)."""
+    if not MODULE.exists():
+        pytest.exit(f"{MODULE} not found: run `make install` (it builds the module)", 2)
+    return ("--loadmodule", str(MODULE))
+
+
 def start_redis(workdir: Path, *extra: str, port: int | None = None,
                 ping: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Start a redis-server on a free loopback port (or ``port``); return it and its URL."""

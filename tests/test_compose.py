@@ -25,13 +25,15 @@ from typing import Any
 import pytest
 import redis
 import yaml
-from conftest import ROOT, free_port
+from conftest import MODULE, ROOT, free_port
 
 from streamq import JobState, Queue
 from streamq.example import handle
 
 PRODUCER_PASSWORD = "producer-secret"  # the password deploy/users.acl hashes for `producer`
 COMPOSE_HOST = "redis:6379"  # how services reach Redis inside compose's network
+#: where deploy/redis.Dockerfile puts streamq's module
+MODULE_IN_IMAGE = "/usr/local/lib/redis/streamq-module.so"
 
 
 def seconds(value: str) -> float:
@@ -109,6 +111,11 @@ def redis_conf(spec: dict[str, Any], workdir: Path, port: int) -> Path:
             continue  # loopback, a free port and a temporary directory instead
         if len(words) == 2 and words[1] in mounts:
             line = f"{words[0]} {mounts[words[1]]}"
+        if words and words[0] == "loadmodule":
+            # the module the Redis image builds (deploy/redis.Dockerfile), built here by
+            # `make module`
+            assert words[1] == MODULE_IN_IMAGE, line
+            line = f"loadmodule {MODULE}"
         lines.append(line)
     lines += [f"port {port}", "bind 127.0.0.1", f"dir {workdir}", "protected-mode yes"]
     out = workdir / "redis.conf"
@@ -403,17 +410,26 @@ def test_no_password_is_in_an_environment_or_on_a_command_line() -> None:
 
 def test_every_streamq_service_builds_and_the_context_leaves_out_secrets() -> None:
     spec = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    redis_build = {"context": ".", "dockerfile": "deploy/redis.Dockerfile"}
     for name, svc in spec["services"].items():
-        if str(svc.get("image", "")).startswith("streamq"):
+        if str(svc.get("image", "")).startswith("streamq-redis"):
+            # every Redis of the stack loads streamq's module, built into its image
+            assert svc.get("build") == redis_build, f"{name} cannot be built on its own"
+        elif str(svc.get("image", "")).startswith("streamq"):
             assert svc.get("build") == ".", f"{name} cannot be built on its own"
+        elif "redis-server" in svc.get("command", []):
+            raise AssertionError(f"{name} runs a Redis without streamq's module")
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", "deploy/secrets", "tests"} <= ignored
-    # and what the Dockerfile copies is not left out
-    copied = re.findall(r"^COPY\s+(.+)\s+\S+$", (ROOT / "Dockerfile").read_text(), re.M)
-    for sources in copied:
-        for src in sources.split():
-            assert src.rstrip("/") not in ignored, src
+    # and what the Dockerfiles copy from the context is not left out
+    for dockerfile in ("Dockerfile", "deploy/redis.Dockerfile"):
+        copied = re.findall(r"^COPY\s+(?!--from)(.+)\s+\S+$", (ROOT / dockerfile).read_text(),
+                            re.M)
+        assert copied, dockerfile
+        for sources in copied:
+            for src in sources.split():
+                assert src.rstrip("/") not in ignored, src
 
 
 def test_the_image_is_pinned_the_base_by_digest_and_every_dependency_by_version() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, free_port, start_redis
+from conftest import ROOT, free_port, module_args, start_redis
 
 from streamq import ConnectionFailed, JobState, NonRetryable, Queue, Worker
 from streamq.reaper import Reaper
@@ -31,7 +31,7 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     """A redis-server loading the shipped ACL file; yields a URL per user."""
     d = tmp_path_factory.mktemp("acl")
     shutil.copy(ROOT / "deploy" / "users.acl", d / "users.acl")
-    proc, url = start_redis(d, "--aclfile", str(d / "users.acl"), ping=False)
+    proc, url = start_redis(d, *module_args(), "--aclfile", str(d / "users.acl"), ping=False)
     host = url.removeprefix("redis://")
     urls = {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()}
     try:

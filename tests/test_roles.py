@@ -2,7 +2,11 @@
 own operations and nothing else, and no role but the admin can load or run code.
 
 Every test runs a redis-server loading the ACL file the project ships
-(deploy/users.acl), set up with ``streamq setup`` as the admin user.
+(deploy/users.acl) and streamq's module (SQ.FCALL, which runs a role's functions so
+that the role itself holds no write command), set up with ``streamq setup`` as the
+admin user; on one server and on a Redis Cluster. The ``plain`` case is a server
+without the module, loading deploy/users-plain.acl instead (each role then holds
+the commands its functions run).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,13 +26,21 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, TOPOLOGIES, start_redis, wait_until
+from conftest import ROOT, TOPOLOGIES, module_args, start_redis, wait_until
 from redis.cluster import RedisCluster
 
 from streamq import JobState, Queue
 from streamq.luaload import library
 from streamq.reaper import Reaper
-from streamq.roles import DIRECT, FUNCTIONS, acl_rules, commands_of, keys_of, write_keys
+from streamq.roles import (
+    DIRECT,
+    FUNCTIONS,
+    SCOPED,
+    acl_rules,
+    commands_of,
+    keys_of,
+    write_keys,
+)
 
 PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
              "reaper": "reaper-secret", "inspector": "inspector-secret",
@@ -42,9 +55,13 @@ def streamq(*args: str, env: dict[str, str] | None = None,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
-def _start(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    (tmp / "users.acl").write_text((ROOT / "deploy" / "users.acl").read_text())
-    proc, url = start_redis(tmp, "--aclfile", str(tmp / "users.acl"), ping=False)
+def _start(tmp: Path, plain: bool = False) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A redis-server with the shipped roles: deploy/users.acl and the module, or
+    (``plain``) deploy/users-plain.acl and no module."""
+    name = "users-plain.acl" if plain else "users.acl"
+    (tmp / "users.acl").write_text((ROOT / "deploy" / name).read_text())
+    module = () if plain else module_args()
+    proc, url = start_redis(tmp, *module, "--aclfile", str(tmp / "users.acl"), ping=False)
     host = url.removeprefix("redis://")
     urls = {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()}
     admin = redis.Redis.from_url(urls["admin"])
@@ -58,7 +75,7 @@ def _cluster_with_roles(tmp: Path) -> tuple[Any, dict[str, str]]:
     users (ACL SETUSER, line for line; the default user turned off last)."""
     from redis_cluster import LocalCluster
 
-    cluster = LocalCluster(tmp, masters=3)
+    cluster = LocalCluster(tmp, masters=3, extra=module_args())
     cluster.start()
     lines = (ROOT / "deploy" / "users.acl").read_text().splitlines()
     for node in cluster.nodes:
@@ -71,17 +88,18 @@ def _cluster_with_roles(tmp: Path) -> tuple[Any, dict[str, str]]:
     return cluster, {u: f"redis://{u}:{p}@{host}/0" for u, p in PASSWORDS.items()}
 
 
-@pytest.fixture(scope="module", params=TOPOLOGIES)
+@pytest.fixture(scope="module", params=[*TOPOLOGIES, "plain"])
 def acl(request: pytest.FixtureRequest,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The shipped roles on a redis-server loading the ACL file, or on a Redis Cluster;
-    set up by the admin; a URL per role."""
+    """The shipped roles on a redis-server loading the ACL file and the module, on a
+    Redis Cluster, or (plain) on a redis-server without the module; set up by the
+    admin; a URL per role, and ``mode`` (module or plain)."""
     tmp = tmp_path_factory.mktemp("roles")
     if request.param == "cluster":
         cluster, urls = _cluster_with_roles(tmp)
         stop = cluster.stop
     else:
-        proc, urls = _start(tmp)
+        proc, urls = _start(tmp, plain=request.param == "plain")
 
         def stop() -> None:
             proc.terminate()
@@ -90,18 +108,22 @@ def acl(request: pytest.FixtureRequest,
         done = streamq("setup", "--redis-url", urls["admin"])
         assert done.returncode == 0, done.stderr
         assert done.stdout.count("(loaded)") == (3 if request.param == "cluster" else 1)
-        yield urls
+        assert ("module not loaded" in done.stdout) == (request.param == "plain")
+        yield {**urls, "mode": "plain" if request.param == "plain" else "module"}
     finally:
         stop()
 
 
-def test_the_shipped_acl_file_is_what_setup_prints() -> None:
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_shipped_acl_file_is_what_setup_prints(plain: bool) -> None:
     # Given the passwords of the compose secrets
-    # When setup prints the ACL lines of the roles
-    printed = streamq("setup", "--acl", str(ROOT / "deploy" / "secrets"), "--acl-only")
+    # When setup prints the ACL lines of the roles (with the module, or --plain)
+    printed = streamq("setup", "--acl", str(ROOT / "deploy" / "secrets"), "--acl-only",
+                      *(["--plain"] if plain else []))
     # Then they are the shipped ACL file, line for line (it cannot drift from the code)
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.splitlines() == (ROOT / "deploy" / "users.acl").read_text().splitlines()
+    shipped = ROOT / "deploy" / ("users-plain.acl" if plain else "users.acl")
+    assert printed.stdout.splitlines() == shipped.read_text().splitlines()
     assert "secret" not in printed.stdout  # hashed, never the password itself
 
 
@@ -216,11 +238,34 @@ FOREIGN_COMMANDS = {
 }
 
 
+def _fcall(c: redis.Redis, mode: str, fname: str, *keys: str) -> Any:
+    """Call a function of the library as a role of ``mode`` does (SQ.FCALL with the
+    module, FCALL without)."""
+    if mode == "module":
+        return c.execute_command("SQ.FCALL", fname, len(keys), *keys)
+    return c.fcall(fname, len(keys), *keys)
+
+
+#: Each write command a role might hold, on a key.
+_WRITE_ON = {
+    "hset": lambda k: ("HSET", k, "0", "forged"),
+    "hsetnx": lambda k: ("HSETNX", k, "0", "forged"),
+    "xadd": lambda k: ("XADD", k, "*", "p", "x"),
+    "del": lambda k: ("DEL", k),
+    "sadd": lambda k: ("SADD", k, "forged"),
+    "xack": lambda k: ("XACK", k, "workers", "0-1"),
+    "xclaim": lambda k: ("XCLAIM", k, "workers", "me", "0", "0-1"),
+    "xreadgroup": lambda k: ("XREADGROUP", "GROUP", "workers", "me", "STREAMS", k, ">"),
+    "blpop": lambda k: ("BLPOP", k, "0.01"),
+}
+
+
 @pytest.mark.parametrize("role", RUNTIME)
 def test_each_role_is_refused_every_other_roles_operations(
     acl: dict[str, str], role: str
 ) -> None:
     # Given a role's credential
+    mode = acl["mode"]
     c = redis.Redis.from_url(acl[role])
     own = FUNCTIONS[role]
     try:
@@ -230,20 +275,29 @@ def test_each_role_is_refused_every_other_roles_operations(
             if script in own:
                 continue
             with pytest.raises(redis.exceptions.NoPermissionError):
-                c.fcall(fname, 1, "sq:{x}:k")
+                _fcall(c, mode, fname, "sq:{x}:k")
             # (refused by the function rule itself, not only by the key: no key given)
             with pytest.raises(redis.exceptions.NoPermissionError):
-                c.fcall(fname, 0)
+                _fcall(c, mode, fname)
         # in particular these, named here and not read from the role table (a table that
         # gave a role another's operation would pass the loop above)
         for script in FOREIGN[role]:
             with pytest.raises(redis.exceptions.NoPermissionError):
-                c.fcall(f"sq_{script}", 0)
+                _fcall(c, mode, f"sq_{script}")
         for command in FOREIGN_COMMANDS[role]:
             with pytest.raises(redis.exceptions.NoPermissionError):
                 c.execute_command(*command)
+        if mode == "module":
+            # with the module, a plain FCALL, even of its own functions, is refused (it
+            # would run with the role's own rights, which hold no write); the only
+            # writes it sends itself are the scoped ones
+            for script in own:
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    c.fcall(f"sq_{script}", 0)
+            allowed = {cmd for cmd in DIRECT[role] if cmd in SCOPED}
+        else:
+            allowed = set(DIRECT[role]).union(*[commands_of(s) for s in own])
         # and every write command its functions and its own work do not need
-        allowed = set(DIRECT[role]).union(*[commands_of(s) for s in own])
         writes = {
             "hset": ("HSET", "sq:{x}:results", "0", "forged"),
             "xadd": ("XADD", "sq:{x}:tasks", "*", "p", "x"),
@@ -269,42 +323,77 @@ def test_each_role_is_refused_every_other_roles_operations(
         for name in refused:
             with pytest.raises(redis.exceptions.NoPermissionError):
                 c.execute_command(*writes[name])
-        # and, with a write command it holds, every kind of key its operations do not
-        # write (key permissions: it reads every sq: key, writes only its own kinds)
         kinds = set().union(*[keys_of(s) for s in library().functions])
-        mine = set(write_keys(role))
-        assert mine <= kinds | {"sq:{*}:config", "sq:queues"}
-        for pattern in sorted(kinds - mine):
-            key = pattern.replace("*", "x")
-            if any(fnmatch.fnmatchcase(key, p) for p in mine):
-                continue  # (a lane's retry stream is a key of its lane's kind)
-            for name in ("del", "hset", "xadd"):
-                if name in allowed:
-                    command = {"del": ("DEL", key), "hset": ("HSET", key, "f", "forged"),
-                               "xadd": ("XADD", key, "*", "p", "x")}[name]
+        if mode == "module":
+            # and no raw HSET, XADD or DEL on any kind of streamq key, the kinds its own
+            # functions write included; each write it holds reaches its own keys only
+            for pattern in sorted(kinds):
+                key = pattern.replace("*", "x")
+                for name in ("del", "hset", "xadd"):
                     with pytest.raises(redis.exceptions.NoPermissionError):
-                        c.execute_command(*command)
+                        c.execute_command(*_WRITE_ON[name](key))
+                for name in allowed:
+                    if not any(fnmatch.fnmatchcase(key, p) for p in SCOPED[name]):
+                        with pytest.raises(redis.exceptions.NoPermissionError):
+                            c.execute_command(*_WRITE_ON[name](key))
+            assert allowed <= {"hsetnx", "sadd", "xreadgroup", "xclaim", "blpop"}
+        else:
+            # and, with a write command it holds, every kind of key its operations do
+            # not write (key permissions: it reads every sq: key, writes only its kinds)
+            mine = set(write_keys(role))
+            assert mine <= kinds | {"sq:{*}:config", "sq:queues"}
+            for pattern in sorted(kinds - mine):
+                key = pattern.replace("*", "x")
+                if any(fnmatch.fnmatchcase(key, p) for p in mine):
+                    continue  # (a lane's retry stream is a key of its lane's kind)
+                for name in ("del", "hset", "xadd"):
+                    if name in allowed:
+                        with pytest.raises(redis.exceptions.NoPermissionError):
+                            c.execute_command(*_WRITE_ON[name](key))
         # (what each role still holds is in docs/operations.md; the inspector holds no
         # write at all)
         if role == "inspector":
             assert refused == set(writes)
         assert {"unlink", "rename", "expire", "persist", "restore", "xgroup|destroy",
                 "xautoclaim" if role != "reaper" else "unlink"} <= refused
+        if mode == "module":
+            assert {"hset", "xadd", "del", "publish", "spublish", "zadd", "zrem", "xack",
+                    "set"} <= refused
     finally:
         c.close()
 
 
-def test_the_acl_rules_name_only_streamq_keys_and_channels() -> None:
+@pytest.mark.parametrize("module", [True, False])
+def test_the_acl_rules_name_only_streamq_keys_and_channels(module: bool) -> None:
     for role in RUNTIME:
-        rules = acl_rules(role).split()
+        text = acl_rules(role, module)
+        rules = text.split()
         keys = [r for r in rules if "~" in r]
-        # (and the registry of queue names, which a queue's first use adds to)
-        assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") or k == "~sq:queues"
-                                            for k in keys[1:])
-        assert (role == "inspector") == (keys == ["%R~sq:*"])
         assert [r for r in rules if r.startswith("&")] == ["&sq:*"]
-        assert not any(r.lstrip("+").split("|")[0] in ("eval", "evalsha", "script", "function")
+        assert not any(r.lstrip("+(").split("|")[0] in ("eval", "evalsha", "script", "function")
                        for r in rules), role
+        if not module:
+            # (and the registry of queue names, which a queue's first use adds to)
+            assert keys[0] == "%R~sq:*" and all(k.startswith("~sq:{*}:") or k == "~sq:queues"
+                                                for k in keys[1:])
+            assert (role == "inspector") == (keys == ["%R~sq:*"])
+            continue
+        # with the module: the root grants reads, SQ.FCALL of its own functions and the
+        # two read-only ones, and no write command; each write it sends itself is a
+        # selector of its own keys
+        root = re.sub(r"\([^)]*\)", "", text).split()
+        assert keys[0] == ("%R~sq:*" if role == "inspector" else "~sq:*")
+        granted = [r[1:] for r in root if r.startswith("+")]
+        assert {g.split("|")[0] for g in granted} <= {
+            *DIRECT[role], "sq.fcall", "fcall_ro", "xinfo", "cluster"} - set(SCOPED)
+        assert sorted(g.split("|")[1] for g in granted if g.startswith("sq.fcall|")) == sorted(
+            f"sq_{s}" for s in FUNCTIONS[role])
+        assert not any(g.startswith("fcall|") for g in granted)
+        for selector in re.findall(r"\(([^)]*)\)", text):
+            words = selector.split()
+            assert all(w.startswith("~sq:{*}:") or w == "~sq:queues"
+                       for w in words if "~" in w), selector
+            assert all(w[1:] in SCOPED for w in words if w.startswith("+")), selector
 
 
 def test_the_full_flow_runs_under_the_roles_with_a_crash_and_a_replay(
@@ -425,17 +514,25 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
     try:
         time.sleep(1.5)  # (it subscribed)
         # When a credential that may publish on the queue's channels forges its completion
+        # (no runtime role may: only the admin)
         from streamq.keys import QueueKeys
         from streamq.models import Completion
 
         fake = Completion(job.id, queue_name, JobState.SUCCEEDED, 2, 2, 0, 1).as_dict()
         qk = producer.shards[0]
         assert isinstance(qk, QueueKeys)
-        publish = (producer.redis.spublish if isinstance(producer.redis, RedisCluster)
-                   else producer.redis.publish)
+        for role in RUNTIME if acl["mode"] == "module" else ():
+            forger = Queue(queue_name, acl[role])
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                forger.redis.execute_command("PUBLISH", qk.channel, json.dumps(fake))
+            forger.close()
+        admin = Queue(queue_name, acl["admin"])
+        publish = (admin.redis.spublish if isinstance(admin.redis, RedisCluster)
+                   else admin.redis.publish)
         for _ in range(3):
             publish(qk.channel, json.dumps(fake))
             publish(qk.job_channel(job.id), json.dumps(fake))
+        admin.close()
         out, err = sub.communicate(timeout=30)
         # Then the subscriber reads the job's durable state and prints nothing: the job
         # never completed, so it times out (exit 1)

@@ -15,7 +15,7 @@ from urllib.parse import quote, urljoin, urlparse
 
 import httpx
 import redis
-from conftest import ROOT, start_redis, wait_until
+from conftest import ROOT, module_args, start_redis, wait_until
 from web_fixtures import Data, WebServer, WorkerProcs, csrf_of, populate, routes, start_web
 
 from streamq import JobState, Queue
@@ -422,7 +422,8 @@ def test_no_secret_is_in_any_page_and_actions_use_the_admin_credentials(
     passwords = {"inspector": "inspector-secret", "admin": "admin-secret",
                  "producer": "producer-secret"}
     (tmp_path / "users.acl").write_text((ROOT / "deploy" / "users.acl").read_text())
-    proc, url = start_redis(tmp_path, "--aclfile", str(tmp_path / "users.acl"), ping=False)
+    proc, url = start_redis(tmp_path, *module_args(), "--aclfile", str(tmp_path / "users.acl"),
+                              ping=False)
     host = url.removeprefix("redis://")
     urls = {u: f"redis://{u}:{p}@{host}" for u, p in passwords.items()}
     server = None

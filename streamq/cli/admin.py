@@ -24,6 +24,9 @@ def setup(
     acl_only: Annotated[bool, typer.Option(
         "--acl-only", help="only print the ACL lines (with --acl): do not contact Redis")
     ] = False,
+    plain: Annotated[bool, typer.Option(
+        "--plain", help="with --acl: the lines for a server without streamq's module (each "
+                        "role then holds the commands its functions run)")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="check the servers and the library, load nothing")] = False,
     allow_eviction: Annotated[bool, typer.Option(
@@ -34,7 +37,9 @@ def setup(
     print the roles' ACL lines."""
     if acl_only and acl is None:
         raise ConfigError("--acl-only needs --acl DIR (the directory of the password files)")
-    lines = setup_.acl_lines(acl) if acl is not None else []
+    if plain and acl is None:
+        raise ConfigError("--plain needs --acl DIR (the directory of the password files)")
+    lines = setup_.acl_lines(acl, module=not plain) if acl is not None else []
     if acl_only:
         typer.echo("\n".join(lines))
         return
@@ -62,7 +67,7 @@ def setup(
             did = "loaded" if before is None else f"upgraded from {before}"
         out.print(f"{r.node}: Redis {r.version}, maxmemory-policy {r.policy}, persistence "
                   f"{'+'.join(r.persistence) or 'none'}; library {lib.name} {after or '-'} "
-                  f"({did})")
+                  f"({did}); module {'loaded' if r.module else 'not loaded'}")
         for w in r.warnings:
             error_line(f"warning: {r.node}: {w}")
     if check and any(r.library_before != lib.version for r in reports):
