@@ -62,6 +62,8 @@ static long numkeys_of(RedisModuleString **argv, int argc) {
     char *end;
     long n;
     if (len == 0 || len > 9) return -1;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return -1;
     n = strtol(s, &end, 10);
     if (end != s + len || n < 0 || n > argc - 3) return -1;
     return n;
@@ -86,8 +88,10 @@ static int sq_fcall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     fn = RedisModule_StringPtrLen(argv[1], &len);
     if (len <= sizeof(PREFIX) - 1 || strncmp(fn, PREFIX, sizeof(PREFIX) - 1) != 0)
         return RedisModule_ReplyWithError(ctx, "ERR sq.fcall runs streamq's functions (sq_*) only");
-    /* E: errors (an unknown function, OOM) come back as replies; 0: the caller's protocol */
-    reply = RedisModule_Call(ctx, "FCALL", "0Ev", argv + 1, (size_t)(argc - 1));
+    /* !: the function's writes go to the replicas and the AOF, as FCALL's do (without
+     * it Redis propagates nothing of a module's nested call); E: errors (an unknown
+     * function, OOM) come back as replies; 0: in the caller's protocol */
+    reply = RedisModule_Call(ctx, "FCALL", "!0Ev", argv + 1, (size_t)(argc - 1));
     if (reply == NULL)
         return RedisModule_ReplyWithError(ctx, "ERR sq.fcall: the function could not be called");
     RedisModule_ReplyWithCallReply(ctx, reply);

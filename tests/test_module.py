@@ -1,0 +1,241 @@
+"""streamq's Redis module (module/streamq_module.c): SQ.FCALL runs streamq's functions,
+and nothing else, with the module's rights; a malformed call gets an error and
+leaves the server up; the functions' own flags still decide what runs under OOM;
+the effects reach replicas; on a cluster the keys decide the node, as for FCALL.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import module_args, start_redis, wait_until
+from redis.cluster import RedisCluster
+
+from streamq import JobState, Queue, Worker, functions
+from streamq.keys import JobKeys
+from streamq.luaload import TIME_FUNCTION
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A redis-server with the module loaded and streamq's library."""
+    tmp = tmp_path_factory.mktemp("module")
+    proc, url = start_redis(tmp, *module_args())
+    c = redis.Redis.from_url(url)
+    functions.load(c)
+    c.close()
+    try:
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+MALFORMED = [
+    ("SQ.FCALL",),
+    ("SQ.FCALL", TIME_FUNCTION),
+    ("SQ.FCALL", TIME_FUNCTION, "abc"),
+    ("SQ.FCALL", TIME_FUNCTION, "-1", "sq:{x}:k"),
+    ("SQ.FCALL", TIME_FUNCTION, "2", "sq:{x}:k"),
+    ("SQ.FCALL", TIME_FUNCTION, "99999999999", "sq:{x}:k"),
+    ("SQ.FCALL", TIME_FUNCTION, "1e1", "sq:{x}:k"),
+    ("SQ.FCALL", TIME_FUNCTION, "", "sq:{x}:k"),
+    ("SQ.FCALL", TIME_FUNCTION, " 1", "sq:{x}:k"),
+    ("SQ.FCALL", "spin", "0"),
+    ("SQ.FCALL", "sq_", "0"),
+    ("SQ.FCALL", "sq_no_such_function", "0"),
+    ("SQ.FCALL", "", "0"),
+]
+
+
+def test_a_malformed_call_or_another_function_gets_an_error_and_the_server_stays_up(
+    server: tuple[str, Any]
+) -> None:
+    url, proc = server
+    c = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        # Given a function that is not streamq's, loaded by the admin
+        c.function_load("#!lua name=other\nredis.register_function('spin', "
+                        "function() while true do end end)", replace=True)
+        # When SQ.FCALL is called with every malformed shape, and to run that function
+        for command in MALFORMED:
+            with pytest.raises(redis.ResponseError) as e:
+                c.execute_command(*command)
+            # Then each gets an error reply, and the server answers at once
+            assert c.ping(), command
+            assert any(w in str(e.value) for w in ("sq.fcall", "streamq", "Function not found",
+                                                   "arguments")), (command, e.value)
+        # and asking Redis for their keys does not crash it either
+        for command in MALFORMED:
+            try:
+                c.execute_command("COMMAND", "GETKEYS", *command)
+            except redis.ResponseError:
+                pass
+            assert c.ping()
+        with pytest.raises(redis.ResponseError, match="streamq's functions"):
+            c.execute_command("SQ.FCALL", "spin", 0)
+        assert proc.poll() is None
+    finally:
+        c.function_delete("other")
+        c.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_replies_and_errors_are_those_of_fcall(server: tuple[str, Any], protocol: int) -> None:
+    url, _ = server
+    c = redis.Redis.from_url(url, protocol=protocol)
+    try:
+        # a reply comes back as FCALL's does, in the caller's protocol
+        via_module = c.execute_command("SQ.FCALL", TIME_FUNCTION, 1, "sq:{x}:k")
+        direct = c.fcall(TIME_FUNCTION, 1, "sq:{x}:k")
+        assert type(via_module) is type(direct) and len(via_module) == len(direct) == 2
+        # and a function's error reply is passed through (a job that does not exist)
+        q = Queue("mod-errors", url)
+        with pytest.raises(redis.ResponseError) as via:
+            c.execute_command("SQ.FCALL", "sq_schedule_retry", 1, JobKeys("nojob").retry,
+                              "x")
+        with pytest.raises(redis.ResponseError) as plain:
+            c.fcall("sq_schedule_retry", 1, JobKeys("nojob").retry, "x")
+        assert str(via.value) == str(plain.value)
+        q.close()
+    finally:
+        c.close()
+
+
+def test_the_functions_flags_decide_what_runs_under_oom(server: tuple[str, Any]) -> None:
+    url, _ = server
+    c = redis.Redis.from_url(url)
+    q = Queue("mod-oom", url)
+    job = q.submit([1])
+    try:
+        assert functions.call_command(q.redis) == "SQ.FCALL"
+        # When Redis is out of memory
+        c.config_set("maxmemory", 1)
+        # Then a function that adds work is refused whole, through the module too
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            q.submit([2])
+        # and one that drains runs (a lock taken and released)
+        key = "sq:{mod-oom}:reaper-lock"
+        assert c.execute_command("SQ.FCALL", "sq_lock", 1, key, "me", 5000) == 1
+        assert c.execute_command("SQ.FCALL", "sq_unlock", 1, key, "me") == 1
+    finally:
+        c.config_set("maxmemory", 0)
+        c.close()
+    # and once memory is back the job is served
+    w = Worker("mod-oom", lambda p: p, url, idle_wait_s=0.2)
+
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    finally:
+        w.stop()
+        t.join(30)
+        q.close()
+
+
+def test_a_replica_gets_what_functions_run_through_the_module(
+    server: tuple[str, Any], tmp_path: Path
+) -> None:
+    # Given a replica of the server (loading the module too: it may become the master)
+    url, _ = server
+    host, port = url.removeprefix("redis://").split("/")[0].split(":")
+    replica, rurl = start_redis(tmp_path, *module_args(), "--replicaof", host, port)
+    r = redis.Redis.from_url(rurl)
+    try:
+        wait_until(lambda: r.info("replication")["master_link_status"] == "up", 30,
+                   "the replica in sync")
+        # When a job is submitted through SQ.FCALL
+        q = Queue("mod-replica", url)
+        job = q.submit([1, 2])
+        assert q.redis.execute_command("WAIT", 1, 5000) == 1
+        # Then the replica holds its state
+        meta = r.hgetall(JobKeys(job.id).meta)
+        assert meta and meta == q.redis.hgetall(JobKeys(job.id).meta)
+        assert r.xlen(JobKeys(job.id).tasks) == 2
+        q.close()
+    finally:
+        r.close()
+        replica.terminate()
+        replica.wait(10)
+
+
+def test_what_functions_run_through_the_module_is_in_the_aof(tmp_path: Path) -> None:
+    # Given a server with the module writing an AOF
+    args = (*module_args(), "--appendonly", "yes", "--appendfsync", "always")
+    proc, url = start_redis(tmp_path, *args)
+    port = int(url.removeprefix("redis://").split("/")[0].split(":")[1])
+    try:
+        functions.load(redis.Redis.from_url(url))
+        q = Queue("mod-aof", url)
+        job = q.submit([1, 2])
+        before = q.redis.hgetall(JobKeys(job.id).meta)
+        q.close()
+        # When it is killed and started again from its AOF
+        proc.kill()
+        proc.wait(10)
+        proc, url = start_redis(tmp_path, *args, port=port)
+        # Then the job's state is there
+        again = redis.Redis.from_url(url)
+        assert before and again.hgetall(JobKeys(job.id).meta) == before
+        assert again.xlen(JobKeys(job.id).tasks) == 2
+        again.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.cluster
+def test_on_a_cluster_the_keys_choose_the_node_and_cross_slot_calls_are_refused(
+    tmp_path: Path
+) -> None:
+    from redis_cluster import LocalCluster
+
+    with LocalCluster(tmp_path, masters=3, extra=module_args()) as cluster:
+        rc = RedisCluster.from_url(cluster.url)
+        functions.load(rc)
+        # a call whose keys live in two slots is refused, as FCALL's is
+        node = rc.get_node_from_key("sq:{a}:k")
+        with pytest.raises(redis.ResponseError, match="hash to the same slot"):
+            rc.execute_command("SQ.FCALL", TIME_FUNCTION, 2, "sq:{a}:k", "sq:{b}:k",
+                               target_nodes=node)
+        # a call sent to a node that does not hold its key is redirected (MOVED)
+        other = next(n for n in rc.get_primaries() if n.name != node.name)
+        with pytest.raises(redis.exceptions.MovedError):
+            other_client = redis.Redis(host=other.host, port=other.port)
+            try:
+                other_client.execute_command("SQ.FCALL", TIME_FUNCTION, 1, "sq:{a}:k")
+            finally:
+                other_client.close()
+        # and streamq's own client routes every call (a queue of 3 shards, worked)
+        q = Queue("mod-cluster", cluster.url, shards=3)
+        assert functions.call_command(q.redis) == "SQ.FCALL"
+        jobs = [q.submit([i, i + 1]) for i in range(6)] + q.submit_many([[i] for i in range(20)])
+        w = Worker("mod-cluster", lambda p: p, client=q.redis, idle_wait_s=0.2)
+
+        t = threading.Thread(target=w.run, daemon=True)
+        t.start()
+        try:
+            for job in jobs:
+                assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+        finally:
+            w.stop()
+            t.join(30)
+            q.close()
+            rc.close()
+
+
+def test_setup_says_whether_the_module_is_loaded(server: tuple[str, Any]) -> None:
+    url, _ = server
+    done = subprocess.run([sys.executable, "-m", "streamq", "setup", "--redis-url", url, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [n["module"] for n in json.loads(done.stdout)["nodes"]] == [True]
