@@ -48,6 +48,7 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_small.py
 	$(BIN)/python tests/bench/bench_durability.py
+	$(BIN)/python tests/bench/bench_module.py
 	$(BIN)/python tests/bench/bench_tracing.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_cluster.py

@@ -7,7 +7,8 @@ scheduled jobs among the load; then every invariant of
 docs/design.md is checked (tests/chaos/check.py). The seed is random unless
 ``STREAMQ_CHAOS_SEED`` names one; a failure prints the report with the seed, so
 ``python -m tests.chaos --seed N --duration 25`` runs the same schedule again. It runs
-on a queue of one shard and on one of three (``--shards``).
+on a queue of one shard and on one of three (``--shards``), and on one shard with
+streamq's Redis module loaded (``--module``: every function call is SQ.FCALL).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ pytestmark = pytest.mark.chaos
 
 
 @pytest.mark.timeout(170)
-@pytest.mark.parametrize("shards", [1, 3])
-def test_chaos_short_form(shards: int) -> None:
-    args = ["--duration", "25", "--workers", "4", "--settle", "30", "--shards", str(shards)]
+@pytest.mark.parametrize(("shards", "module"), [(1, False), (3, False), (1, True)],
+                         ids=["1-shard", "3-shards", "1-shard-module"])
+def test_chaos_short_form(shards: int, module: bool) -> None:
+    args = ["--duration", "25", "--workers", "4", "--settle", "30", "--shards", str(shards),
+            *(["--module"] if module else [])]
     if os.environ.get("STREAMQ_CHAOS_SEED"):
         args += ["--seed", os.environ["STREAMQ_CHAOS_SEED"]]
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -118,13 +118,14 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.002)
 
 
-def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_redis(workdir: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server on a free loopback port (no persistence), ``extra`` arguments added."""
     binary = shutil.which("redis-server") or sys.exit("redis-server not found: make install")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     proc = spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                  "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
+                  "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes", *extra],
                  out=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     with redis.Redis.from_url(url, socket_timeout=120) as c:

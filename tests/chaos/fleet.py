@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import ROOT, start_redis
+from tests.conftest import ROOT, module_args, start_redis
 
 #: worker fault points (worker._fault) and the reaper's (reaper.py)
 WORKER_FAULTS = ("after_claim", "after_read", "in_handler", "after_ack")
@@ -30,7 +30,9 @@ class RedisServer:
     """A redis-server with ``appendonly yes`` that can be killed and restarted
     on the same port and directory (the AOF brings the data back)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, module: bool = False) -> None:
+        #: load streamq's module: streamq then calls its functions with SQ.FCALL
+        self.module = module
         self.dir = workdir / "redis"
         self.dir.mkdir()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -44,11 +46,20 @@ class RedisServer:
 
     def start(self) -> None:
         # lua-time-limit: other clients get BUSY 0.2 s into a long script
-        self.proc, url = start_redis(self.dir, "--appendonly", "yes", "--appendfsync",
+        self.proc, url = start_redis(self.dir, *(module_args() if self.module else ()),
+                                     "--appendonly", "yes", "--appendfsync",
                                      "everysec", "--lua-time-limit", "200",
                                      "--maxmemory-policy", "noeviction",
                                      port=self.port or None)
         self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+        if self.module:
+            # no plain FCALL at all: a streamq process that sent one would be refused and
+            # stop (the module's own FCALL is not checked against the caller's ACL)
+            c = self.client()
+            try:
+                c.execute_command("ACL", "SETUSER", "default", "-fcall")
+            finally:
+                c.close()
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=10, socket_connect_timeout=5)

@@ -63,6 +63,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--shards", type=int, default=1,
                     help="the queue's shard count, stored before any process starts "
                          "(default 1)")
+    ap.add_argument("--module", action="store_true",
+                    help="load streamq's Redis module (make module): every function call is "
+                         "SQ.FCALL")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     ap.add_argument("--calm", action="store_true",
                     help="no faults at all: the same load and checks, to tell a fault's "
@@ -108,7 +111,7 @@ class Run:
     # -- phases ---------------------------------------------------------------------
 
     def start(self) -> Faults:
-        self.server = server = RedisServer(self.workdir)
+        self.server = server = RedisServer(self.workdir, module=self.args.module)
         # stored as the queue's configuration, and in every process's environment: a
         # restart that lost the stored count would have it stored again the same
         os.environ["STREAMQ_SHARDS"] = str(self.args.shards)
@@ -252,6 +255,10 @@ class Run:
             "tokens left", "processes died")}
         if others:
             lines.append(f"            also: {_fmt(others)}")
+        if self.args.module:
+            calls = [n for n in self.notes if n.startswith("calls: ")]
+            lines.append(f"module      loaded, plain FCALL refused; {calls[-1][7:] if calls else '?'}"
+                         " since the last Redis start")
         if faults.errors:
             lines.append(f"note        faults not injected: {_fmt(faults.errors)}")
         if not settled:
@@ -275,6 +282,12 @@ class Run:
         r = self.server.client()
         try:
             f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir)
+            if self.args.module:  # (the default user may not FCALL: fleet.RedisServer)
+                stats = r.info("commandstats")
+                via = int(stats.get("cmdstat_sq.fcall", {}).get("calls", 0))
+                self.notes.append(f"calls: SQ.FCALL {via}")
+                if not via:
+                    f.bad("calls not through the module", "no SQ.FCALL since the last start")
         finally:
             r.close()
         for p, code in self.fleet.unexpected + self.fleet.dead():
