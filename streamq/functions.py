@@ -23,7 +23,7 @@ from .errors import ConfigError
 from .luaload import VERSION_FUNCTION, LuaLibrary, library
 
 __all__ = ["MODULE_CALL", "LibraryMissing", "call_command", "ensure", "has_module",
-           "installed", "is_missing_function", "load"]
+           "installed", "is_missing_function", "is_missing_module", "load"]
 
 #: The command of streamq's Redis module (module/streamq_module.c) that runs a
 #: function of the library on the caller's behalf: with it loaded, the roles hold no
@@ -67,6 +67,12 @@ def installed(client: Client, node: Any = None) -> str | None:
             return None
         raise
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def is_missing_module(reply: Any) -> bool:
+    """True for the error of an SQ.FCALL sent to a server without streamq's module."""
+    return (isinstance(reply, redis.ResponseError) and "unknown command" in str(reply).lower()
+            and MODULE_CALL.lower() in str(reply).lower())
 
 
 def has_module(client: Client, node: Any = None) -> bool:

@@ -72,8 +72,7 @@ _SUBSCRIBE = ("subscribe", "unsubscribe", "ssubscribe", "sunsubscribe")
 DIRECT: dict[str, tuple[str, ...]] = {
     # status, results, wait, subscribe; a queue's first use stores its shards
     "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx", "sadd"),
-    # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check,
-    # its own registration removed on exit
+    # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check
     "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "xclaim", "info"),
     "reaper": (*_CONNECT, *_READS, "hsetnx", "sadd"),
     "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),

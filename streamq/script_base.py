@@ -2,9 +2,11 @@
 
 Scripts are the functions of streamq's library (:func:`streamq.luaload.library`),
 run with FCALL, or with SQ.FCALL where streamq's Redis module is loaded (so that
-the roles need no write command of their own: :mod:`streamq.roles`). A server found without the library (a restart without
-persistence, FUNCTION FLUSH, a new master) gets it again when the user may load
-it (:func:`streamq.functions.ensure`); else the call fails with what to run.
+the roles need no write command of their own: :mod:`streamq.roles`). A server
+found without the library (a restart without persistence, FUNCTION FLUSH, a new
+master) gets it again when the user may load it
+(:func:`streamq.functions.ensure`); else the call fails with what to run. One
+found without the module it had is asked again which call to use.
 """
 
 from __future__ import annotations
@@ -68,11 +70,15 @@ class ScriptsBase:
         return lambda: self._settled(calls, flight.wait())
 
     def _settled(self, calls: Sequence[Call], replies: list[Any]) -> list[Any]:
-        """Run again the calls whose function was missing, raise errors."""
+        """Run again the calls whose function was missing (or whose server lost the
+        module: a restart without it), raise errors."""
         for _ in range(2):
-            missing = [i for i, r in enumerate(replies) if functions.is_missing_function(r)]
+            missing = [i for i, r in enumerate(replies) if functions.is_missing_function(r)
+                       or functions.is_missing_module(r)]
             if not missing:
                 break
+            if any(functions.is_missing_module(replies[i]) for i in missing):
+                self._call = self.client.streamq_call = None  # type: ignore[union-attr]
             self.client.streamq_library = None  # type: ignore[union-attr]
             functions.ensure(self.client, self.library)
             for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):

@@ -193,6 +193,30 @@ def test_what_functions_run_through_the_module_is_in_the_aof(tmp_path: Path) -> 
         proc.wait(10)
 
 
+def test_a_client_whose_server_comes_back_without_the_module_falls_back_to_fcall(
+    tmp_path: Path
+) -> None:
+    # Given a producer that has called through the module
+    proc, url = start_redis(tmp_path, *module_args())
+    port = int(url.removeprefix("redis://").split("/")[0].split(":")[1])
+    q = Queue("mod-gone", url)
+    try:
+        first = q.submit([1])
+        assert functions.call_command(q.redis) == "SQ.FCALL"
+        # When its server is started again on the same port without the module
+        proc.terminate()
+        proc.wait(10)
+        proc, url = start_redis(tmp_path, port=port)
+        # Then its next submits work, with FCALL
+        second = q.submit([2])
+        assert functions.call_command(q.redis) == "FCALL"
+        assert q.status(second.id).state is JobState.ACTIVE and first.id != second.id
+    finally:
+        q.close()
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.cluster
 def test_on_a_cluster_the_keys_choose_the_node_and_cross_slot_calls_are_refused(
     tmp_path: Path
