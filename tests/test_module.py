@@ -98,14 +98,12 @@ def test_replies_and_errors_are_those_of_fcall(server: tuple[str, Any], protocol
         direct = c.fcall(TIME_FUNCTION, 1, "sq:{x}:k")
         assert type(via_module) is type(direct) and len(via_module) == len(direct) == 2
         # and a function's error reply is passed through (a job that does not exist)
-        q = Queue("mod-errors", url)
         with pytest.raises(redis.ResponseError) as via:
             c.execute_command("SQ.FCALL", "sq_schedule_retry", 1, JobKeys("nojob").retry,
                               "x")
         with pytest.raises(redis.ResponseError) as plain:
             c.fcall("sq_schedule_retry", 1, JobKeys("nojob").retry, "x")
         assert str(via.value) == str(plain.value)
-        q.close()
     finally:
         c.close()
 
@@ -233,12 +231,12 @@ def test_on_a_cluster_the_keys_choose_the_node_and_cross_slot_calls_are_refused(
                                target_nodes=node)
         # a call sent to a node that does not hold its key is redirected (MOVED)
         other = next(n for n in rc.get_primaries() if n.name != node.name)
-        with pytest.raises(redis.exceptions.MovedError):
-            other_client = redis.Redis(host=other.host, port=other.port)
-            try:
+        other_client = redis.Redis(host=other.host, port=other.port)
+        try:
+            with pytest.raises(redis.exceptions.MovedError):
                 other_client.execute_command("SQ.FCALL", TIME_FUNCTION, 1, "sq:{a}:k")
-            finally:
-                other_client.close()
+        finally:
+            other_client.close()
         # and streamq's own client routes every call (a queue of 3 shards, worked)
         q = Queue("mod-cluster", cluster.url, shards=3)
         assert functions.call_command(q.redis) == "SQ.FCALL"

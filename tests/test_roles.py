@@ -246,6 +246,16 @@ def _fcall(c: redis.Redis, mode: str, fname: str, *keys: str) -> Any:
     return c.fcall(fname, len(keys), *keys)
 
 
+#: The only keys each write a role sends itself may reach with the module, named here
+#: and not read from streamq.roles.SCOPED (a table that widened one would pass).
+SCOPES = {
+    "hsetnx": ("sq:{*}:config",),
+    "sadd": ("sq:queues",),
+    "xreadgroup": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),
+    "xclaim": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),
+    "blpop": ("sq:{*}:wake",),
+}
+
 #: Each write command a role might hold, on a key.
 _WRITE_ON = {
     "hset": lambda k: ("HSET", k, "0", "forged"),
@@ -333,7 +343,7 @@ def test_each_role_is_refused_every_other_roles_operations(
                     with pytest.raises(redis.exceptions.NoPermissionError):
                         c.execute_command(*_WRITE_ON[name](key))
                 for name in allowed:
-                    if not any(fnmatch.fnmatchcase(key, p) for p in SCOPED[name]):
+                    if not any(fnmatch.fnmatchcase(key, p) for p in SCOPES[name]):
                         with pytest.raises(redis.exceptions.NoPermissionError):
                             c.execute_command(*_WRITE_ON[name](key))
             assert allowed <= {"hsetnx", "sadd", "xreadgroup", "xclaim", "blpop"}
