@@ -101,18 +101,26 @@ class Slot:
         acks: list[Batch] = []
         stop_seen: float | None = None
         pause = _PAUSE_FIRST_S
+        gov = w.governor
         while True:
             stopping = w.stopping.is_set()
             if stopping and not settled and not finishes and not acks and not self.lane.acks:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
-            spec, follow = ([] if stopping or self.paused else follow), []
+            # a slot the governor does not let serve settles what it holds, then waits
+            serving = stopping or gov is None or gov.serves(self.index)
+            if not serving and not settled and not finishes and not acks \
+                    and not self.lane.acks:
+                gov.wait(self.index, w.stopping)  # type: ignore[union-attr]
+                continue
+            spec, follow = ([] if stopping or self.paused or not serving else follow), []
             try:
                 if spec and w.rates.active():
                     spec = []  # no read ahead under rate limits: a read takes permits first
                 claimed, due, preread, lanes = self.settle(
-                    settled, finishes, 0 if stopping else self.claim_n, spec, acks)
+                    settled, finishes, 0 if stopping or not serving else self.claim_n, spec,
+                    acks)
                 settled = []
                 if acks or self._lane_acked:
                     acks = []
@@ -120,7 +128,7 @@ class Slot:
                 pause = _PAUSE_FIRST_S
                 # until the work is done, a failure releases the tokens on the next settle
                 settled = [(t, "r") for t in claimed]
-                if stopping:
+                if stopping or not serving:
                     # a resent settle may report tokens claimed before the stop: they are
                     # released, and jobs the last acks completed finished, by one more call
                     continue
@@ -130,6 +138,8 @@ class Slot:
                 if due:
                     self.promote(due)
                 if not claimed and not lanes:
+                    if gov is not None:
+                        gov.emptied()
                     if not due and not self._ready_seen and not self._lane_more:
                         self.idle()
                     continue
@@ -159,6 +169,8 @@ class Slot:
                     w.stats.reads[self.index] = self.read_n
                 if not acks:
                     w.fault("after_ack")
+                if gov is not None:
+                    gov.tick()
             except Exception as e:
                 if is_access_error(e):
                     w.fatal_error(e)

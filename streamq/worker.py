@@ -55,6 +55,7 @@ from .connection import (
 from .entries import EntryRunner, current_task
 from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .eviction import check_eviction
+from .governor import Governor
 from .history import ActivityCounter
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics
@@ -131,6 +132,8 @@ class Worker:
         tracing: bool | TracerProvider | None = None,
     ) -> None:
         is_async = inspect.iscoroutinefunction(handler)
+        #: a sync worker given no concurrency adapts how many slots serve (governor)
+        adapt_slots = concurrency is None and not is_async
         if concurrency is None:
             concurrency = (config.DEFAULT_ASYNC_CONCURRENCY if is_async
                            else config.DEFAULT_WORKER_CONCURRENCY)
@@ -154,6 +157,9 @@ class Worker:
         #: slot threads, and the most tokens (sub-requests in flight) one slot holds
         self.slots = min(concurrency, config.ASYNC_SLOTS) if is_async else concurrency
         self.slot_share = -(-concurrency // self.slots)
+        #: how many slots serve, adapted to the work (None: all of them)
+        self.governor = (Governor(self.slots, self._finished)
+                         if adapt_slots and self.slots > 1 else None)
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
@@ -263,6 +269,12 @@ class Worker:
     def stop(self) -> None:
         """Ask the worker to drain and return from :meth:`run`."""
         self.stopping.set()
+        if self.governor is not None:
+            self.governor.wake_all()
+
+    def _finished(self) -> int:
+        """Entries finished so far (processed or failed), for the governor."""
+        return self.stats.processed + self.stats.failed
 
     def run(self) -> None:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
@@ -305,12 +317,15 @@ class Worker:
         slots = slot_threads(self)
         if len(self.shards) > 1:
             self.wakers.start()
+        if self.governor is not None:
+            self.governor.restart()
         for t in slots:
             t.start()
         log.info("worker %s serving queue %s (%d shard%s) with %d slots%s", self.id,
                  self.q.name, len(self.shards), "" if len(self.shards) == 1 else "s",
                  self.slots, f", {self.concurrency} sub-requests in flight at most"
-                 if self.is_async else "")
+                 if self.is_async else ", as many serving as serve best"
+                 if self.governor is not None else "")
         # heartbeats (and lease extensions) go on while the slots drain
         while any(t.is_alive() for t in slots):
             self.stopping.wait(self.heartbeat_s)

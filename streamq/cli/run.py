@@ -80,8 +80,9 @@ def worker(
     concurrency: Annotated[int | None, typer.Option(
         min=1, envvar="STREAMQ_CONCURRENCY", show_default=False,
         help="sub-requests in flight at once: handler slots for a sync handler "
-             f"(default {config.DEFAULT_WORKER_CONCURRENCY}), coroutines for an async def "
-             f"one (default {config.DEFAULT_ASYNC_CONCURRENCY})")] = None,
+             f"(default: up to {config.DEFAULT_WORKER_CONCURRENCY}, as many as serve "
+             "best, measured while it runs), coroutines for an async def one (default "
+             f"{config.DEFAULT_ASYNC_CONCURRENCY})")] = None,
     batch: Annotated[int, typer.Option(min=0, envvar="STREAMQ_BATCH",
                                        help="entries per read; 0 adapts it to the work "
                                             f"({config.AUTO_BATCH_START} up to "

@@ -1,0 +1,153 @@
+"""How many sync slots serve (streamq.governor): moved by measured throughput, so a
+worker started without --concurrency serves a waiting handler with more threads
+and a busy one with fewer.
+
+The simulations drive a Governor with a clock and a count of finished entries that
+the test makes from a model of the rate at each slot count; the last test runs
+real workers on the suite's Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from streamq import JobState, Queue, Worker
+from streamq.governor import FIRST_TRIAL_S, MAX_WINDOW_S, WINDOW_S, Governor
+
+StartWorker = Callable[..., Worker]
+
+
+class Model:
+    """A worker's finished count under ``rate(active, t)`` entries/s, a clock that the
+    test moves in rounds of ``step`` s, and the governor it drives."""
+
+    def __init__(self, most: int, rate: Callable[[int, float], float],
+                 step: float = 0.05) -> None:
+        self.t, self.n, self.step, self.rate = 0.0, 0.0, step, rate
+        self.gov = Governor(most, lambda: int(self.n), clock=lambda: self.t)
+        self.gov.restart()
+        self.seen: list[int] = []
+
+    def run(self, seconds: float, empty: Callable[[float], bool] = lambda t: False) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            self.t += self.step
+            self.n += self.rate(self.gov.active, self.t) * self.step
+            if empty(self.t):
+                self.gov.emptied()
+            self.gov.tick()
+            self.seen.append(self.gov.active)
+
+
+def test_a_waiting_handler_gets_every_slot() -> None:
+    # Given a handler that waits (each slot serves 100/s, as with a 10 ms sleep)
+    m = Model(4, lambda k, t: 100.0 * k)
+    # When it serves for a while: it starts with one slot, then climbs to all four
+    m.run(FIRST_TRIAL_S - 0.1)
+    assert set(m.seen) == {1}
+    m.run(30)
+    assert m.gov.active == 4
+    # Then it stays there (a trial of one fewer is refused)
+    m.seen.clear()
+    m.run(120)
+    assert m.seen.count(4) / len(m.seen) > 0.9
+
+
+def test_a_busy_handler_keeps_one_slot_and_trials_grow_rare() -> None:
+    # Given a handler whose second thread only adds lock hand-offs (a CPU-bound host)
+    m = Model(4, lambda k, t: 6000.0 if k == 1 else 5000.0 - 300 * k)
+    # When it serves for two minutes
+    m.run(120)
+    # Then it is back at one slot, and spent most of the time there: each refused
+    # trial doubles the wait before the next
+    assert m.gov.active == 1
+    assert m.seen.count(1) / len(m.seen) > 0.9, m.seen.count(1) / len(m.seen)
+
+
+def test_a_load_change_during_a_trial_is_not_taken_for_the_slots_doing() -> None:
+    # Given a busy handler (one slot is best) whose rate jumps by 60% at t = 2.9 s,
+    # in the middle of the first trial (as when a submitter that shared the CPU stops)
+    def rate(k: int, t: float) -> float:
+        return (1.6 if t > 2.9 else 1.0) * (4000.0 if k == 1 else 3500.0)
+
+    m = Model(4, rate)
+    # When the trial ends (A 0.4-2.0 s, B 2.4-3.2 s, A' 3.6-4.4 s)
+    m.run(5)
+    # Then two slots were not kept (the rate with one slot measured again after the
+    # trial shows the jump was not theirs)
+    assert m.gov.active == 1
+    assert 2 in m.seen
+
+
+def test_a_queue_run_dry_measures_nothing() -> None:
+    # Given a waiting handler whose slots find the queue empty every round
+    m = Model(4, lambda k, t: 100.0 * k)
+    # When it serves: nothing measured, nothing moves
+    m.run(30, empty=lambda t: True)
+    assert set(m.seen) == {1}
+
+
+def test_slow_handlers_that_finish_nothing_in_a_window_get_another_slot_at_once() -> None:
+    # Given handlers so slow that no entry finishes in a window (every slot is busy)
+    m = Model(4, lambda k, t: 0.0)
+    # When the windows pass: one slot more per window, up to the most
+    m.run(FIRST_TRIAL_S + 5 * MAX_WINDOW_S)
+    assert m.gov.active == 4
+
+
+def test_a_governor_of_one_slot_never_moves() -> None:
+    m = Model(1, lambda k, t: 100.0 * k)
+    m.run(60)
+    assert set(m.seen) == {1}
+
+
+def test_a_slot_that_does_not_serve_waits_until_it_does_or_the_worker_stops() -> None:
+    gov = Governor(4, lambda: 0)
+    stop = threading.Event()
+    assert gov.serves(0) and not gov.serves(1)
+    t0 = time.monotonic()
+    gov.wait(1, stop, timeout=0.2)
+    assert time.monotonic() - t0 >= 0.15  # waited, since slot 1 does not serve
+    stop.set()
+    t0 = time.monotonic()
+    gov.wait(1, stop, timeout=5)
+    assert time.monotonic() - t0 < 1  # a stopping worker does not wait
+    assert WINDOW_S < MAX_WINDOW_S
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_worker_without_concurrency_serves_a_waiting_handler_with_more_slots(
+    redis_url: str, queue_name: str, workers: StartWorker, explicit: bool
+) -> None:
+    # Given 3,000 one-entry jobs whose sync handler waits 5 ms (as on the network)
+    peak, now, lock = [0], [0], threading.Lock()
+
+    def handler(p: Any) -> Any:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.005)
+        with lock:
+            now[0] -= 1
+        return p
+
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[i] for i in range(3000)])
+    # When one worker serves them, with no --concurrency (or with --concurrency 4)
+    w = workers(queue_name, handler, **({"concurrency": 4} if explicit else {}))
+    for j in jobs:
+        assert j.wait(timeout=60).state is JobState.SUCCEEDED
+    assert peak[0] <= 4
+    if explicit:
+        # Then four run at once from the start, as asked
+        assert w.governor is None and peak[0] == 4
+    else:
+        # Then it started with one slot serving and added slots as they served more
+        assert w.governor is not None
+        assert peak[0] >= 3
+    assert q.results(jobs[0].id) == {0: 0}
+    q.close()
