@@ -3,7 +3,9 @@
   each entry XACK acknowledged, its result is stored, the job's record turns
   succeeded and its completion is recorded and published once. An entry XACK
   did not acknowledge (settled before: a resent call, or reclaimed from a
-  worker presumed dead) changes nothing. Acknowledged entries are deleted. The
+  worker presumed dead) changes nothing. Acknowledged entries are deleted
+  (includes/delete_settled: those below the lane's oldest pending entry by one
+  XTRIM, as every lane script that settles an entry deletes it). The
   result of an entry whose job was cancelled while it ran is stored and counted
   in the record (`done`); the job stays cancelled.
   Finished jobs whose retention passed are forgotten (a bounded number per call).
@@ -39,6 +41,7 @@ local group = ARGV[1]
 --- @include "includes/now_ms"
 --- @include "includes/chunked"
 --- @include "includes/lane_complete"
+--- @include "includes/delete_settled"
 
 local nowMs = now_ms()
 ctx.done = lane_done()
@@ -91,7 +94,7 @@ for n, j in ipairs(mine) do
 end
 chunked("HSET", ctx.lresults, results)
 lane_flush(ctx)
-chunked("XDEL", ctx.lane, ids)
+if #ids > 0 then delete_settled(ctx.lane, group, ids) end
 if starts then chunked("HDEL", ctx.lstarts, ids) end
 lane_trim(ctx, nowMs, 100)
 return {acked, completed}

@@ -144,6 +144,51 @@ def test_a_lane_ack_or_failure_sent_twice_counts_once(
     q.close()
 
 
+def test_a_lane_ack_deletes_exactly_what_it_acknowledged_in_any_order(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given 40 small jobs: worker a reads 10, worker b the next 10, a the next 10,
+    # and 10 stay unread
+    from streamq.cluster import is_cluster
+    from streamq.scripts import LaneCtx
+
+    q = Queue(queue_name, redis_url)
+    jobs = q.submit_many([[i] for i in range(40)])
+    qk, lane = q.shards[0], q.shards[0].lane(50, "default")
+    ctx = LaneCtx(queue_name, 1000, 60_000, is_cluster(r))
+
+    def read(consumer: str) -> list[tuple[str, str]]:
+        (_, got), = r.xreadgroup("workers", consumer, {lane: ">"}, count=10)
+        return [(eid.decode(), f[b"j"].decode()) for eid, f in got]
+
+    a1, b1, a2 = read("a"), read("b"), read("a")
+
+    def ack(batch: list[tuple[str, str]]) -> None:
+        call = q.scripts.lane_ack_call(qk, lane, ctx, [(e, j, b"1") for e, j in batch])
+        assert list(q.scripts.run(call.name, call.keys, call.args)) == [len(batch)] * 2
+
+    def left() -> set[str]:
+        return {eid.decode() for eid, _ in r.xrange(lane)}
+
+    unread = left() - {e for e, _ in a1 + b1 + a2}
+    # When b acknowledges first (ahead of a's older entries, still held), then a its
+    # second batch, then its first (the oldest)
+    ack(b1)
+    assert left() == {e for e, _ in a1 + a2} | unread
+    ack(a2)
+    assert left() == {e for e, _ in a1} | unread
+    ack(a1)
+    # Then each acknowledgement deleted its own entries and nothing else: what was
+    # held stayed until acknowledged, and the unread entries are all there
+    assert left() == unread and len(unread) == 10
+    assert r.xpending(lane, "workers")["pending"] == 0
+    # And what is left is served as usual: read, acknowledged, gone
+    ack(read("b"))
+    assert r.xlen(lane) == 0
+    assert all(q.status(j.id).state is JobState.SUCCEEDED for j in jobs)
+    q.close()
+
+
 def test_lane_jobs_of_many_submitters_and_a_big_job_all_complete(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:

@@ -26,8 +26,13 @@ local function lane_cancelled(raw)
   return raw ~= nil and raw ~= false and string.sub(raw, 1, #LANE_CANCELLED) == LANE_CANCELLED
 end
 
+-- a number field of a record: a plain search for its name (the record's fields are
+-- flat and their names are never values), then its digits
 local function lane_field(raw, name)
-  return tonumber(string.match(raw, '"' .. name .. '":(%d+)') or "0")
+  local key = '"' .. name .. '":'
+  local at = string.find(raw, key, 1, true)
+  if not at then return 0 end
+  return tonumber(string.match(raw, "^%d+", at + #key) or "0")
 end
 
 --[[
