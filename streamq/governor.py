@@ -64,7 +64,8 @@ class Governor:
 
     ``finished`` tells the count of entries the worker finished so far. Slots call
     :meth:`tick` after each round that found work, :meth:`emptied` when a round found
-    none, and :meth:`wait` while :meth:`serves` says no.
+    none, and :meth:`wait` while :meth:`serves` says no, then :meth:`tick` (so a window
+    ends while every serving slot is inside a slow handler).
     """
 
     def __init__(self, most: int, finished: Callable[[], int],

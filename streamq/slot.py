@@ -113,6 +113,8 @@ class Slot:
             if not serving and not settled and not finishes and not acks \
                     and not self.lane.acks:
                 gov.wait(self.index, w.stopping)  # type: ignore[union-attr]
+                # the serving slots may all be inside slow handlers, ending no round
+                gov.tick()  # type: ignore[union-attr]
                 continue
             spec, follow = ([] if stopping or self.paused or not serving else follow), []
             try:

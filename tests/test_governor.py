@@ -151,3 +151,31 @@ def test_a_worker_without_concurrency_serves_a_waiting_handler_with_more_slots(
         assert peak[0] >= 3
     assert q.results(jobs[0].id) == {0: 0}
     q.close()
+
+
+def test_a_slot_stuck_in_a_handler_does_not_keep_other_work_waiting(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a worker with no --concurrency whose one serving slot is stuck in a handler
+    # (so it ends no round that could move the governor)
+    started, release = threading.Event(), threading.Event()
+
+    def handler(p: Any) -> Any:
+        if p == "stuck":
+            started.set()
+            release.wait(60)
+        return p
+
+    q = Queue(queue_name, redis_url)
+    stuck = q.submit(["stuck"])
+    w = workers(queue_name, handler)
+    assert started.wait(30), "the first job never started"
+    # When more work arrives
+    later = q.submit(["later"])
+    # Then a waiting slot starts serving it while the first is still stuck
+    assert later.wait(timeout=30).state is JobState.SUCCEEDED
+    assert q.status(stuck.id).state is JobState.ACTIVE
+    assert w.governor is not None and w.governor.active >= 2
+    release.set()
+    assert stuck.wait(timeout=30).state is JobState.SUCCEEDED
+    q.close()

@@ -140,6 +140,8 @@ class Fleet:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     skewed: int = 0
     proxied: int = 0
+    #: workers started without --concurrency (slots moved by their governor)
+    governed: int = 0
     _next_fault: int = 0
     _reaper_faults: int = 0
 
@@ -186,7 +188,12 @@ class Fleet:
             if self.rng.random() < 0.4 and "proxy" in self.kinds:
                 proxied = True
                 self.proxied += 1
-        args = ["--handler", "tests.chaos.handler:run", "--concurrency", "2", "--batch", "4",
+        # half the workers are given no --concurrency: their governor moves how many
+        # slots serve (streamq.governor) while faults strike
+        governed = self.rng.random() < 0.5
+        self.governed += governed
+        args = ["--handler", "tests.chaos.handler:run",
+                *([] if governed else ["--concurrency", "2"]), "--batch", "4",
                 "--heartbeat", "0.3", "--lease-ms", "3000", "--retry-base", "0.2",
                 "--stop-retry", "2", "--log-level", "WARNING"]
         return self._spawn(slot, "worker", args, fault=fault, skew=skew, proxied=proxied)

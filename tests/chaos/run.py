@@ -237,6 +237,7 @@ class Run:
             f"queue pauses {faults.counts['pause']}",
             f"network     dropped replies {sum(drops)} (workers {drops[0]}, producers "
             f"{drops[1]}); proxied workers {fl.proxied}, skewed clocks {fl.skewed}, "
+            f"governed workers {fl.governed}, "
             f"processes started {len(fl.all)}",
             f"runs        handler runs {c['handler runs']}, cut short {c['runs cut short']}, "
             f"duplicates run {c['duplicates run']}, publications missed while resubscribing "
