@@ -110,11 +110,10 @@ class Slot:
                 stop_seen = time.monotonic()
             # a slot the governor does not let serve settles what it holds, then waits
             serving = stopping or gov is None or gov.serves(self.index)
-            if not serving and not settled and not finishes and not acks \
-                    and not self.lane.acks:
-                gov.wait(self.index, w.stopping)  # type: ignore[union-attr]
-                # the serving slots may all be inside slow handlers, ending no round
-                gov.tick()  # type: ignore[union-attr]
+            if gov is not None and not serving and not (
+                    settled or finishes or acks or self.lane.acks):
+                gov.wait(self.index, w.stopping)
+                gov.tick()  # the serving slots may all be inside slow handlers
                 continue
             spec, follow = ([] if stopping or self.paused or not serving else follow), []
             try:
