@@ -134,7 +134,7 @@ class EntryRunner:
         faults = w.fault_at is not None
         limit = w.timeouts.of(job, w.redis)  # known from the read's round trip (watchdog)
         if w.tracer is not None:
-            w.tracer.note(ids, [e[1] for e in entries])
+            w.tracer.note([(job, i) for i in ids], [e[1] for e in entries])
         for n, (_, flat) in enumerate(entries):
             if stopping.is_set() or cancelled(job):
                 # unstarted: handed back (a cancelled job's are dropped, not re-added)
@@ -216,7 +216,7 @@ class EntryRunner:
         items: list[list[_Item]] = []
         for jk, entries, ids, unacked in jobs:
             if w.tracer is not None:
-                w.tracer.note(ids, [e[1] for e in entries])
+                w.tracer.note([(jk.job_id, i) for i in ids], [e[1] for e in entries])
             ready: list[_Item] = []
             completed = False
             for n, (_, flat) in enumerate(entries):
@@ -345,7 +345,7 @@ class EntryRunner:
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
                                      attempts=attempts, delay_ms=delay_ms, error=error[:2000],
                                      kind=kind, payload=raw,
-                                     trace="" if w.tracer is None else w.tracer.retry_context(eid))]
+                                     trace="" if w.tracer is None else w.tracer.retry_context(job, eid))]
         if delay_ms >= 0:
             # noted even when the reply says "settled already" (a resent fail): a due
             # time with nothing due costs one promote that moves nothing
@@ -422,7 +422,7 @@ class EntryRunner:
         with self.w.stats.lock:
             self.w.stats.processed += acked
         if self.w.tracer is not None:
-            self.w.tracer.acked(d[0] for _, done in batches for d in done)
+            self.w.tracer.acked((jk.job_id, d[0]) for jk, done in batches for d in done)
         return out
 
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:

@@ -30,6 +30,7 @@ from .errors import PayloadError
 from .keys import QueueKeys, parse_lane_member
 from .replies import Call
 from .scripts import LaneCtx
+from .tracing import EntryKey
 
 if TYPE_CHECKING:
     from .slot import Slot
@@ -40,6 +41,12 @@ log = logging.getLogger("streamq.worker")
 LANE_DUE = "lane|"
 #: how long a rate-limited client's lane found empty is not read again, s
 QUIET_S = 0.2
+
+
+def _job_of(flat: list[bytes], fields: dict[bytes, bytes] | None = None) -> str:
+    """The job id a lane entry names (field ``j``; "" when it has none)."""
+    return (fields if fields is not None else _fields(flat)).get(b"j", b"").decode(
+        "utf-8", "replace")
 
 
 class LaneEntry(NamedTuple):
@@ -76,8 +83,8 @@ class LaneWork:
         #: the lanes of each shard, as its registry said in the last read
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         self.ctx = LaneCtx.of(w.q)
-        #: entry ids of the results in :attr:`acks`, for their ack spans (tracing on)
-        self.traced: list[str] = []
+        #: (job, entry id) of the results in :attr:`acks`, for their ack spans (tracing on)
+        self.traced: list[EntryKey] = []
         #: the lanes the last read of each shard covered (:meth:`commands`)
         self._sent: dict[str, list[tuple[int, str]]] = {}
         #: rate-limited lanes whose last read found nothing -> monotonic time to read again
@@ -234,7 +241,7 @@ class LaneWork:
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
         if w.tracer is not None:
-            w.tracer.note([e.eid for e in entries], [e.flat for e in entries])
+            w.tracer.note([(_job_of(e.flat), e.eid) for e in entries], [e.flat for e in entries])
         if w.loop is not None and not any(is_suspect(e.flat) for e in entries):
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
@@ -245,7 +252,7 @@ class LaneWork:
     def _ack_calls(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]
                    ) -> list[Call]:
         if self.w.tracer is not None:
-            self.traced.extend(d[0] for items in done.values() for d in items)
+            self.traced.extend((d[1], d[0]) for items in done.values() for d in items)
         return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
                 for stream, items in done.items() for i in range(0, len(items), 500)]
 
@@ -254,7 +261,7 @@ class LaneWork:
         """(job, type, payload, attempt, decoded payload) of an entry, or None when it
         was dead-lettered as malformed."""
         f = _fields(e.flat)
-        job = f.get(b"j", b"").decode("utf-8", "replace")
+        job = _job_of(e.flat, f)
         kind, raw = f.get(b"t"), f.get(b"p")
         try:
             attempt = int(f.get(b"a", b"0")) + 1
@@ -365,17 +372,19 @@ class LaneWork:
             self.acked(self.w.scripts.run_many(self.acks))
             self.acks = []
 
-    def acked(self, replies: Sequence[Any]) -> None:
-        """Count the replies of lane_ack calls."""
+    def acked(self, replies: Sequence[Any], traced: list[EntryKey] | None = None) -> None:
+        """Count the replies of lane_ack calls; ``traced``: the entries they
+        acknowledged, for their ack spans (None: those in :attr:`traced`)."""
         n = sum(int(r[0]) for r in replies)
         self.w.metrics.processed.inc(n)
         self.w.activity.finished(n)
         with self.w.stats.lock:
             self.w.stats.processed += n
-        if self.traced:  # the ack spans of what these calls acknowledged
+        if traced is None:
+            traced, self.traced = self.traced, []
+        if traced:  # the ack spans of what these calls acknowledged
             assert self.w.tracer is not None
-            self.w.tracer.acked(self.traced)
-            self.traced = []
+            self.w.tracer.acked(traced)
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
@@ -389,7 +398,7 @@ class LaneWork:
                                         job=job, attempts=attempts, delay_ms=delay_ms,
                                         error=error[:2000], kind=kind, payload=raw,
                                         trace="" if w.tracer is None
-                                        else w.tracer.retry_context(e.eid))
+                                        else w.tracer.retry_context(job, e.eid))
         outcome = int(w.scripts.run(call.name, call.keys, call.args))
         if outcome == 1:
             w.metrics.retried.inc()

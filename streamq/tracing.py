@@ -51,6 +51,8 @@ _SUBMITTING: contextvars.ContextVar[bool] = contextvars.ContextVar("streamq_subm
 FIELD = b"c"
 #: most entry contexts and finished handlers kept waiting for their run or ack
 _KEEP = 50_000
+#: an entry as the worker's tracer knows it: (job id, entry id)
+EntryKey = tuple[str, str]
 F = TypeVar("F", bound=Callable[..., Any])
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off")
@@ -234,22 +236,25 @@ class WorkerTracer:
     def __init__(self, worker_id: str, option: bool | TracerProvider | None = None) -> None:
         self.tracer = _tracer(option)
         self.worker_id = worker_id
-        #: entry id -> the traceparent it carries (read, not yet run)
-        self.parents: dict[str, str] = {}
-        #: entry id -> (context, attributes, handler end ns) of a result awaiting its ack
-        self.pending: dict[str, tuple[Context, dict[str, Any], int]] = {}
-        #: entry id -> the traceparent of an entry whose handler failed (for its retry)
-        self.failing: dict[str, str] = {}
+        # entries are known by (job id, entry id): an entry id is unique in its stream
+        # only, and a big job's stream and a small-job lane may give the same id
+        #: entry -> the traceparent it carries (read, not yet run)
+        self.parents: dict[EntryKey, str] = {}
+        #: entry -> (context, attributes, handler end ns) of a result awaiting its ack
+        self.pending: dict[EntryKey, tuple[Context, dict[str, Any], int]] = {}
+        #: entry -> the traceparent of an entry whose handler failed (for its retry)
+        self.failing: dict[EntryKey, str] = {}
 
-    def note(self, ids: Sequence[str], flats: Iterable[list[bytes]]) -> None:
-        """Keep the trace context of entries just read (``flats``: their field lists)."""
+    def note(self, keys: Sequence[EntryKey], flats: Iterable[list[bytes]]) -> None:
+        """Keep the trace context of entries just read (``keys``: their job and entry
+        ids; ``flats``: their field lists)."""
         parents = self.parents
         if len(parents) > _KEEP:
             parents.clear()  # contexts of entries never run (reclaimed elsewhere, drained)
-        for eid, flat in zip(ids, flats):
+        for key, flat in zip(keys, flats):
             for k in range(len(flat) - 2, -1, -2):  # the context is written last
                 if flat[k] == FIELD:
-                    parents[eid] = flat[k + 1].decode("ascii", "replace")
+                    parents[key] = flat[k + 1].decode("ascii", "replace")
                     break
 
     def wrap(self, handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -272,9 +277,9 @@ class WorkerTracer:
                                   set_status_on_exception=False):
                         value = await handler(payload)
                 except BaseException as e:
-                    self._failed(span, task[3], parent, e)
+                    self._failed(span, (task[1], task[3]), parent, e)
                     raise
-                self._ran(span, task[3], ctx, attrs)
+                self._ran(span, (task[1], task[3]), ctx, attrs)
                 return value
 
             return traced_async
@@ -290,9 +295,9 @@ class WorkerTracer:
                               set_status_on_exception=False):
                     value = handler(payload)
             except BaseException as e:
-                self._failed(span, task[3], parent, e)
+                self._failed(span, (task[1], task[3]), parent, e)
                 raise
-            self._ran(span, task[3], ctx, attrs)
+            self._ran(span, (task[1], task[3]), ctx, attrs)
             return value
 
         return traced
@@ -313,7 +318,7 @@ class WorkerTracer:
             enqueued = min(int(eid[:eid.find("-")]) * 1_000_000, now)
         except ValueError:
             enqueued = now
-        parent = self.parents.pop(eid, None)
+        parent = self.parents.pop((job, eid), None)
         ctx = _extract(parent) if parent else None
         wait = self.tracer.start_span("streamq.wait", context=ctx, attributes=attrs,
                                       start_time=enqueued)
@@ -324,14 +329,15 @@ class WorkerTracer:
                                       attributes=attrs, start_time=now)
         return span, ctx, attrs, parent
 
-    def _ran(self, span: Span, eid: str, ctx: Context, attrs: dict[str, Any]) -> None:
+    def _ran(self, span: Span, key: EntryKey, ctx: Context, attrs: dict[str, Any]) -> None:
         end = time.time_ns()
         span.end(end_time=end)
         if len(self.pending) > _KEEP:
             self.pending.clear()  # results that never got acknowledged (failed to encode)
-        self.pending[eid] = (ctx, attrs, end)
+        self.pending[key] = (ctx, attrs, end)
 
-    def _failed(self, span: Span, eid: str, parent: str | None, e: BaseException) -> None:
+    def _failed(self, span: Span, key: EntryKey, parent: str | None, e: BaseException
+                ) -> None:
         from opentelemetry.trace import Status, StatusCode
         span.record_exception(e)
         span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
@@ -339,18 +345,18 @@ class WorkerTracer:
         if parent:  # the retry stays in the submitter's trace
             if len(self.failing) > _KEEP:
                 self.failing.clear()
-            self.failing[eid] = parent
+            self.failing[key] = parent
 
-    def retry_context(self, eid: str) -> str:
+    def retry_context(self, job: str, eid: str) -> str:
         """The trace context a failed entry's retry carries ("" for none)."""
-        return self.failing.pop(eid, "")
+        return self.failing.pop((job, eid), "")
 
-    def acked(self, eids: Iterable[str]) -> None:
+    def acked(self, keys: Iterable[EntryKey]) -> None:
         """The ack spans of results just acknowledged."""
         now = time.time_ns()
         pending, start = self.pending, self.tracer.start_span
-        for eid in eids:
-            got = pending.pop(eid, None)
+        for key in keys:
+            got = pending.pop(key, None)
             if got is not None:
                 ctx, attrs, ended = got
                 start("streamq.ack", context=ctx, attributes=attrs,

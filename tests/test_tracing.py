@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 from streamq import JobState, Queue, Worker, current_task  # noqa: E402
 from streamq import tracing as sq_tracing  # noqa: E402
 from streamq.config import GROUP  # noqa: E402
+from streamq.entries import _current as entries_current  # noqa: E402
 from streamq.errors import ConfigError  # noqa: E402
 from streamq.keys import JobKeys, QueueKeys  # noqa: E402
 
@@ -197,6 +198,36 @@ def test_streaming_adds_and_submit_many_carry_their_own_spans(
     runs = named(spans, "streamq.handler", job_id=sj.id)
     assert sorted(len([r for r in runs if r.parent and r.parent.span_id == a.context.span_id])
                   for a in adds) == [1, 2]
+
+
+def test_entries_of_two_streams_with_one_id_keep_their_own_spans(otel: Any) -> None:
+    # Given a big job's entry and a small job's lane entry that got the same id (an id
+    # is unique within its stream only: both were added in the same millisecond), each
+    # carrying its own submitter's context
+    provider, exporter = otel
+    tracer = sq_tracing.WorkerTracer("w-1", provider)
+    handler = tracer.wrap(lambda p: p)
+    eid = "1700000000000-0"
+    contexts = {"big": "00-" + "a" * 32 + "-" + "1" * 16 + "-01",
+                "small": "00-" + "b" * 32 + "-" + "2" * 16 + "-01"}
+    tracer.note([("big", eid), ("small", eid)],
+                [[b"i", b"0", b"t", b"j", b"p", b"1", b"c", contexts["big"].encode()],
+                 [b"j", b"small", b"t", b"j", b"p", b"2", b"c", contexts["small"].encode()]])
+    # When both run before either is acknowledged, then both are acknowledged
+    for job in ("big", "small"):
+        token = entries_current.set(("q", job, 0, eid, 1))
+        try:
+            handler(1)
+        finally:
+            entries_current.reset(token)
+    tracer.acked([("big", eid), ("small", eid)])
+    # Then each has its handler and ack span, in its own submitter's trace
+    spans = list(exporter.get_finished_spans())
+    for job, ctx in contexts.items():
+        trace_id = int(ctx.split("-")[1], 16)
+        for name in ("streamq.handler", "streamq.ack"):
+            got, = named(spans, name, job_id=job)
+            assert got.context.trace_id == trace_id
 
 
 def test_tracing_off_writes_no_context_and_makes_no_span(
