@@ -65,10 +65,16 @@ class AckFlights:
         """Send ``lane_calls`` and the ack calls of ``batches`` now; their replies are
         read by :meth:`collect`."""
         w, lane = self.s.w, self.s.lane
-        calls = [*lane_calls, *(w.scripts.ack_call(jk, done) for jk, done in batches)]
+        scripts = w.scripts
+        calls = [*lane_calls, *(scripts.ack_call(jk, done) for jk, done in batches)]
+        try:
+            read = scripts.send_many(calls)
+        except Exception:  # noqa: BLE001 - no connection now: the next settle sends them
+            # (the settle whose round trip came before has its reply: it must be kept)
+            def read() -> list[Any]:
+                return scripts.run_many(calls)
         traced, lane.traced = lane.traced, []
-        self.flight = Flight(w.scripts.send_many(calls), calls, len(lane_calls),
-                             list(batches), shard, traced)
+        self.flight = Flight(read, calls, len(lane_calls), list(batches), shard, traced)
 
     def collect(self, finishes: list[Finish]) -> bool:
         """Read the replies of the batch in flight, if any: count what they
@@ -81,12 +87,16 @@ class AckFlights:
         try:
             replies = f.read()
         except Exception:
-            scripts = self.s.w.scripts
-            f.read = lambda: scripts.run_many(f.calls)  # sent again, whole
+            scripts, calls = self.s.w.scripts, f.calls
+
+            def again() -> list[Any]:
+                return scripts.run_many(calls)  # sent again, whole
+
+            f.read = again
             raise
-        self.flight = None
         self.s.lane.acked(replies[: f.lane], f.traced)
         completed: list[tuple[str, JobReply]] = []
         self.s.run_entries.acked(f.batches, replies[f.lane:], completed)
         finishes.extend((job, r, f.shard) for job, r in completed)
+        self.flight = None
         return True

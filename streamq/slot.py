@@ -23,7 +23,7 @@ import redis
 
 from . import config
 from .ack_flight import AckFlights
-from .connection import is_access_error, is_transient, pipelined
+from .connection import can_fly, is_access_error, is_transient, pipelined
 from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
 from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
@@ -264,7 +264,7 @@ class Slot:
             w.fault("after_ack")
         old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
         lane_acks = list(self.lane.acks)
-        defer = claim > 0 and bool(lane_acks or acks)
+        defer = claim > 0 and bool(lane_acks or acks) and can_fly(w.scripts.client)
         calls = [] if defer else [
             *lane_acks, *(w.scripts.ack_call(jk, done) for jk, done in acks)]
         sent = len(finishes)
@@ -300,7 +300,7 @@ class Slot:
         if defer:
             self.flights.send(lane_acks, list(acks), old)
             acks = ()
-        self._acked_now = bool(lane_acks or acks)
+        self._acked_now = not defer and bool(lane_acks or acks)
         if lane_acks:
             if not defer:
                 self.lane.acked(replies[: len(lane_acks)])
