@@ -390,6 +390,9 @@ class WorkerRow:
     slots: int | None
     processed: int | None  #: as of its last heartbeat
     failed: int | None
+    #: slots serving as of its last heartbeat: fewer than ``slots`` while a worker given
+    #: no --concurrency finds fewer faster (streamq.governor); None from an older worker
+    serving: int | None = None
 
 
 def workers(r: Client, qk: QueueKeys) -> list[WorkerRow]:
@@ -418,7 +421,8 @@ def workers(r: Client, qk: QueueKeys) -> list[WorkerRow]:
             worker_id=name, alive=int(deadline) >= t, heartbeat_deadline_ms=int(deadline),
             deadline_in_ms=int(deadline) - t, leases=leases.get(name, 0),
             host=info.get("host"), pid=num("pid"), started_ms=num("started"),
-            slots=num("slots"), processed=num("processed"), failed=num("failed")))
+            slots=num("slots"), processed=num("processed"), failed=num("failed"),
+            serving=num("serving")))
     return out
 
 

@@ -117,6 +117,10 @@ class LeaseKeeper:
                     info_ttl_ms=w.info_ttl_ms,
                     info={"host": socket.gethostname(), "pid": os.getpid(),
                           "started": w.started_ms, "slots": w.concurrency,
+                          # how many of the slots the governor lets serve now (all of
+                          # them for a worker given --concurrency, or async)
+                          "serving": (w.concurrency if w.governor is None
+                                      else w.governor.active),
                           "processed": w.stats.processed, "failed": w.stats.failed,
                           "leases": len(held), "cancels": ",".join(cancels.recent())},
                     tokens=held,

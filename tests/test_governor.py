@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from streamq import JobState, Queue, Worker
+from streamq import JobState, Queue, Worker, inspect
 from streamq.governor import FIRST_TRIAL_S, MAX_WINDOW_S, WINDOW_S, Governor
+from streamq.keys import QueueKeys
 
 StartWorker = Callable[..., Worker]
 
@@ -150,6 +151,18 @@ def test_a_worker_without_concurrency_serves_a_waiting_handler_with_more_slots(
         assert w.governor is not None
         assert peak[0] >= 3
     assert q.results(jobs[0].id) == {0: 0}
+    # and the workers view (CLI and web) shows how many of its 4 slots serve, as of
+    # its last heartbeat
+    gov = w.governor
+
+    def shown() -> bool:
+        row, = inspect.workers(q.redis, QueueKeys(queue_name))
+        return row.slots == 4 and row.serving == (4 if gov is None else gov.active)
+
+    deadline = time.monotonic() + 5
+    while not shown():
+        assert time.monotonic() < deadline, inspect.workers(q.redis, QueueKeys(queue_name))
+        time.sleep(0.05)
     q.close()
 
 

@@ -156,11 +156,12 @@ def workers(queue: QueueArg, json_out: JsonOut = False,
         emit_json({"queue": queue, "workers": [w.__dict__ for w in rows]})
         return
     t = Table(fold("worker"), "state", "heartbeat deadline", "leases", "processed", "failed",
-              "slots", "host", "pid", title=f"workers of queue {queue}")
+              "serving / slots", "host", "pid", title=f"workers of queue {queue}")
     for w in rows:
         due = (f"in {ms(w.deadline_in_ms)}" if w.alive else f"{ms(-w.deadline_in_ms)} ago")
         t.add_row(w.worker_id, "live" if w.alive else "[red]dead[/]", due, str(w.leases),
-                  _opt(w.processed), _opt(w.failed), _opt(w.slots), w.host or "-",
+                  _opt(w.processed), _opt(w.failed), f"{_opt(w.serving)} / {_opt(w.slots)}",
+                  w.host or "-",
                   _opt(w.pid))
     console().print(t)
 
