@@ -378,14 +378,6 @@ def _standalone_pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]
         pool.release(conn)
 
 
-def can_fly(client: Client) -> bool:
-    """Whether :class:`InFlight` keeps a batch in flight on ``client``: a pooled
-    client of one server whose batches wait for no replica. On any other it runs
-    the batch at once, in a round trip of its own."""
-    return not (isinstance(client, RedisCluster) or wait_replicas(client)
-                or getattr(client, "connection", None) is not None)
-
-
 class InFlight:
     """Commands sent on a connection of their own whose replies are read later
     (:meth:`wait`), so that the caller prepares its next batch while Redis runs
@@ -398,7 +390,8 @@ class InFlight:
         self.replies: list[Any] | None = None
         self.conn: Any = None
         self.pool: Any = None
-        if not commands or isinstance(client, RedisCluster) or not can_fly(client):
+        if (not commands or isinstance(client, RedisCluster) or wait_replicas(client)
+                or getattr(client, "connection", None) is not None):
             self.replies = pipelined(client, commands)
             return
         pool = self.pool = client.connection_pool

@@ -372,19 +372,17 @@ class LaneWork:
             self.acked(self.w.scripts.run_many(self.acks))
             self.acks = []
 
-    def acked(self, replies: Sequence[Any], traced: list[EntryKey] | None = None) -> None:
-        """Count the replies of lane_ack calls; ``traced``: the entries they
-        acknowledged, for their ack spans (None: those in :attr:`traced`)."""
+    def acked(self, replies: Sequence[Any]) -> None:
+        """Count the replies of lane_ack calls."""
         n = sum(int(r[0]) for r in replies)
         self.w.metrics.processed.inc(n)
         self.w.activity.finished(n)
         with self.w.stats.lock:
             self.w.stats.processed += n
-        if traced is None:
-            traced, self.traced = self.traced, []
-        if traced:  # the ack spans of what these calls acknowledged
+        if self.traced:  # the ack spans of what these calls acknowledged
             assert self.w.tracer is not None
-            self.w.tracer.acked(traced)
+            self.w.tracer.acked(self.traced)
+            self.traced = []
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import config
-from .ack_flight import AckFlights
-from .connection import can_fly, is_access_error, is_transient, pipelined
+from .connection import is_access_error, is_transient, pipelined
 from .entries import Batch, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
 from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
@@ -82,10 +81,8 @@ class Slot:
         self.lane = LaneWork(self)
         #: the last lane read filled a batch, or found a lane it did not cover
         self._lane_more = False
-        #: acknowledgements sent by a settle, their replies read by the next one
-        self.flights = AckFlights(self)
-        #: the last settle acknowledged work and read the replies (after_ack fault point)
-        self._acked_now = False
+        #: the last settle acknowledged small jobs (the after_ack fault point)
+        self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
         self._claimed_prio = 0
         #: the last settle found the queue paused: claim nothing, read nothing ahead,
@@ -107,14 +104,14 @@ class Slot:
         gov = w.governor
         while True:
             stopping = w.stopping.is_set()
-            if stopping and not (settled or finishes or acks or self.lane.acks or self.flights):
+            if stopping and not settled and not finishes and not acks and not self.lane.acks:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             # a slot the governor does not let serve settles what it holds, then waits
             serving = stopping or gov is None or gov.serves(self.index)
             if gov is not None and not serving and not (
-                    settled or finishes or acks or self.lane.acks or self.flights):
+                    settled or finishes or acks or self.lane.acks):
                 gov.wait(self.index, w.stopping)
                 gov.tick()  # the serving slots may all be inside slow handlers
                 continue
@@ -125,8 +122,9 @@ class Slot:
                 claimed, due, preread, lanes = self.settle(
                     settled, finishes, 0 if stopping or not serving else self.claim_n, spec,
                     acks)
-                settled, acks = [], []  # acknowledged, or in flight
-                if self._acked_now:
+                settled = []
+                if acks or self._lane_acked:
+                    acks = []
                     w.fault("after_ack")
                 pause = _PAUSE_FIRST_S
                 # until the work is done, a failure releases the tokens on the next settle
@@ -136,17 +134,14 @@ class Slot:
                     # released, and jobs the last acks completed finished, by one more call
                     continue
                 if self.paused:
-                    if not self.flights:  # (their replies are read by the next settle)
-                        self.idle()  # (a resume wakes it)
+                    self.idle()  # (a resume wakes it)
                     continue
                 if due:
                     self.promote(due)
                 if not claimed and not lanes:
                     if gov is not None:
                         gov.emptied()
-                    # acknowledgements in flight are read (and the jobs they completed
-                    # finished) by one more settle before the slot waits
-                    if not (due or self._ready_seen or self._lane_more or self.flights):
+                    if not due and not self._ready_seen and not self._lane_more:
                         self.idle()
                     continue
                 if claimed:
@@ -251,22 +246,12 @@ class Slot:
         followed job of which a token was claimed, its raw read, and the entries a read
         of the shard's small-job lanes got (when claiming). Entries read for a job
         of which no token was claimed (a more urgent job took the slot) are handed back
-        at once, as a drain does.
-
-        The replies of the acknowledgements the last settle sent are read first
-        (:mod:`streamq.ack_flight`). A settle that claims sends ``acks`` and the lane's
-        waiting acknowledgements after its round trip, to be read by the next one;
-        one that claims nothing (the slot stops or stops serving) sends them first in
-        its round trip and reads their replies.
+        at once, as a drain does. The lane's waiting acknowledgements go first.
         """
         w = self.w
-        if self.flights.collect(finishes):
-            w.fault("after_ack")
         old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
         lane_acks = list(self.lane.acks)
-        defer = claim > 0 and bool(lane_acks or acks) and can_fly(w.scripts.client)
-        calls = [] if defer else [
-            *lane_acks, *(w.scripts.ack_call(jk, done) for jk, done in acks)]
+        calls = [*lane_acks, *(w.scripts.ack_call(jk, done) for jk, done in acks)]
         sent = len(finishes)
         released = [t for t, _ in settled]
         if finishes:
@@ -297,15 +282,11 @@ class Slot:
         replies, reads = w.scripts.run_then(calls, [*(self.read(JobKeys(j)) for j in follow),
                                                     *peeks, *lane_reads])
         self._calls += 1
-        if defer:
-            self.flights.send(lane_acks, list(acks), old)
-            acks = ()
-        self._acked_now = not defer and bool(lane_acks or acks)
+        self._lane_acked = bool(lane_acks)
         if lane_acks:
-            if not defer:
-                self.lane.acked(replies[: len(lane_acks)])
-                replies = replies[len(lane_acks):]
+            self.lane.acked(replies[: len(lane_acks)])
             del self.lane.acks[: len(lane_acks)]
+            replies = replies[len(lane_acks):]
         reply = w.scripts.parse_settle(replies[-1])
         self.paused = reply.paused
         lanes: list[LaneEntry] = []
@@ -324,8 +305,7 @@ class Slot:
                     self._lane_more = self._lane_more or more
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
-        if acks:
-            self.run_entries.acked(acks, replies[: len(acks)], acked)
+        self.run_entries.acked(acks, replies[: len(acks)], acked)
         finishes.extend((job, r, old) for job, r in acked)
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:

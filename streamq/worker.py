@@ -418,10 +418,9 @@ class Worker:
 
     @property
     def _pool_size(self) -> int:
-        """Connections the worker may open: three per slot thread (its calls, its
-        acknowledgements in flight, and its reads while the heartbeat runs), the main
-        thread's, and the wakers'."""
-        return self.slots * 3 + 4 + _WAKER_CONNECTIONS
+        """Connections the worker may open: two per slot thread (its calls, and its
+        reads while the heartbeat runs), the main thread's, and the wakers'."""
+        return self.slots * 2 + 4 + _WAKER_CONNECTIONS
 
     def _check_eviction(self) -> None:
         """Refuse a Redis that may evict keys (ConfigError) unless allowed; a transient
