@@ -166,6 +166,24 @@ def test_a_worker_without_concurrency_serves_a_waiting_handler_with_more_slots(
     q.close()
 
 
+def test_the_workers_view_shows_how_many_slots_serve(
+    redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given an idle worker with no --concurrency (one of its 4 slots serving until work
+    # shows more serve better) and one with --concurrency 3
+    governed = workers(queue_name, lambda p: p)
+    fixed = workers(queue_name, lambda p: p, concurrency=3)
+    assert governed.governor is not None and governed.governor.active == 1
+    want = {governed.id: (1, 4), fixed.id: (3, 3)}
+    # Then the workers view says so, as of their heartbeats: (serving, slots)
+    deadline = time.monotonic() + 5
+    with Queue(queue_name, redis_url) as q:
+        while {w.worker_id: (w.serving, w.slots)
+               for w in inspect.workers(q.redis, QueueKeys(queue_name))} != want:
+            assert time.monotonic() < deadline, inspect.workers(q.redis, QueueKeys(queue_name))
+            time.sleep(0.05)
+
+
 def test_a_slot_stuck_in_a_handler_does_not_keep_other_work_waiting(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
