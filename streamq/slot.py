@@ -168,7 +168,10 @@ class Slot:
                     w.stats.claims += 1
                     w.stats.tokens += len(claimed)
                     w.stats.reads[self.index] = self.read_n
-                if not acks:
+                if claimed and not acks:
+                    # the claimed jobs' results were acknowledged in the round (a round
+                    # of lane entries only acknowledges with the next settle, which
+                    # fires the point then)
                     w.fault("after_ack")
                 if gov is not None:
                     gov.tick()

@@ -366,6 +366,9 @@ def test_kill_between_worker_steps_on_the_lane(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "1",
                            "--batch", "10", env={"STREAMQ_FAULT": point})
     assert crasher.wait(30) == -signal.SIGKILL
+    if point == "after_ack:3":
+        # (it died right after its third acknowledgement of a round of up to 10)
+        assert sum(completions_of(r, queue_name).values()) > 20
     # When a healthy worker and the reaper take over
     procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--batch", "10")
     procs.reaper(queue_name)
