@@ -43,10 +43,9 @@ LANE_DUE = "lane|"
 QUIET_S = 0.2
 
 
-def _job_of(flat: list[bytes], fields: dict[bytes, bytes] | None = None) -> str:
-    """The job id a lane entry names (field ``j``; "" when it has none)."""
-    return (fields if fields is not None else _fields(flat)).get(b"j", b"").decode(
-        "utf-8", "replace")
+def _job_of(fields: dict[bytes, bytes]) -> str:
+    """The job id a lane entry's fields name (``j``; "" when it has none)."""
+    return fields.get(b"j", b"").decode("utf-8", "replace")
 
 
 class LaneEntry(NamedTuple):
@@ -241,7 +240,8 @@ class LaneWork:
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
         if w.tracer is not None:
-            w.tracer.note([(_job_of(e.flat), e.eid) for e in entries], [e.flat for e in entries])
+            w.tracer.note([(_job_of(_fields(e.flat)), e.eid) for e in entries],
+                          [e.flat for e in entries])
         if w.loop is not None and not any(is_suspect(e.flat) for e in entries):
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
@@ -261,7 +261,7 @@ class LaneWork:
         """(job, type, payload, attempt, decoded payload) of an entry, or None when it
         was dead-lettered as malformed."""
         f = _fields(e.flat)
-        job = _job_of(e.flat, f)
+        job = _job_of(f)
         kind, raw = f.get(b"t"), f.get(b"p")
         try:
             attempt = int(f.get(b"a", b"0")) + 1

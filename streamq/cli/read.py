@@ -161,8 +161,7 @@ def workers(queue: QueueArg, json_out: JsonOut = False,
         due = (f"in {ms(w.deadline_in_ms)}" if w.alive else f"{ms(-w.deadline_in_ms)} ago")
         t.add_row(w.worker_id, "live" if w.alive else "[red]dead[/]", due, str(w.leases),
                   _opt(w.processed), _opt(w.failed), f"{_opt(w.serving)} / {_opt(w.slots)}",
-                  w.host or "-",
-                  _opt(w.pid))
+                  w.host or "-", _opt(w.pid))
     console().print(t)
 
 
