@@ -37,7 +37,8 @@ if rcall("EXISTS", laneKey) == 0 then
   rcall("ZADD", lanesKey, ARGV[3], member)
 end
 local out, added = {nowMs}, 0
-local created = ',"created":' .. nowMs .. '}'
+local now = string.format("%d", nowMs)  -- once: a number per job costs a float conversion
+local created = ',"created":' .. now .. '}'
 -- the records read with one command (a job recorded before is left alone), the new
 -- records and registry entries written with one command each
 local last, ctx = #ARGV, nil
@@ -61,7 +62,7 @@ for n, j in ipairs(ids) do
     seen[j] = true
     records[#records + 1] = j
     records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
-    registry[#registry + 1] = nowMs
+    registry[#registry + 1] = now
     registry[#registry + 1] = j
     if ctx then
       rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3], "c", ctx)

@@ -72,6 +72,52 @@ def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     q.close()
 
 
+@pytest.mark.standalone  # (the raw publication is read with a plain SUBSCRIBE)
+def test_small_jobs_completed_in_one_call_carry_its_clock_as_whole_numbers(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given small jobs of two retentions submitted together, and a listener on the
+    # queue's channel (lane_ack completes them in one call: its clock, and each
+    # retention's forget-after, are made text once for the whole call)
+    qk = QueueKeys(queue_name)
+    short, long = Queue(queue_name, redis_url, retention_s=60), Queue(queue_name, redis_url,
+                                                                      retention_s=3600)
+    listener = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(qk.channel)
+    jobs = [q.submit([i]).id for i, q in enumerate([short, long] * 10)]
+    retention = {j: (60_000 if n % 2 == 0 else 3_600_000) for n, j in enumerate(jobs)}
+    # When a worker serves them
+    workers(queue_name, lambda p: p, concurrency=1)
+    for j in jobs:
+        short.wait(j, timeout=30)
+    # Then each job's record, completion record and publication give one finishing
+    # time, as digits (never a float's text such as 1.7e+12), after its creation, and
+    # the job is forgotten exactly its own retention after it
+    messages: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 10
+    while len(messages) < len(jobs) and time.monotonic() < deadline:
+        m = listener.get_message(timeout=0.5)
+        if m is not None:
+            text = m["data"].decode()
+            messages[json.loads(text)["job_id"]] = {"text": text, **json.loads(text)}
+    listener.close()
+    events = {f[b"job"].decode(): f for _, f in r.xrange(qk.events)}
+    for j in jobs:
+        raw = r.hget(qk.ljobs, j).decode()
+        record = json.loads(raw)
+        finished = record["finished"]
+        assert f'"finished":{finished},' in raw and f'"created":{record["created"]}' in raw
+        assert record["state"] == "succeeded" and finished >= record["created"]
+        assert events[j][b"finished"] == str(finished).encode()
+        assert (events[j][b"total"], events[j][b"done"], events[j][b"failed"]) == (
+            b"1", b"1", b"0")
+        assert messages[j]["finished_ms"] == finished
+        assert f'"done":1,"failed":0,"finished_ms":{finished}}}' in messages[j]["text"]
+        assert r.zscore(qk.ldone, j) == finished + retention[j]
+    short.close()
+    long.close()
+
+
 @pytest.mark.standalone
 def test_a_lane_submit_is_one_round_trip_and_one_script(
     r: redis.Redis, redis_url: str, queue_name: str

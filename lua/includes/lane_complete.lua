@@ -26,13 +26,36 @@ local function lane_cancelled(raw)
   return raw ~= nil and raw ~= false and string.sub(raw, 1, #LANE_CANCELLED) == LANE_CANCELLED
 end
 
--- a number field of a record: a plain search for its name (the record's fields are
--- flat and their names are never values), then its digits
-local function lane_field(raw, name)
+-- the digits of a number field of a record ("0" when it has none): a plain search for
+-- its name (the record's fields are flat and their names are never values)
+local function lane_digits(raw, name)
   local key = '"' .. name .. '":'
   local at = string.find(raw, key, 1, true)
-  if not at then return 0 end
-  return tonumber(string.match(raw, "^%d+", at + #key) or "0")
+  if not at then return "0" end
+  return string.match(raw, "^%d+", at + #key) or "0"
+end
+
+-- a number field of a record, as a number (0 when it has none)
+local function lane_field(raw, name)
+  return tonumber(lane_digits(raw, name))
+end
+
+-- The text of a whole number. Lua turns a number into text with printf's "%.14g"
+-- and Redis turns a number given to redis.call into text with "%.17g": a float
+-- conversion that cost more than the command it was passed to when made for every
+-- job. "%d" is an integer conversion, and the few texts every job of a call shares
+-- (its clock, 0 and 1) are made once per call (lane_texts).
+local function int_text(n)
+  if n == 0 then return "0" elseif n == 1 then return "1" end
+  return string.format("%d", n)
+end
+
+-- ctx.now: the text of `nowMs`; ctx.forget: forget-after texts by retention digits
+local function lane_texts(ctx, nowMs)
+  if ctx.nowMs ~= nowMs then
+    ctx.nowMs, ctx.now, ctx.forget = nowMs, int_text(nowMs), {}
+  end
+  return ctx.now
 end
 
 --[[
@@ -49,19 +72,27 @@ end
   acknowledged the job's entry completes it).
 ]]
 local function lane_complete(ctx, job, raw, state, done, failed, nowMs)
+  local now = lane_texts(ctx, nowMs)
+  done, failed = int_text(done), int_text(failed)
   local rest = string.sub(raw, #LANE_ACTIVE + 1)
   local d = ctx.done
   d.records[#d.records + 1] = job
   d.records[#d.records + 1] = '{"state":"' .. state .. '","done":' .. done .. ',"failed":' ..
-    failed .. ',"finished":' .. nowMs .. ',' .. rest
+    failed .. ',"finished":' .. now .. ',' .. rest
   d.jobs[#d.jobs + 1] = job
-  d.forget[#d.forget + 1] = nowMs + lane_field(rest, "retention")
+  local retention = lane_digits(rest, "retention")
+  local forget = ctx.forget[retention]
+  if not forget then
+    forget = int_text(nowMs + tonumber(retention))
+    ctx.forget[retention] = forget
+  end
+  d.forget[#d.forget + 1] = forget
   d.forget[#d.forget + 1] = job
-  rcall("XADD", ctx.events, "*", "job", job, "state", state, "total", 1, "done", done,
-        "failed", failed, "finished", nowMs)
+  rcall("XADD", ctx.events, "*", "job", job, "state", state, "total", "1", "done", done,
+        "failed", failed, "finished", now)
   local message = '{"job_id":"' .. job .. '","queue":"' .. ctx.queue .. '","state":"' ..
     state .. '","total":1,"done":' .. done .. ',"failed":' .. failed .. ',"finished_ms":' ..
-    nowMs .. '}'
+    now .. '}'
   rcall(ctx.publish, ctx.jobChannel .. job, message)
   rcall(ctx.publish, ctx.queueChannel, message)
 end
