@@ -63,25 +63,33 @@ local queueChannel, jobChannel, publish = ARGV[3], ARGV[4], ARGV[5]
 
 --- @include "includes/chunked"
 --- @include "includes/now_ms"
+--- @include "includes/int_text"
 
 local nowMs = now_ms()
+-- the clock's text, and each retention's forget-after, made once (includes/int_text)
+local now, forgetAt = int_text(nowMs), {}
 local out, toks, intents = {}, {}, {}
 for j = 6, #ARGV, 11 do
   local job, retentionMs = ARGV[j], tonumber(ARGV[j + 5])
+  local forget = forgetAt[retentionMs]
+  if not forget then
+    forget = int_text(nowMs + retentionMs)
+    forgetAt[retentionMs] = forget
+  end
   if ARGV[j + 7] == "" then
     intents[#intents + 1] = job
   else
     intents[#intents + 1] = job .. "|" .. ARGV[j + 7]
   end
-  if rcall("ZADD", finishedKey, "NX", nowMs + retentionMs, job .. "|" .. ARGV[j + 9]) == 0 then
+  if rcall("ZADD", finishedKey, "NX", forget, job .. "|" .. ARGV[j + 9]) == 0 then
     out[#out + 1] = 0
   else
     out[#out + 1] = 1
     rcall("ZREM", activeKey, job)
     rcall("XADD", eventsKey, "*", "job", job, "state", ARGV[j + 1], "total", ARGV[j + 2],
-      "done", ARGV[j + 3], "failed", ARGV[j + 4], "finished", nowMs)
+      "done", ARGV[j + 3], "failed", ARGV[j + 4], "finished", now)
     local message = string.gsub(ARGV[j + 8], '"finished_ms":%-?%d+}$',
-                                '"finished_ms":' .. nowMs .. '}')
+                                '"finished_ms":' .. now .. '}')
     rcall(publish, jobChannel .. job, message)
     rcall(publish, queueChannel, message)
     for i = 0, tonumber(ARGV[j + 6]) - 1 do
@@ -95,10 +103,10 @@ for j = 6, #ARGV, 11 do
       extra = extra + 1
     end
     if ARGV[j + 7] ~= "" then
-      rcall("ZADD", dedupxKey, nowMs + retentionMs, ARGV[j + 7])
+      rcall("ZADD", dedupxKey, forget, ARGV[j + 7])
     end
     if tonumber(ARGV[j + 10]) > 0 then
-      rcall("ZADD", owedKey, nowMs, job)
+      rcall("ZADD", owedKey, now, job)
     end
   end
 end

@@ -28,6 +28,7 @@ local group, member, cap = ARGV[1], ARGV[2], tonumber(ARGV[4])
 
 --- @include "includes/now_ms"
 --- @include "includes/chunked"
+--- @include "includes/int_text"
 
 local nowMs = now_ms()
 -- a lane stream exists exactly while it is registered (lane_drop removes both in
@@ -37,7 +38,7 @@ if rcall("EXISTS", laneKey) == 0 then
   rcall("ZADD", lanesKey, ARGV[3], member)
 end
 local out, added = {nowMs}, 0
-local now = string.format("%d", nowMs)  -- once: a number per job costs a float conversion
+local now = int_text(nowMs)  -- once for every job (includes/int_text)
 local created = ',"created":' .. now .. '}'
 -- the records read with one command (a job recorded before is left alone), the new
 -- records and registry entries written with one command each

@@ -7,6 +7,7 @@
   once it completed. lane_active tells a record that is still running.
 ]]
 --- @include "includes/chunked"
+--- @include "includes/int_text"
 
 local LANE_ACTIVE = '{"state":"active","done":0,"failed":0,'
 
@@ -40,17 +41,8 @@ local function lane_field(raw, name)
   return tonumber(lane_digits(raw, name))
 end
 
--- The text of a whole number. Lua turns a number into text with printf's "%.14g"
--- and Redis turns a number given to redis.call into text with "%.17g": a float
--- conversion that cost more than the command it was passed to when made for every
--- job. "%d" is an integer conversion, and the few texts every job of a call shares
--- (its clock, 0 and 1) are made once per call (lane_texts).
-local function int_text(n)
-  if n == 0 then return "0" elseif n == 1 then return "1" end
-  return string.format("%d", n)
-end
-
--- ctx.now: the text of `nowMs`; ctx.forget: forget-after texts by retention digits
+-- ctx.now: the text of `nowMs`; ctx.forget: forget-after texts by retention digits,
+-- made once per call (includes/int_text)
 local function lane_texts(ctx, nowMs)
   if ctx.nowMs ~= nowMs then
     ctx.nowMs, ctx.now, ctx.forget = nowMs, int_text(nowMs), {}
