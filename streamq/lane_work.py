@@ -48,6 +48,20 @@ def _job_of(fields: dict[bytes, bytes]) -> str:
     return fields.get(b"j", b"").decode("utf-8", "replace")
 
 
+def _lane_fields(flat: list[bytes]) -> tuple[str, bytes | None, bytes | None, int]:
+    """A lane entry's job id ("" when it has none), type, payload and attempt number.
+    Every first attempt without a trace context has the layout ``j``, ``t``, ``p``
+    and is read without a dict."""
+    if len(flat) == 6 and flat[0] == b"j" and flat[2] == b"t" and flat[4] == b"p":
+        return flat[1].decode("utf-8", "replace"), flat[3], flat[5], 1
+    f = _fields(flat)
+    try:
+        attempt = int(f.get(b"a", b"0")) + 1
+    except ValueError:
+        attempt = 1
+    return _job_of(f), f.get(b"t"), f.get(b"p"), attempt
+
+
 class LaneEntry(NamedTuple):
     """One entry read from a lane stream."""
 
@@ -260,13 +274,7 @@ class LaneWork:
                  ) -> tuple[str, bytes, bytes, int, Any] | None:
         """(job, type, payload, attempt, decoded payload) of an entry, or None when it
         was dead-lettered as malformed."""
-        f = _fields(e.flat)
-        job = _job_of(f)
-        kind, raw = f.get(b"t"), f.get(b"p")
-        try:
-            attempt = int(f.get(b"a", b"0")) + 1
-        except ValueError:
-            attempt = 1
+        job, kind, raw, attempt = _lane_fields(e.flat)
         try:
             if not job or kind is None or raw is None:
                 raise PayloadError("missing job 'j', type 't' or payload 'p' field")
