@@ -43,7 +43,7 @@ SWEEP_SMALL = 8_000  # jobs in the short runs (best of 2) that pick the setup fo
 # job than several (the slots of a process share its interpreter lock)
 SMALL_SETUPS = [(2, 1, 64), (3, 1, 64), (4, 1, 64), (2, 2, 32)]
 BATCH, PIPE, GROUP = 100, 500, "g"
-DEFAULT_SLOTS = 4  # 1d, 3d: `streamq worker` with no option (4 slots, batch and prefetch 0)
+DEFAULT_SLOTS = 4  # 1d, 3d: `streamq worker` with no option has up to 4 slots (the governor's)
 SHARDED = 3  # 3b: the shards of the small-job queue (each settle peeks at every shard)
 PROCS: list[subprocess.Popen[bytes]] = []
 perf = time.perf_counter
@@ -139,12 +139,17 @@ def start_redis(workdir: str, *extra: str) -> tuple[subprocess.Popen[bytes], str
 
 @contextlib.contextmanager
 def workers(r: redis.Redis, url: str, queue: str, procs: int, slots: int,
-            prefetch: int = 1, batch: int = BATCH) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Worker processes, registered and idle; stopped (and the database emptied) after."""
+            prefetch: int = 1, batch: int = BATCH, defaults: bool = False
+            ) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes, registered and idle; stopped (and the database emptied) after.
+    ``defaults``: `streamq worker` with no option but the handler (``slots``, ``batch`` and
+    ``prefetch`` unused: a worker given --concurrency keeps every slot serving, where
+    one given none lets its governor choose)."""
     env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT))
+    options = [] if defaults else ["--concurrency", str(slots), "--batch", str(batch),
+                                   "--prefetch", str(prefetch)]
     cmd = [sys.executable, "-m", "streamq", "worker", queue, "--handler",
-           "tests.bench.handlers:echo", "--concurrency", str(slots), "--batch", str(batch),
-           "--prefetch", str(prefetch), "--log-level", "WARNING"]
+           "tests.bench.handlers:echo", *options, "--log-level", "WARNING"]
     ps = [spawn(cmd, env) for _ in range(procs)]
     try:
         wait_until(lambda: r.zcard(QueueKeys(queue).workers) >= procs, 60, "workers")
@@ -171,10 +176,13 @@ def consumers(r: redis.Redis, url: str, mode: str, key: str, n: int,
 
 
 def sq_big(r: redis.Redis, url: str, server: Any, procs: int, slots: int, batch: int,
-           n: int, prefetch: int = 1) -> tuple[float, float, float, float]:
-    """Submit seconds, processing seconds, and redis / worker CPU µs per sub-request."""
+           n: int, prefetch: int = 1, defaults: bool = False
+           ) -> tuple[float, float, float, float]:
+    """Submit seconds, processing seconds, and redis / worker CPU µs per sub-request
+    (``defaults``: workers with no option, see :func:`workers`)."""
     name = f"big-{uuid.uuid4().hex[:8]}"
-    with workers(r, url, name, procs, slots, batch=batch, prefetch=prefetch) as ws:
+    with workers(r, url, name, procs, slots, batch=batch, prefetch=prefetch,
+                 defaults=defaults) as ws:
         q, payloads = Queue(name, url), [payload(i) for i in range(n)]
         t0 = perf()
         job = q.submit(payloads, concurrency=procs * slots)
@@ -209,13 +217,14 @@ def raw_big(r: redis.Redis, url: str, server: Any, procs: int, n: int,
 
 
 def sq_small(r: redis.Redis, url: str, procs: int, slots: int, prefetch: int,
-             n: int, shards: int = 1) -> float:
+             n: int, shards: int = 1, defaults: bool = False) -> float:
     """Seconds from the first submit_many to the n-th completion in the events streams
-    (of every shard: the queue's shard count is stored before the workers start)."""
+    (of every shard: the queue's shard count is stored before the workers start;
+    ``defaults``: workers with no option, see :func:`workers`)."""
     name = f"small-{uuid.uuid4().hex[:8]}"
     q, jobs = Queue(name, url, shards=shards), [[payload(i)] for i in range(n)]
     assert len(q.shards) == shards
-    with workers(r, url, name, procs, slots, prefetch):
+    with workers(r, url, name, procs, slots, prefetch, defaults=defaults):
         t0 = perf()
         for s in range(0, n, SUBMIT_CHUNK):
             q.submit_many(jobs[s : s + SUBMIT_CHUNK])
@@ -301,7 +310,7 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
                 lambda: raw_big(r, url, server, procs, BIG)]
     if batch != BATCH:
         big_runs.append(lambda: raw_big(r, url, server, procs, BIG, batch))
-    big_runs.append(lambda: sq_big(r, url, server, 2, DEFAULT_SLOTS, 0, BIG, prefetch=0))
+    big_runs.append(lambda: sq_big(r, url, server, 2, DEFAULT_SLOTS, 0, BIG, defaults=True))
     sq_run, raw_run, *same_run, default_run = paired(*big_runs, key=lambda t: t[1])
     submit_s, big_s, sq_rcpu, sq_wcpu = sq_run
     xadd_s, raw_big_s, raw_rcpu, raw_ccpu = raw_run
@@ -318,7 +327,7 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         lambda: sq_small(r, url, *small_setup, SMALL),
         lambda: raw_small(r, url, small_setup[0], SMALL),
         lambda: sq_small(r, url, *small_setup, SMALL, shards=SHARDED),
-        lambda: sq_small(r, url, 2, DEFAULT_SLOTS, 0, SMALL), key=float)
+        lambda: sq_small(r, url, 2, DEFAULT_SLOTS, 0, SMALL, defaults=True), key=float)
     lat, raw_lat = paired(lambda: sq_latency(r, url, slots), lambda: raw_latency(r, url),
                           key=lambda xs: pcts(xs)[1])
     version = r.info("server")["redis_version"]
@@ -357,8 +366,9 @@ def bench(log: Callable[[str], None], url: str, server: Any) -> Any:
         f"slots, batch: {sweep_text}); 3: {small_setup[0]} x {small_setup[1]}, --batch {BATCH}, "
         f"--prefetch {small_setup[2]}, chosen the same way (jobs/s by processes x slots, "
         f"prefetch: {small_text}); 4: 1 x {slots}, --batch {BATCH}. 1d and 3d: 2 processes "
-        "with no option (4 slots each; batch and prefetch adapted), taken in turns with 1 "
-        "and 3.",
+        f"with no option but --handler (up to {DEFAULT_SLOTS} slots each, as many serving as "
+        "serve best; batch and prefetch adapted; job concurrency 8 in 1d), taken in turns "
+        "with 1 and 3.",
         f"1: submit's return to job.wait; raw: {procs} consumer process(es), XREADGROUP COUNT "
         f"{BATCH} + one XACK, go signal to last ack. CPU/sub-request: redis-server {sq_rcpu:.1f} "
         f"µs (raw {raw_rcpu:.1f}), workers {sq_wcpu:.1f} µs (raw consumers {raw_ccpu:.1f})."
