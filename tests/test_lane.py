@@ -99,7 +99,8 @@ def test_small_jobs_completed_in_one_call_carry_its_clock_as_whole_numbers(
         m = listener.get_message(timeout=0.5)
         if m is not None:
             text = m["data"].decode()
-            messages[json.loads(text)["job_id"]] = {"text": text, **json.loads(text)}
+            message = json.loads(text)
+            messages[message["job_id"]] = {"text": text, **message}
     listener.close()
     events = {f[b"job"].decode(): f for _, f in r.xrange(qk.events)}
     for j in jobs:
