@@ -34,12 +34,7 @@
     ARGV[1]  cap on the events stream length (approximate)
     ARGV[2]  events retention, ms: the queue's configured retention (records
              older than Redis's clock minus this are trimmed)
-    ARGV[3]  queue channel
-    ARGV[4]  job channel prefix (a job's channel is the prefix followed by its id)
-    ARGV[5]  publish command: PUBLISH, or SPUBLISH on a Redis Cluster (sharded
-             pub/sub: the channels carry the queue's hash tag, so the notice stays
-             on the queue's master and its replicas)
-    ARGV[6..] groups of 11 per job:
+    ARGV[3..] groups of 11 per job:
              job id, terminal state (succeeded | partial | failed | aborted),
              total sub-requests, done (acknowledged with a result), failed
              (dead-lettered), retention ms, concurrency (number of tokens the
@@ -59,7 +54,8 @@ local activeKey, finishedKey, eventsKey = KEYS[1], KEYS[2], KEYS[3]
 local tokensKey, readyKey, leasedKey, parkedKey, ownersKey, kickKey, dedupxKey, owedKey =
   KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local creatingKey = KEYS[12]
-local queueChannel, jobChannel, publish = ARGV[3], ARGV[4], ARGV[5]
+local queueChannel = sq_channel(SQ_TAG)
+local jobChannel = queueChannel .. ":"
 
 --- @include "includes/chunked"
 --- @include "includes/now_ms"
@@ -69,7 +65,7 @@ local nowMs = now_ms()
 -- the clock's text, and each retention's forget-after, made once (includes/int_text)
 local now, forgetAt = int_text(nowMs), {}
 local out, toks, intents = {}, {}, {}
-for j = 6, #ARGV, 11 do
+for j = 3, #ARGV, 11 do
   local job, retentionMs = ARGV[j], tonumber(ARGV[j + 5])
   local forget = forgetAt[retentionMs]
   if not forget then
@@ -90,8 +86,8 @@ for j = 6, #ARGV, 11 do
       "done", ARGV[j + 3], "failed", ARGV[j + 4], "finished", now)
     local message = string.gsub(ARGV[j + 8], '"finished_ms":%-?%d+}$',
                                 '"finished_ms":' .. now .. '}')
-    rcall(publish, jobChannel .. job, message)
-    rcall(publish, queueChannel, message)
+    sq_publish(jobChannel .. job, message)
+    sq_publish(queueChannel, message)
     for i = 0, tonumber(ARGV[j + 6]) - 1 do
       toks[#toks + 1] = job .. "#" .. i
     end

@@ -22,11 +22,7 @@
     ARGV[1] consumer group name
     ARGV[2] cap on the events stream length (approximate)
     ARGV[3] events retention, ms
-    ARGV[4] queue channel
-    ARGV[5] job channel prefix
-    ARGV[6] publish command (PUBLISH, or SPUBLISH on a Redis Cluster)
-    ARGV[7] queue name (in the published completion)
-    ARGV[8..] triples (entry id, job id, encoded result)
+    ARGV[4..] triples (entry id, job id, encoded result)
 
   Output:
     {acknowledged, completed}: entries this call acknowledged, jobs it completed
@@ -34,8 +30,9 @@
 local rcall = redis.call
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[3], lerrors = KEYS[4],
              lstarts = KEYS[5], lactive = KEYS[6], ldone = KEYS[7], events = KEYS[8],
-             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
-             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
+             eventsMax = ARGV[2], eventsRetention = ARGV[3],
+             queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
+             queue = sq_queue_of(SQ_TAG)}
 local group = ARGV[1]
 
 --- @include "includes/now_ms"
@@ -51,14 +48,14 @@ local starts = rcall("EXISTS", ctx.lstarts) == 1
 -- each counts; otherwise some were settled before this call, and since every
 -- script that settles a lane entry deletes it in the same call, the ones this
 -- call acknowledged are those still in the stream
-for j = 8, #ARGV, 3 do ids[#ids + 1] = ARGV[j] end
+for j = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[j] end
 local ackedNow = 0
 for i = 1, #ids, 500 do
   ackedNow = ackedNow + rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
 end
 local all = ackedNow == #ids
 local mine = {}
-for j = 8, #ARGV, 3 do
+for j = 4, #ARGV, 3 do
   if all or #rcall("XRANGE", ctx.lane, ARGV[j], ARGV[j]) > 0 then
     mine[#mine + 1] = j
     jobs[#jobs + 1] = ARGV[j + 1]

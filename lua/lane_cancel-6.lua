@@ -22,11 +22,7 @@
     ARGV[1] consumer group name
     ARGV[2] cap on the events stream length (approximate)
     ARGV[3] events retention, ms
-    ARGV[4] queue channel
-    ARGV[5] job channel prefix
-    ARGV[6] publish command (PUBLISH, or SPUBLISH on a Redis Cluster)
-    ARGV[7] queue name
-    ARGV[8] job id
+    ARGV[4] job id
 
   Output:
     {cancelled (0|1), held}: cancelled 1 when this call cancelled the job; held is
@@ -37,9 +33,10 @@ local rcall = redis.call
 local retryKey = KEYS[2]
 local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = "",
              lstarts = "", lactive = KEYS[4], ldone = KEYS[5], events = KEYS[6],
-             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
-             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
-local group, job = ARGV[1], ARGV[8]
+             eventsMax = ARGV[2], eventsRetention = ARGV[3],
+             queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
+             queue = sq_queue_of(SQ_TAG)}
+local group, job = ARGV[1], ARGV[4]
 
 --- @include "includes/errors"
 --- @include "includes/now_ms"

@@ -22,20 +22,16 @@
     ARGV[1]  consumer group name
     ARGV[2]  cap on the events stream length (approximate)
     ARGV[3]  events retention, ms
-    ARGV[4]  queue channel
-    ARGV[5]  job channel prefix
-    ARGV[6]  publish command
-    ARGV[7]  queue name
-    ARGV[8]  cap on the dead stream's length (approximate)
-    ARGV[9]  lane member "<prio>|<client>"
-    ARGV[10] entry id
-    ARGV[11] job id ("" for an entry without one)
-    ARGV[12] attempts made, counting this one
-    ARGV[13] retry delay, ms after Redis's clock now; -1 to dead-letter at once
-    ARGV[14] error text
-    ARGV[15] payload type letter
-    ARGV[16] payload bytes
-    ARGV[17] optional: the entry's trace context (field "c"), kept with its retry as
+    ARGV[4]  cap on the dead stream's length (approximate)
+    ARGV[5]  lane member "<prio>|<client>"
+    ARGV[6] entry id
+    ARGV[7] job id ("" for an entry without one)
+    ARGV[8] attempts made, counting this one
+    ARGV[9] retry delay, ms after Redis's clock now; -1 to dead-letter at once
+    ARGV[10] error text
+    ARGV[11] payload type letter
+    ARGV[12] payload bytes
+    ARGV[13] optional: the entry's trace context (field "c"), kept with its retry as
              "<attempts>|<job>,<context>|<type><payload>"
 
   Output:
@@ -45,10 +41,11 @@ local rcall = redis.call
 local retryKey, deadKey, retriesKey = KEYS[2], KEYS[9], KEYS[10]
 local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = KEYS[4],
              lstarts = KEYS[5], lactive = KEYS[6], ldone = KEYS[7], events = KEYS[8],
-             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
-             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
-local group, entryId, job = ARGV[1], ARGV[10], ARGV[11]
-local attempts, delay = tonumber(ARGV[12]), tonumber(ARGV[13])
+             eventsMax = ARGV[2], eventsRetention = ARGV[3],
+             queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
+             queue = sq_queue_of(SQ_TAG)}
+local group, entryId, job = ARGV[1], ARGV[6], ARGV[7]
+local attempts, delay = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 --- @include "includes/now_ms"
 --- @include "includes/lane_complete"
@@ -68,12 +65,12 @@ end
 if raw and delay >= 0 and attempts < lane_field(raw, "max_deliveries") then
   local due = nowMs + delay
   local who = job
-  if ARGV[17] and ARGV[17] ~= "" then who = job .. "," .. ARGV[17] end
-  rcall("ZADD", retryKey, due, attempts .. "|" .. who .. "|" .. ARGV[15] .. ARGV[16])
-  rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[9])
+  if ARGV[13] and ARGV[13] ~= "" then who = job .. "," .. ARGV[13] end
+  rcall("ZADD", retryKey, due, attempts .. "|" .. who .. "|" .. ARGV[11] .. ARGV[12])
+  rcall("ZADD", retriesKey, "LT", due, "lane|" .. ARGV[5])
   return 1
 end
-lane_dead(ctx, deadKey, ARGV[8], job, raw, entryId, ARGV[14], attempts, ARGV[15], ARGV[16],
+lane_dead(ctx, deadKey, ARGV[4], job, raw, entryId, ARGV[10], attempts, ARGV[11], ARGV[12],
           nowMs)
 lane_flush(ctx)
 return 2

@@ -26,16 +26,12 @@
     ARGV[1]  consumer group name
     ARGV[2]  cap on the events stream length (approximate)
     ARGV[3]  events retention, ms
-    ARGV[4]  queue channel
-    ARGV[5]  job channel prefix
-    ARGV[6]  publish command
-    ARGV[7]  queue name
-    ARGV[8]  cap on the dead stream's length (approximate)
-    ARGV[9]  consumer name the reaper claims as
-    ARGV[10] min idle, ms
-    ARGV[11] XAUTOCLAIM cursor ("0-0" to start)
-    ARGV[12] XAUTOCLAIM COUNT
-    ARGV[13] max deliveries override, 0 to use each job's own
+    ARGV[4]  cap on the dead stream's length (approximate)
+    ARGV[5]  consumer name the reaper claims as
+    ARGV[6] min idle, ms
+    ARGV[7] XAUTOCLAIM cursor ("0-0" to start)
+    ARGV[8] XAUTOCLAIM COUNT
+    ARGV[9] max deliveries override, 0 to use each job's own
 
   Output:
     {next cursor, re-added, dead-lettered}; a lane whose stream is gone replies
@@ -45,9 +41,10 @@ local rcall = redis.call
 local deadKey = KEYS[8]
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[9], lerrors = KEYS[3],
              lstarts = KEYS[4], lactive = KEYS[5], ldone = KEYS[6], events = KEYS[7],
-             eventsMax = ARGV[2], eventsRetention = ARGV[3], queueChannel = ARGV[4],
-             jobChannel = ARGV[5], publish = ARGV[6], queue = ARGV[7]}
-local group, override = ARGV[1], tonumber(ARGV[13])
+             eventsMax = ARGV[2], eventsRetention = ARGV[3],
+             queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
+             queue = sq_queue_of(SQ_TAG)}
+local group, override = ARGV[1], tonumber(ARGV[9])
 
 --- @include "includes/now_ms"
 --- @include "includes/lane_complete"
@@ -56,8 +53,8 @@ local nowMs = now_ms()
 ctx.done = lane_done()
 lane_trim(ctx, nowMs, 1000)
 if rcall("EXISTS", ctx.lane) == 0 then return {"0-0", 0, 0} end
-local claimed = rcall("XAUTOCLAIM", ctx.lane, group, ARGV[9], ARGV[10], ARGV[11],
-                      "COUNT", tonumber(ARGV[12]))
+local claimed = rcall("XAUTOCLAIM", ctx.lane, group, ARGV[5], ARGV[6], ARGV[7],
+                      "COUNT", tonumber(ARGV[8]))
 local cursor, entries, deleted = claimed[1], claimed[2], claimed[3] or {}
 local readded, dead = 0, 0
 
@@ -78,7 +75,7 @@ for _, entry in ipairs(entries) do
   if job then raw = rcall("HGET", ctx.ljobs, job) end
   if not (raw and f["t"] and f["p"]) then
     if not lane_active(raw) then raw = nil end
-    lane_dead(ctx, deadKey, ARGV[8], job, raw, id,
+    lane_dead(ctx, deadKey, ARGV[4], job, raw, id,
               "malformed entry: missing job, type or payload, or a job without a record",
               attempts, f["t"], f["p"], nowMs)
     dead = dead + 1
@@ -88,7 +85,7 @@ for _, entry in ipairs(entries) do
     local maxDeliveries = lane_field(raw, "max_deliveries")
     if override > 0 and override < maxDeliveries then maxDeliveries = override end
     if attempts >= maxDeliveries then
-      lane_dead(ctx, deadKey, ARGV[8], job, raw, id,
+      lane_dead(ctx, deadKey, ARGV[4], job, raw, id,
                 "worker lost while running it (killed or crashed) " .. attempts .. " times",
                 attempts, f["t"], f["p"], nowMs)
       dead = dead + 1

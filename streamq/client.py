@@ -443,8 +443,7 @@ class Queue(Following, Controls):
             [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
                                              reply.failed, 0))
              for jid, reply in jobs],
-            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms,
-            sharded=is_cluster(self.redis))
+            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms)
 
     def _finish(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> bool:
         call = self.finish_call(jid, reply, qk)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import tracing
-from .cluster import is_cluster
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
 from .keys import QueueKeys, lane_member
 from .replies import Call, raise_for_code
@@ -29,18 +28,18 @@ class LaneCtx:
     queue: str
     events_maxlen: int
     events_retention_ms: int
-    sharded: bool
     dead_maxlen: int = DEFAULT_DEAD_MAXLEN
 
     @classmethod
     def of(cls, q: Queue) -> LaneCtx:
         """The settings of queue client ``q`` (its retention and events cap)."""
         return cls(queue=q.name, events_maxlen=q.events_maxlen,
-                   events_retention_ms=q.retention_ms, sharded=is_cluster(q.redis))
+                   events_retention_ms=q.retention_ms)
 
     def args(self, qk: QueueKeys) -> list[Any]:
-        return [GROUP, self.events_maxlen, self.events_retention_ms, qk.channel,
-                qk.job_channel(""), "SPUBLISH" if self.sharded else "PUBLISH", self.queue]
+        """The head of the call's arguments (channels, the queue's name and the
+        publish command are the function's own, from the keys' tag)."""
+        return [GROUP, self.events_maxlen, self.events_retention_ms]
 
 
 class LaneScripts(ScriptsBase):

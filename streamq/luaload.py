@@ -176,13 +176,6 @@ def bundled() -> dict[str, LuaScript]:
 LIBRARY_NAME = "streamq"
 #: A script ``ack`` is the function ``sq_ack`` of the library.
 FUNCTION_PREFIX = "sq_"
-#: Scripts that add new work: refused while Redis is over its ``maxmemory`` (the
-#: producer waits, nothing is half written). Every other function may run then
-#: (``allow-oom``): acks, failures and trims are how a full Redis drains.
-ADDS_WORK = frozenset({
-    "create_job", "add_tasks", "add_keyed", "commit_batch", "lane_submit", "register_jobs",
-    "intend_jobs", "reserve_dedup", "replay",
-})
 #: Functions of the library that are not script files: its version and Redis's clock,
 #: both read-only (``FCALL_RO``, any role).
 VERSION_FUNCTION = FUNCTION_PREFIX + "version"
@@ -207,27 +200,55 @@ def function_name(script: str) -> str:
     return FUNCTION_PREFIX + script
 
 
-def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME) -> LuaLibrary:
+def guard_source(root: Path | None = None) -> str:
+    """The library-level code every function shares: the guard that checks a call
+    against its contract, and the publish helper (``lua/library/guard.lua``)."""
+    root = lua_dir() if root is None else root
+    return (root / "library" / "guard.lua").read_text(encoding="utf-8")
+
+
+def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME, *,
+                  guarded: bool = True) -> LuaLibrary:
     """One library registering each script as a function whose body is the script:
     ``KEYS`` and ``ARGV`` are the callback's parameters, so a script runs as it would
-    under EVAL. Includes are expanded into each function (no state is shared)."""
+    under EVAL. Includes are expanded into each function (no state is shared).
+
+    Every function first runs the guard with its declared contract
+    (:mod:`streamq.contracts`): a call whose keys or arguments do not fit is refused
+    before anything is written. ``guarded=False`` leaves the check out (only the
+    attack suite's self-test uses it, to show the suite would see what it stops)."""
+    from .contracts import CONTRACTS  # the contracts name scripts: loaded after them
+
+    missing = sorted(set(scripts) - set(CONTRACTS))
+    if missing:
+        raise ScriptLoadError(f"scripts without a declared contract: {', '.join(missing)}")
     bodies: list[str] = []
+    specs: list[str] = []
     functions: dict[str, str] = {}
     for script in sorted(scripts.values(), key=lambda s: s.name):
+        c = CONTRACTS[script.name]
+        if c.numkeys != script.numkeys:
+            raise ScriptLoadError(f"{script.path.name} takes {script.numkeys} keys, its "
+                                  f"contract declares {c.numkeys}")
         fname = function_name(script.name)
-        flags = "" if script.name in ADDS_WORK else "'allow-oom'"
+        flags = ", ".join(f"'{f}'" for f in c.flags)
+        specs.append(f"SQ_SPECS.{script.name} = {c.lua_spec()}\n")
+        prologue = (f"local SQ_TAG, SQ_REFUSED = sq_guard(SQ_SPECS.{script.name}, KEYS, ARGV)\n"
+                    "if not SQ_TAG then return SQ_REFUSED end\n" if guarded else
+                    "local SQ_TAG = sq_tag_of(KEYS[1]) or ''\n")
         bodies.append(
             f"redis.register_function{{function_name='{fname}', "
-            f"callback=function(KEYS, ARGV)\n{script.source}end, flags={{{flags}}}}}\n")
+            f"callback=function(KEYS, ARGV)\n{prologue}{script.source}end, flags={{{flags}}}}}\n")
         functions[script.name] = fname
-    version = hashlib.sha1("".join(bodies).encode()).hexdigest()[:12]
+    shared = guard_source() + "local SQ_SPECS = {}\n" + "".join(specs)
+    version = hashlib.sha1((shared + "".join(bodies)).encode()).hexdigest()[:12]
     fixed = (
         f"redis.register_function{{function_name='{VERSION_FUNCTION}', "
         f"callback=function() return '{version}' end, flags={{'no-writes', 'allow-stale'}}}}\n"
         f"redis.register_function{{function_name='{TIME_FUNCTION}', "
         f"callback=function() return redis.call('TIME') end, "
         f"flags={{'no-writes', 'allow-stale'}}}}\n")
-    source = f"#!lua name={name}\n" + fixed + "".join(bodies)
+    source = f"#!lua name={name}\n" + shared + fixed + "".join(bodies)
     return LuaLibrary(name=name, version=version, source=source, functions=functions)
 
 

@@ -122,15 +122,13 @@ class QueueScripts(ScriptsBase):
         *,
         events_maxlen: int,
         events_retention_ms: int,
-        sharded: bool = False,
     ) -> Call:
         """Finish terminal jobs, given as (job id, reply, completion message); the
         reply of the call is one code per job: 1 finished now, 0 finished before.
         Events are kept ``events_retention_ms`` (the queue's retention) and at most
-        about ``events_maxlen``. ``sharded``: publish with SPUBLISH (a Redis Cluster,
-        see :mod:`streamq.notices`)."""
-        args: list[Any] = [events_maxlen, events_retention_ms, qk.channel, qk.job_channel(""),
-                           "SPUBLISH" if sharded else "PUBLISH"]
+        about ``events_maxlen``. The function publishes each completion on the job's
+        and the queue's channels (SPUBLISH on a Redis Cluster: :mod:`streamq.notices`)."""
+        args: list[Any] = [events_maxlen, events_retention_ms]
         for job_id, job, message in jobs:
             args += [job_id, job.state, job.total, job.done, job.failed, job.retention_ms,
                      job.concurrency, job.dedup, message, job.incarnation, job.dead]

@@ -28,6 +28,7 @@ import functools
 import hashlib
 import re
 
+from .contracts import CONTRACTS
 from .luaload import TIME_FUNCTION, VERSION_FUNCTION, bundled, function_name
 
 __all__ = ["DIRECT", "FUNCTIONS", "ROLES", "SCOPED", "acl_line", "acl_rules", "commands_of",
@@ -35,37 +36,18 @@ __all__ = ["DIRECT", "FUNCTIONS", "ROLES", "SCOPED", "acl_line", "acl_rules", "c
 
 ROLES = ("producer", "worker", "reaper", "inspector", "admin")
 
-#: The scripts each runtime role runs (as functions): its operations.
+#: The scripts each runtime role runs (as functions): its operations, as each
+#: script's declared contract names them (:mod:`streamq.contracts`).
 FUNCTIONS: dict[str, frozenset[str]] = {
-    # submit (both lanes), open/add/finalize, dedup, the Spark writer and reader
-    "producer": frozenset({
-        "create_job", "add_tasks", "finalize_job", "register_jobs", "intend_jobs",
-        "reserve_dedup", "finish_jobs", "unpark", "lane_submit", "add_keyed", "commit_batch",
-        "abort_job", "expire_keyed", "cancel_job", "lane_cancel",
-    }),
-    # claim, read, ack, fail, retry, heartbeat and its own leases; dead letters it makes
-    "worker": frozenset({
-        "settle", "ack", "requeue", "fail", "record_start", "promote_retries",
-        "schedule_retry", "unpark", "heartbeat", "clear_owed", "announce", "unannounced",
-        "announced", "finish_jobs", "lane_ack", "lane_fail", "lane_promote", "lane_start",
-        "lane_requeue",
-        "take_permits", "unregister",
-    }),
-    # recovery of stalled work and dead processes, retention trims
-    "reaper": frozenset({
-        "promote_retries", "reclaim", "delete_consumers", "expire_orphan", "drop_intent",
-        "unpark", "reap_leases", "forget_job", "trim", "unlock", "clear_owed", "announce",
-        "unannounced", "announced", "finish_jobs", "register_jobs", "lane_promote",
-        "lane_drop", "lane_reclaim", "lock",
-    }),
-    "inspector": frozenset(),
+    role: frozenset(c.name for c in CONTRACTS.values() if role in c.roles)
+    for role in ("producer", "worker", "reaper", "inspector")
 }
 
 #: Commands each role sends itself, outside functions.
 _READS = ("get", "hget", "hmget", "hgetall", "hexists", "hlen", "hscan", "exists", "type",
           "ttl", "pttl", "xlen", "xrange", "xrevrange", "xpending", "xinfo|groups",
           "xinfo|consumers", "xinfo|stream", "zcard", "zcount", "zrange", "zrangebyscore",
-          "zscore", "zscan", "scard", "smembers", "llen")
+          "zrevrangebyscore", "zscore", "zscan", "scard", "smembers", "sscan", "llen")
 _CONNECT = ("ping", "hello", "auth", "time", "command", "readonly", "asking", "cluster|slots",
             "cluster|shards", "cluster|nodes", "cluster|info", "wait")
 _SUBSCRIBE = ("subscribe", "unsubscribe", "ssubscribe", "sunsubscribe")
@@ -112,15 +94,16 @@ _CONTAINERS = frozenset({"xgroup", "xinfo"})
 @functools.cache
 def commands_of(script: str) -> frozenset[str]:
     """The Redis commands the script ``script`` (with its includes) can run, as ACL
-    names. A command chosen at run time (PUBLISH or SPUBLISH) is both."""
+    names. A function that publishes (its contract says so) runs PUBLISH or SPUBLISH,
+    chosen inside from the server's INFO (lua/library/guard.lua)."""
     source = bundled()[script].source
     found: set[str] = set()
     for regex in (_CALL_RE, _PCALL_RE):
         for cmd, sub in regex.findall(source):
             cmd = cmd.lower()
             found.add(f"{cmd}|{sub.lower()}" if cmd in _CONTAINERS and sub else cmd)
-    if re.search(r"\brcall\(\s*(?:publish|cmd)\b", source):
-        found |= {"publish", "spublish"}
+    if CONTRACTS[script].publishes:
+        found |= {"publish", "spublish", "info"}
     return frozenset(found)
 
 

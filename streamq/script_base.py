@@ -11,13 +11,20 @@ found without the module it had is asked again which call to use.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import functions
 from .connection import Client, InFlight, pipelined
 from .luaload import bundled, library
+from .contracts import CONTRACTS
 from .replies import Call
+
+#: check every call against its declared contract before it is sent (the test suite
+#: sets ``STREAMQ_CHECK_CONTRACTS=1``: a stub that disagrees with its declaration
+#: fails there; the functions check every call themselves, whatever this says)
+CHECK_CONTRACTS = os.environ.get("STREAMQ_CHECK_CONTRACTS", "") not in ("", "0")
 
 
 class ScriptsBase:
@@ -96,6 +103,8 @@ class ScriptsBase:
         for c in calls:
             if len(c.keys) != self._numkeys[c.name]:
                 raise ValueError(f"{c.name} takes {self._numkeys[c.name]} keys, got {len(c.keys)}")
+            if CHECK_CONTRACTS:
+                CONTRACTS[c.name].check(c.keys, c.args)
             commands.append((word, self.library.functions[c.name], len(c.keys), *c.keys,
                              *c.args))
         return commands

@@ -25,7 +25,11 @@ from typing import Any
 import pytest
 import redis
 
-from streamq import Worker, functions
+# every call a test makes (and the processes it starts) is checked against its
+# script's declared contract before it is sent (streamq.script_base)
+os.environ.setdefault("STREAMQ_CHECK_CONTRACTS", "1")
+
+from streamq import Worker, functions  # noqa: E402
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -165,7 +165,6 @@ def test_a_lane_ack_or_failure_sent_twice_counts_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     # Given two small jobs read by a worker (by hand: XREADGROUP as consumer "w")
-    from streamq.cluster import is_cluster
     from streamq.scripts import LaneCtx
 
     q = Queue(queue_name, redis_url)
@@ -173,7 +172,7 @@ def test_a_lane_ack_or_failure_sent_twice_counts_once(
     qk, lane = q.shards[0], q.shards[0].lane(50, "default")
     (_, read), = r.xreadgroup("workers", "w", {lane: ">"}, count=10)
     ids = {f[b"j"].decode(): eid.decode() for eid, f in read}
-    ctx = LaneCtx(queue_name, 1000, 60_000, is_cluster(r))
+    ctx = LaneCtx(queue_name, 1000, 60_000)
     ack = q.scripts.lane_ack_call(qk, lane, ctx, [(ids[ok.id], ok.id, b"j2")])
     fail = q.scripts.lane_fail_call(qk, (50, "default"), ctx, entry_id=ids[bad.id], job=bad.id,
                                     attempts=1, delay_ms=0, error="boom", kind=b"j",
@@ -196,13 +195,12 @@ def test_a_lane_ack_deletes_exactly_what_it_acknowledged_in_any_order(
 ) -> None:
     # Given 40 small jobs: worker a reads 10, worker b the next 10, a the next 10,
     # and 10 stay unread
-    from streamq.cluster import is_cluster
     from streamq.scripts import LaneCtx
 
     q = Queue(queue_name, redis_url)
     jobs = q.submit_many([[i] for i in range(40)])
     qk, lane = q.shards[0], q.shards[0].lane(50, "default")
-    ctx = LaneCtx(queue_name, 1000, 60_000, is_cluster(r))
+    ctx = LaneCtx(queue_name, 1000, 60_000)
 
     def read(consumer: str) -> list[tuple[str, str]]:
         (_, got), = r.xreadgroup("workers", consumer, {lane: ">"}, count=10)

@@ -57,7 +57,8 @@ end
   on the job's and the queue's channels, all in the caller's script. `raw` is
   the job's active record; `ctx` holds the keys and settings every lane script
   passes: ljobs, lactive, ldone, events, eventsMax, eventsRetention,
-  queueChannel, jobChannel, publish, queue; and `ctx.done`, the writes to the
+  queueChannel, jobChannel (built from
+  the tag the guard checked), queue; and `ctx.done`, the writes to the
   records, the registry and `ldone`, which lane_flush makes with one command
   each for every job the call completed (call it before the script returns).
   The caller has made sure this happens once (only the call whose XACK
@@ -85,8 +86,8 @@ local function lane_complete(ctx, job, raw, state, done, failed, nowMs)
   local message = '{"job_id":"' .. job .. '","queue":"' .. ctx.queue .. '","state":"' ..
     state .. '","total":1,"done":' .. done .. ',"failed":' .. failed .. ',"finished_ms":' ..
     now .. '}'
-  rcall(ctx.publish, ctx.jobChannel .. job, message)
-  rcall(ctx.publish, ctx.queueChannel, message)
+  sq_publish(ctx.jobChannel .. job, message)
+  sq_publish(ctx.queueChannel, message)
 end
 
 local function lane_flush(ctx)
