@@ -7,6 +7,8 @@ the effects reach replicas; on a cluster the keys decide the node, as for FCALL.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -86,6 +88,208 @@ def test_a_malformed_call_or_another_function_gets_an_error_and_the_server_stays
     finally:
         c.function_delete("other")
         c.close()
+
+
+# -- SQ.FCALL runs only for a client's own call: never nested in a script, a function or
+# another module's call (Redis 7.0 dies on a nested function call: script.c '!curr_run_ctx')
+
+NESTING_LIBRARY = """#!lua name=sqtest_nesting
+local function run(keys, args) return redis.call(unpack(args)) end
+redis.register_function('sqtest_run', run)
+redis.register_function('sq_test_run', run)
+"""
+
+NESTED_CALLS = [
+    # a script
+    ("EVAL", "return redis.call('SQ.FCALL', 'sq_version', 0)", 0),
+    ("EVAL", "return redis.pcall('SQ.FCALL', 'sq_version', 0)", 0),
+    ("EVAL", "return redis.call(unpack(ARGV))", 0, "SQ.FCALL", "sq_version", 0),
+    # a function that runs the command its caller names, run by FCALL and by SQ.FCALL
+    ("FCALL", "sqtest_run", 0, "SQ.FCALL", "sq_version", 0),
+    ("SQ.FCALL", "sq_test_run", 0, "SQ.FCALL", "sq_version", 0),
+]
+
+#: the errors: Redis's, for a command flagged noscript, or the module's own check
+NESTING_REFUSED = "not allowed from script|may not be called from a script"
+
+
+@pytest.fixture(scope="module")
+def nesting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A redis-server with the module, streamq's library and a library whose functions
+    run the command they are given; its DEBUG command is open to local clients (set-disable-deny-scripts)."""
+    tmp = tmp_path_factory.mktemp("nesting")
+    proc, url = start_redis(tmp, *module_args(), "--enable-debug-command", "local")
+    c = redis.Redis.from_url(url)
+    functions.load(c)
+    c.function_load(NESTING_LIBRARY, replace=True)  # as the default user
+    c.close()
+    try:
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("deny_script_flag", ["obeyed", "switched off"])
+@pytest.mark.parametrize("call", NESTED_CALLS, ids=lambda c: " ".join(map(str, c)))
+def test_sq_fcall_nested_in_a_script_or_a_function_gets_an_error_and_the_server_stays_up(
+    nesting_server: tuple[str, Any], call: tuple[Any, ...], deny_script_flag: str
+) -> None:
+    url, proc = nesting_server
+    c = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        run_id = c.info("server")["run_id"]
+        # Given Redis's own refusal of a noscript command from a script (or, switched off,
+        # only the module's check left)
+        if deny_script_flag == "switched off":
+            c.execute_command("DEBUG", "set-disable-deny-scripts", 1)
+        try:
+            # When SQ.FCALL is called from a script or a function
+            with pytest.raises(redis.ResponseError, match=NESTING_REFUSED):
+                c.execute_command(*call)
+        finally:
+            if deny_script_flag == "switched off":
+                c.execute_command("DEBUG", "set-disable-deny-scripts", 0)
+        # Then the caller gets an error, and the same server goes on serving
+        assert c.info("server")["run_id"] == run_id
+        assert proc.poll() is None
+        assert c.execute_command("SQ.FCALL", "sq_version", 0)
+    finally:
+        c.close()
+
+
+def test_command_info_shows_sq_fcall_is_noscript(server: tuple[str, Any]) -> None:
+    url, _ = server
+    c = redis.Redis.from_url(url)
+    try:
+        info = c.execute_command("COMMAND", "INFO", "sq.fcall")["sq.fcall"]
+        flags = {f.decode() if isinstance(f, bytes) else f for f in info["flags"]}
+        assert {"noscript", "write", "movablekeys"} <= flags
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("name", [
+    "other_version", "SQ_VERSION", "sq_Upper", "sq_version;", "sq_version ",
+    "sq_ver-sion", "sq_ver.sion", "sq_vérsion", "sq_version\x00", "sq_version\n",
+])
+def test_sq_fcall_refuses_a_name_that_is_not_sq_then_lowercase_digits_or_underscores(
+    server: tuple[str, Any], name: str
+) -> None:
+    # Given functions whose names Redis accepts, loaded by the admin ([a-zA-Z0-9_], and
+    # FCALL finds a function whatever the case: SQ_VERSION is sq_version)
+    url, _ = server
+    c = redis.Redis.from_url(url)
+    try:
+        c.function_load("#!lua name=sqtest_names\n"
+                        "redis.register_function('other_version', function() return 1 end)\n"
+                        "redis.register_function('sq_Upper', function() return 1 end)\n",
+                        replace=True)
+        # When SQ.FCALL is asked to run one that is not "sq_" and [a-z0-9_]
+        with pytest.raises(redis.ResponseError, match=r"runs streamq's functions \(sq_"):
+            c.execute_command("SQ.FCALL", name, 0)
+        # Then it is refused, though FCALL runs those that exist
+        if name in ("other_version", "SQ_VERSION", "sq_Upper"):
+            assert c.fcall(name, 0)
+        assert c.execute_command("SQ.FCALL", "sq_version", 0)
+    finally:
+        c.function_delete("sqtest_names")
+        c.close()
+
+
+def test_sq_fcall_queued_in_multi_runs_at_exec(server: tuple[str, Any]) -> None:
+    # A transaction runs FCALL as it runs outside one (no function is running): allowed
+    url, proc = server
+    c = redis.Redis.from_url(url)
+    try:
+        run_id = c.info("server")["run_id"]
+        key = "sq:{mod-multi}:reaper-lock"
+        p = c.pipeline(transaction=True)
+        p.execute_command("SQ.FCALL", "sq_lock", 1, key, "me", 5000)
+        p.execute_command("SQ.FCALL", "sq_version", 0)
+        p.execute_command("SQ.FCALL", "sq_unlock", 1, key, "me")
+        locked, version, unlocked = p.execute()
+        assert locked == 1 and unlocked == 1
+        assert version == c.fcall("sq_version", 0)
+        assert c.info("server")["run_id"] == run_id and proc.poll() is None
+    finally:
+        c.close()
+
+
+#: a module of the test's, whose command SQTEST.CALL runs the command it is given with
+#: RedisModule_Call (declarations as in Redis 7.0's redismodule.h)
+CALLER_MODULE = r"""
+#include <stddef.h>
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleCallReply RedisModuleCallReply;
+typedef int (*Cmd)(RedisModuleCtx *, RedisModuleString **, int);
+static int (*RedisModule_GetApi)(const char *, void *);
+static void (*RedisModule_SetModuleAttribs)(RedisModuleCtx *, const char *, int, int);
+static int (*RedisModule_CreateCommand)(RedisModuleCtx *, const char *, Cmd, const char *,
+                                        int, int, int);
+static RedisModuleCallReply *(*RedisModule_Call)(RedisModuleCtx *, const char *,
+                                                 const char *, ...);
+static int (*RedisModule_ReplyWithCallReply)(RedisModuleCtx *, RedisModuleCallReply *);
+static void (*RedisModule_FreeCallReply)(RedisModuleCallReply *);
+static int (*RedisModule_ReplyWithError)(RedisModuleCtx *, const char *);
+static int (*RedisModule_WrongArity)(RedisModuleCtx *);
+static const char *(*RedisModule_StringPtrLen)(const RedisModuleString *, size_t *);
+#define GET(n) if (RedisModule_GetApi("RedisModule_" #n, (void *)&RedisModule_##n)) return 1
+static int call(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    RedisModuleCallReply *r;
+    if (argc < 2) return RedisModule_WrongArity(ctx);
+    r = RedisModule_Call(ctx, RedisModule_StringPtrLen(argv[1], NULL), "Ev", argv + 2,
+                         (size_t)(argc - 2));
+    if (r == NULL) return RedisModule_ReplyWithError(ctx, "ERR sqtest.call: no reply");
+    RedisModule_ReplyWithCallReply(ctx, r);
+    RedisModule_FreeCallReply(r);
+    return 0;
+}
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    RedisModule_GetApi = (int (*)(const char *, void *))(unsigned long)((void **)ctx)[0];
+    GET(SetModuleAttribs); GET(CreateCommand); GET(Call); GET(ReplyWithCallReply);
+    GET(FreeCallReply); GET(ReplyWithError); GET(WrongArity); GET(StringPtrLen);
+    RedisModule_SetModuleAttribs(ctx, "sqtest", 1, 1);
+    return RedisModule_CreateCommand(ctx, "sqtest.call", call, "write", 0, 0, 0);
+}
+"""
+
+
+def test_sq_fcall_from_another_modules_call_gets_an_error_and_the_server_stays_up(
+    tmp_path: Path
+) -> None:
+    # Given a server with streamq's module and one whose command runs any command
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        pytest.skip("no C compiler to build the test's calling module")
+    (tmp_path / "caller.c").write_text(CALLER_MODULE)
+    subprocess.run([compiler, "-std=c99", "-fPIC", "-shared", "-o", str(tmp_path / "caller.so"),
+                    str(tmp_path / "caller.c")], check=True, capture_output=True, timeout=60)
+    proc, url = start_redis(tmp_path, *module_args(), "--loadmodule", str(tmp_path / "caller.so"))
+    c = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        functions.load(c)
+        c.function_load(NESTING_LIBRARY, replace=True)
+        run_id = c.info("server")["run_id"]
+        assert c.execute_command("SQTEST.CALL", "FCALL", "sq_version", 0)  # it works
+        # When SQ.FCALL is called by that module: from a client, from a function, and
+        # from a function that SQ.FCALL runs
+        for call in [("SQTEST.CALL", "SQ.FCALL", "sq_version", 0),
+                     ("FCALL", "sqtest_run", 0, "SQTEST.CALL", "SQ.FCALL", "sq_version", 0),
+                     ("SQ.FCALL", "sq_test_run", 0, "SQTEST.CALL", "SQ.FCALL", "sq_version",
+                      0)]:
+            # Then it gets an error, and the same server goes on serving
+            with pytest.raises(redis.ResponseError, match=NESTING_REFUSED):
+                c.execute_command(*call)
+            assert c.info("server")["run_id"] == run_id, call
+        assert proc.poll() is None
+    finally:
+        c.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
