@@ -8,7 +8,8 @@
   creates the consumer again (XREADGROUP does).
 
   Input:
-    KEYS[1] tasks  sq:{<job>}:tasks  STREAM with the consumer group
+    KEYS[1] stream  sq:{<job or shard>}:tasks|lane:<prio>:<client>  STREAM with the consumer
+            group: a job's stream or a small-job lane
     ARGV[1] group name
     ARGV[2] min idle, ms: a consumer used more recently than this is kept
     ARGV[3..] candidate consumer names

@@ -64,10 +64,13 @@ class KeyKind:
     regex: str = ""
     lua: str = ""
     shown: str = ""
+    #: for a kind with a suffix: one exact part accepted too (a work stream is a job's
+    #: ``tasks`` or a lane)
+    exact: str = ""
 
     def part_ok(self, part: str) -> bool:
-        if not self.regex:
-            return part == self.name
+        if not self.regex or part == self.exact:
+            return part == (self.exact or self.name)
         return re.fullmatch(self.regex, part, re.DOTALL) is not None
 
     @property
@@ -77,6 +80,8 @@ class KeyKind:
     def lua_spec(self) -> str:
         if not self.regex:
             return f"{{x={lua_string(self.name)}}}"
+        if self.exact:
+            return f"{{x={lua_string(self.exact)}, p={lua_string(self.lua)}}}"
         return f"{{p={lua_string(self.lua)}}}"
 
 

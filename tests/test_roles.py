@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import redis
 from conftest import ROOT, TOPOLOGIES, module_args, start_redis, wait_until
 from redis.cluster import RedisCluster
 
-from streamq import JobState, Queue
+from streamq import JobState, Queue, Worker, roles
 from streamq.luaload import library
 from streamq.reaper import Reaper
 from streamq.roles import (
@@ -55,11 +56,17 @@ def streamq(*args: str, env: dict[str, str] | None = None,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
+def _acl_lines(plain: bool) -> list[str]:
+    """The shipped roles' ACL file as ``streamq setup --acl`` writes it, with this test's
+    passwords (the shipped secrets are examples that deployments replace)."""
+    return ["user default off",
+            *(roles.acl_line(role, pw, module=not plain) for role, pw in PASSWORDS.items())]
+
+
 def _start(tmp: Path, plain: bool = False) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """A redis-server with the shipped roles: deploy/users.acl and the module, or
     (``plain``) deploy/users-plain.acl and no module."""
-    name = "users-plain.acl" if plain else "users.acl"
-    (tmp / "users.acl").write_text((ROOT / "deploy" / name).read_text())
+    (tmp / "users.acl").write_text("\n".join(_acl_lines(plain)) + "\n")
     module = () if plain else module_args()
     proc, url = start_redis(tmp, *module, "--aclfile", str(tmp / "users.acl"), ping=False)
     host = url.removeprefix("redis://")
@@ -77,7 +84,7 @@ def _cluster_with_roles(tmp: Path) -> tuple[Any, dict[str, str]]:
 
     cluster = LocalCluster(tmp, masters=3, extra=module_args())
     cluster.start()
-    lines = (ROOT / "deploy" / "users.acl").read_text().splitlines()
+    lines = _acl_lines(plain=False)
     for node in cluster.nodes:
         c = node.client()
         for line in [*lines[1:], lines[0]]:  # "user default off" last
@@ -477,7 +484,6 @@ def test_the_inspector_reads_the_history_the_workers_beats_write(
     acl: dict[str, str], queue_name: str
 ) -> None:
     # Given a worker logged in as its role that ran a job of 3 sub-requests
-    from streamq import Worker
     from streamq.connection import connect
     from streamq.history import read_history
     from streamq.shards import read_shards
@@ -555,3 +561,99 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
             sub.kill()
             sub.communicate()
         producer.close()
+
+
+def test_the_operations_doc_lists_each_roles_writes_without_the_module() -> None:
+    # Given docs/operations.md's table of the writes each role holds on the plain ACL
+    text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    table = text.split("| role | write commands it holds without the module |", 1)[1]
+    rows = {m[1]: m[2] for m in re.finditer(r"^\| (\w+) \| (.*) \|$", table, re.M)}
+    reads = {*roles._READS, *roles._CONNECT, *roles._SUBSCRIBE, "info"}
+    for role in ("producer", "worker", "reaper", "inspector"):
+        # When the role's plain rules are read
+        held = set(roles.DIRECT[role])
+        for script in roles.FUNCTIONS[role]:
+            held |= roles.commands_of(script)
+        writes = {c.replace("|", " ").upper() for c in held - reads - {"srandmember"}}
+        # Then the doc's row names exactly those write commands
+        assert set(re.findall(r"`([A-Z ]+)`", rows[role])) == writes, role
+
+
+def _client(url: str) -> Any:
+    return RedisCluster.from_url(url) if "cluster" in url else redis.Redis.from_url(url)
+
+
+# What each leaked credential still allows (docs/operations.md, row by row): each row
+# holds on the shipped roles, and nothing of it reaches a key outside sq: or runs a
+# command the caller picks (tests/test_attacks.py).
+
+def test_a_producer_credential_still_cancels_any_job_and_names_new_queues(
+        acl: dict[str, str]) -> None:
+    # Given a job submitted by the admin on a queue of its own
+    q = f"rowp-{uuid.uuid4().hex[:6]}"
+    job = Queue(q, acl["admin"]).submit([1, 2], job_id=f"j-{uuid.uuid4().hex[:6]}")
+    # When a producer credential cancels it, stores a new queue's shard list and
+    # adds a name to the registry of queues
+    report = Queue(q, acl["producer"]).cancel(job.id, wait=False)
+    r = _client(acl["producer"])
+    stored = r.hsetnx(f"sq:{{new-{q}}}:config", "shards", f"new-{q}")
+    added = r.sadd("sq:queues", f"made-up-{q}")
+    # Then each is allowed, and it reads every sq: key of the job
+    assert report.cancelled and Queue(q, acl["admin"]).status(job.id).state == JobState.CANCELLED
+    assert stored == 1 and added == 1
+    assert r.hgetall(f"sq:{{{job.id}}}:meta")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        r.set("foo", "x")
+
+
+def test_a_worker_credential_still_acknowledges_work_with_made_up_results(
+        acl: dict[str, str]) -> None:
+    # Given a job of another process's queue
+    q = f"roww-{uuid.uuid4().hex[:6]}"
+    job = Queue(q, acl["admin"]).submit([1, 2, 3])
+    # When a worker credential serves it with a handler that makes up results
+    w = Worker(q, lambda p: "forged", acl["worker"], heartbeat_s=0.3, idle_wait_s=0.1)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        status = job.wait(timeout=30)
+    finally:
+        w.stop()
+        t.join(30)
+    # Then the job succeeds with those results (a worker is trusted with results)
+    assert status.state == JobState.SUCCEEDED
+    assert set(job.results().values()) == {"forged"}
+
+
+def test_a_reaper_credential_still_holds_the_pass_lock_and_reclaims_by_its_min_idle(
+        acl: dict[str, str]) -> None:
+    from streamq.keys import JobKeys, QueueKeys
+    from streamq.scripts import Scripts
+
+    # Given a big job whose entries a consumer read and still holds
+    q = f"rowr-{uuid.uuid4().hex[:6]}"
+    job = Queue(q, acl["admin"]).submit([1] * 20)
+    admin = _client(acl["admin"])
+    admin.xreadgroup("workers", "live-worker", {JobKeys(job.id).tasks: ">"}, count=5)
+    # When the reaper credential takes the pass lock and reclaims with min_idle 0
+    reaper = Scripts(_client(acl["reaper"]))
+    assert reaper.lock(QueueKeys(q).reaper_lock, "me", 60_000)
+    _, readded, dead, _ = reaper.reclaim(JobKeys(job.id), consumer="reaper", min_idle_ms=0,
+                                         cursor="0-0", count=100)
+    # Then the held entries are re-added for others to run (at-least-once, counted once)
+    assert (readded, dead) == (5, 0)
+
+
+def test_an_inspector_credential_reads_and_subscribes_only(acl: dict[str, str]) -> None:
+    q = f"rowi-{uuid.uuid4().hex[:6]}"
+    job = Queue(q, acl["admin"]).submit([1, 2])
+    r = _client(acl["inspector"])
+    assert r.hgetall(f"sq:{{{job.id}}}:meta")
+    from streamq.keys import QueueKeys
+    from streamq.notices import Notices
+    with Notices(r) as n:
+        n.subscribe(QueueKeys(q).channel)
+    for call in (("HSET", f"sq:{{{job.id}}}:meta", "state", "x"), ("SADD", "sq:queues", "x"),
+                 ("FCALL", "sq_lock", 1, f"sq:{{{q}}}:reaper-lock", "me", 1000)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            r.execute_command(*call)

@@ -101,7 +101,7 @@ local function sq_guard(spec, KEYS, ARGV)
       return refuse("KEYS[" .. i .. "] is not of KEYS[1]'s tag")
     end
     local kind = kinds[i]
-    if (kind.x and part ~= kind.x) or (kind.p and not string.find(part, kind.p)) then
+    if part ~= kind.x and not (kind.p and string.find(part, kind.p)) then
       return refuse("KEYS[" .. i .. "] is not a key of the kind it must be")
     end
   end
