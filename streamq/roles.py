@@ -28,6 +28,7 @@ import functools
 import hashlib
 import re
 
+from .contract import KeyKind
 from .contracts import CONTRACTS
 from .luaload import TIME_FUNCTION, VERSION_FUNCTION, bundled, function_name
 
@@ -81,8 +82,6 @@ SCOPED: dict[str, tuple[str, ...]] = {
     "blpop": ("sq:{*}:wake",),  # an idle worker waits for a wake-up signal
 }
 
-_KEY_RE = re.compile(r"KEYS\[\d+\]\s+\w+\s+(sq:\S+)")
-
 _CALL_RE = re.compile(r"""\b(?:rcall|redis\.call|redis\.pcall)\(\s*["']([A-Za-z]+)["']"""
                       r"""(?:\s*,\s*["']([A-Za-z]+)["'])?""")
 _PCALL_RE = re.compile(r"""\bpcall\(\s*rcall\s*,\s*["']([A-Za-z]+)["']"""
@@ -107,12 +106,18 @@ def commands_of(script: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _acl_patterns(kind: KeyKind) -> list[str]:
+    """The ACL key patterns of one kind of key (``worker:<id>`` is ``worker:*``)."""
+    shown = kind.pattern.split("|", 1)[1] if kind.exact else kind.pattern
+    return [*([kind.exact] if kind.exact else []), re.sub(r"<[^>]*>", "*", shown)]
+
+
 @functools.cache
 def keys_of(script: str) -> frozenset[str]:
-    """The key patterns of a script's KEYS, from its header (``sq:{<job>}:meta`` is
-    ``sq:{*}:meta``): every key a script touches is one of its KEYS."""
-    header = bundled()[script].source.split("]]", 1)[0]
-    return frozenset(re.sub(r"<[^>]*>", "*", k) for k in _KEY_RE.findall(header))
+    """The key patterns of a script's KEYS, from its declared contract
+    (``sq:{<job>}:meta`` is ``sq:{*}:meta``): every key a script touches is one of
+    its KEYS."""
+    return frozenset(f"sq:{{*}}:{p}" for k in CONTRACTS[script].keys for p in _acl_patterns(k))
 
 
 def write_keys(role: str) -> list[str]:

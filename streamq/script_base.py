@@ -17,8 +17,8 @@ from typing import Any
 
 from . import functions
 from .connection import Client, InFlight, pipelined
-from .luaload import bundled, library
 from .contracts import CONTRACTS
+from .luaload import bundled, library
 from .replies import Call
 
 #: check every call against its declared contract before it is sent (the test suite
