@@ -17,12 +17,20 @@ A job lives on one shard: the one its dedup key names when it has one (so two
 submits of one key meet in one shard), else the one its id names; the job's
 meta ``queue`` field holds the shard's tag, so a job's shard is read from the
 job itself.
+
+A stored shard list is checked wherever it is read (:func:`read_shards`,
+:func:`load_shards`): at most :data:`MAX_SHARDS` tags, the queue's own name
+first, then only ``<queue>~<n>`` tags (``n`` a decimal number), none twice. A
+credential that may write a queue's configuration (every runtime role: a queue's
+first use stores it) could store anything there; such a list is refused with
+:class:`CorruptShards` (a ConfigError naming the queue), never used.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import zlib
 from collections.abc import Sequence
 
@@ -38,8 +46,30 @@ log = logging.getLogger("streamq.shards")
 
 #: shards per master of a new queue on a cluster
 SHARDS_PER_MASTER = 2
+#: The most shards a queue may have: the most a first use stores (``shards`` or
+#: ``STREAMQ_SHARDS`` beyond it are refused, the cluster default is capped to it) and
+#: the most a stored shard list may name (a longer one is refused as corrupt).
 MAX_SHARDS = 256
 _FIELD = "shards"
+#: the number of a shard tag ``<queue>~<n>`` (as :func:`choose_tags` writes it)
+_SHARD_NUMBER = re.compile(r"(?:0|[1-9][0-9]{0,8})")
+#: characters of a corrupt stored value quoted in its error
+_QUOTED = 80
+
+
+class CorruptShards(ConfigError):
+    """Raised when a queue's stored shard list is not one streamq writes: empty, longer
+    than :data:`MAX_SHARDS`, not led by the queue's name, naming a tag that is not the
+    queue's own (``<queue>~<n>``), or naming one twice."""
+
+    def __init__(self, name: str, raw: bytes | str, why: str) -> None:
+        text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+        shown = repr(text[:_QUOTED]) + (f" ... ({len(text)} characters)"
+                                        if len(text) > _QUOTED else "")
+        super().__init__(f"queue {name!r} has a corrupt shard configuration ({why}): "
+                         f"{shown}; its field {_FIELD!r} of {QueueKeys(name).config} must "
+                         f"list {name!r}, then up to {MAX_SHARDS - 1} tags {name}{SHARD_SEP}<n>")
+        self.queue, self.why = name, why
 
 
 def _masters_by_slot(client: Client) -> list[str]:
@@ -74,15 +104,39 @@ def choose_tags(name: str, count: int, owner: Sequence[str] | None = None) -> li
     return tags
 
 
+def check_tags(name: str, tags: Sequence[str]) -> list[QueueKeys]:
+    """The shards of queue ``name`` named by ``tags``; CorruptShards unless they are a
+    list streamq writes: 1 to :data:`MAX_SHARDS` tags, ``name`` first, then only
+    ``<name>~<n>`` (``n`` decimal), none twice."""
+    if not tags:
+        raise CorruptShards(name, "", "no tag")
+    if len(tags) > MAX_SHARDS:
+        raise CorruptShards(name, ",".join(tags[:4]), f"{len(tags)} tags, at most {MAX_SHARDS}")
+    if tags[0] != name:
+        raise CorruptShards(name, ",".join(tags), f"the first tag is not {name!r}")
+    prefix = name + SHARD_SEP
+    for t in tags[1:]:
+        if not (t.startswith(prefix) and _SHARD_NUMBER.fullmatch(t[len(prefix):])):
+            raise CorruptShards(name, ",".join(tags), f"{t[:_QUOTED]!r} is not a shard tag "
+                                                      f"of {name!r}")
+    if len(set(tags)) != len(tags):
+        raise CorruptShards(name, ",".join(tags), "a tag is named twice")
+    return [QueueKeys(name, t) for t in tags]
+
+
 def _parse(name: str, raw: bytes | str) -> list[QueueKeys]:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    try:
-        keys = [QueueKeys(name, t) for t in text.split(",")]
-    except ConfigError:
-        keys = []
-    if not keys or keys[0].tag != name or len({k.tag for k in keys}) != len(keys):
-        raise ConfigError(f"queue {name!r} has a corrupt shard configuration: {text!r}")
-    return keys
+    """The shards a stored list names (checked: :func:`check_tags`)."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("ascii")  # queue names and tags are ASCII
+        except UnicodeDecodeError:
+            raise CorruptShards(name, raw, "not ASCII") from None
+    else:
+        text = raw
+    count = text.count(",") + 1
+    if count > MAX_SHARDS:  # refused before it is split: a list may be very long
+        raise CorruptShards(name, text, f"{count} tags, at most {MAX_SHARDS}")
+    return check_tags(name, text.split(","))
 
 
 def _wanted(client: Client, shards: int | None) -> int:
@@ -100,12 +154,13 @@ def _wanted(client: Client, shards: int | None) -> int:
     if not is_cluster(client):
         return 1
     masters = {m for m in _masters_by_slot(client) if m}
-    return max(1, SHARDS_PER_MASTER * len(masters))
+    return min(MAX_SHARDS, max(1, SHARDS_PER_MASTER * len(masters)))
 
 
 def read_shards(client: Client, name: str) -> list[QueueKeys] | None:
     """The stored shards of queue ``name``, None when none are stored (a queue nobody
-    submitted to or served yet: it has one shard so far). Writes nothing."""
+    submitted to or served yet: it has one shard so far). Writes nothing.
+    CorruptShards when the stored list is not one streamq writes (:func:`check_tags`)."""
     raw = client.hget(QueueKeys(name).config, _FIELD)
     return None if raw is None else _parse(name, raw)
 
@@ -137,7 +192,8 @@ def expected_shards(client: Client, name: str) -> list[QueueKeys]:
 
 def load_shards(client: Client, name: str, shards: int | None = None) -> list[QueueKeys]:
     """The shards of queue ``name``: its stored configuration, written now (first
-    use) when there is none. ``shards`` asks for a count at first use only."""
+    use) when there is none. ``shards`` asks for a count at first use only.
+    CorruptShards when the stored list is not one streamq writes (:func:`check_tags`)."""
     first = QueueKeys(name)
     raw = client.hget(first.config, _FIELD)
     if raw is None:

@@ -21,8 +21,8 @@ from redis.retry import Retry
 from .. import inspect
 from ..client import Queue
 from ..connection import Client, connect, undecided
-from ..errors import ConnectionFailed
-from ..keys import QUEUES, check_name
+from ..errors import ConfigError, ConnectionFailed
+from ..keys import QUEUES, QueueKeys, check_name
 from ..shards import read_shards
 from .snapshots import Snapshots
 from .trends import TrendCache
@@ -32,6 +32,31 @@ SOCKET_TIMEOUT_S = 5.0
 CONNECT_TIMEOUT_S = 2.0
 #: Queue names listed at most.
 MAX_QUEUES = 1000
+#: Names of the registry of queues that are not valid queue names shown at most (as
+#: invalid rows; the others are counted).
+MAX_INVALID_SHOWN = 20
+#: The registry of queues is read with SSCAN, this many a call, at most _SCAN_CALLS
+#: calls: whatever it holds (any credential that may use a queue adds to it), a page
+#: reads a bounded part of it.
+_SCAN_COUNT = 250
+_SCAN_CALLS = 20
+
+
+@dataclass(frozen=True)
+class QueueNames:
+    """The queues a page lists: the registry's valid names (and those of the command
+    line), sorted, and what else the registry held."""
+
+    valid: list[str]
+    #: names of the registry that are no valid queue name (shown escaped, as invalid)
+    invalid: list[str]
+    invalid_total: int  #: invalid names read (more than ``invalid`` when capped)
+    registered: int  #: names in the registry (SCARD)
+    read: int  #: names read (fewer than ``registered`` when the read was capped)
+
+    @property
+    def capped(self) -> bool:
+        return self.read < self.registered
 
 
 class RedisUnavailable(Exception):
@@ -123,21 +148,44 @@ class Backend:
         """A Queue on the read client (reads only: nothing of it writes)."""
         return Queue(check_name("queue name", name), client=self.r)
 
-    def queue_names(self) -> list[str]:
-        """The registry of queues and the queues named on the command line, sorted."""
-        raw: Any = self.r.smembers(QUEUES)
-        names = {v.decode() if isinstance(v, bytes) else str(v) for v in raw}
-        names.update(self.settings.queues)
-        return sorted(names)[:MAX_QUEUES]
+    def queue_names(self) -> QueueNames:
+        """The registry of queues (a bounded part of it: SSCAN, at most about
+        MAX_QUEUES names) and the queues named on the command line. A name that is no
+        valid queue name is kept apart, never used as one."""
+        r = self.r
+        registered = int(r.scard(QUEUES))
+        raw: set[bytes] = set()
+        cursor: Any = 0
+        for _ in range(_SCAN_CALLS):
+            cursor, got = r.sscan(QUEUES, cursor, count=_SCAN_COUNT)
+            raw.update(v if isinstance(v, bytes) else str(v).encode() for v in got)
+            if int(cursor) == 0 or len(raw) >= MAX_QUEUES:
+                break
+        valid: set[str] = set()
+        invalid: list[str] = []
+        for v in raw:
+            name = v.decode("utf-8", "backslashreplace")
+            try:
+                valid.add(check_name("queue name", name))
+            except ConfigError:
+                invalid.append(name)
+        listed = sorted(valid)[:MAX_QUEUES]
+        return QueueNames(sorted({*listed, *self.settings.queues}),
+                          sorted(invalid)[:MAX_INVALID_SHOWN], len(invalid),
+                          max(registered, len(raw)), len(raw))
+
+    def shards(self, name: str) -> list[QueueKeys]:
+        """The queue's stored shards (its first only, when none are stored yet);
+        CorruptShards (a ConfigError) when its stored shard list is corrupt."""
+        return read_shards(self.r, check_name("queue name", name)) or [QueueKeys(name)]
 
     def _overview(self, name: str) -> inspect.Overview:
-        q = self.queue(name)
-        return inspect.overview(self.r, q.known_shards)
+        return inspect.overview(self.r, self.shards(name))
 
-    def require_queue(self, name: str) -> list[Any]:
-        """The queue's shards; QueueNotFound for a queue with no key."""
-        check_name("queue name", name)
-        shards = read_shards(self.r, name) or self.queue(name).known_shards
+    def require_queue(self, name: str) -> list[QueueKeys]:
+        """The queue's shards; QueueNotFound for a queue with no key, CorruptShards for
+        a queue whose stored shard list is corrupt."""
+        shards = self.shards(name)
         inspect.require_queue(self.r, shards)
         return shards
 

@@ -25,7 +25,7 @@ from ..keys import check_name
 from ..models import Completion, JobState
 from .backend import transient
 from .pages import backend_of, fragment, handle
-from .views import job_detail, queue_rows, queue_trends
+from .views import job_detail, queue_table, queue_trends
 
 log = logging.getLogger("streamq.web")
 
@@ -81,7 +81,7 @@ def queues(request: Request) -> Response:
 
     def read() -> tuple[str, dict[str, Any]]:
         return "update", {"targets": {"queues-live": fragment(
-            "_queues_table.html", rows=queue_rows(backend, wait=True))}}
+            "_queues_table.html", **queue_table(backend, wait=True))}}
     return _stream(request, read, PERIOD_S)
 
 
@@ -95,7 +95,7 @@ def queue(request: Request) -> Response:
 
     def read() -> tuple[str, dict[str, Any]]:
         snap = backend.snapshots.get(name)
-        trends = queue_trends(backend, backend.queue(name).known_shards)
+        trends = queue_trends(backend, backend.shards(name))
         return "update", {"targets": {"queue-live": fragment(
             "_queue_live.html", queue=name, ov=snap.overview, trends=trends)}}
     return _stream(request, read, PERIOD_S)

@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, JobNotFound, StreamqError
 from ..inspect import DeadLetterNotFound, QueueNotFound
+from ..shards import CorruptShards
 from .backend import Backend, transient
 from .security import CSRF_COOKIE, Guard, new_browser_id
 
@@ -128,6 +129,8 @@ def handle(request: Request, e: Exception) -> Response:
                           "This page works again as soon as Redis does: reload it.")
     if isinstance(e, (QueueNotFound, JobNotFound, DeadLetterNotFound, NotFound)):
         return error_page(request, 404, "Not found", str(e))
+    if isinstance(e, CorruptShards):  # the queue's stored configuration, not the request
+        return error_page(request, 409, "Corrupt queue configuration", str(e))
     if isinstance(e, ConfigError):
         return error_page(request, 400, "Bad request", str(e))
     if isinstance(e, StreamqError):

@@ -3,6 +3,8 @@ workers, dead letters and completions. Each reads with the inspector's client.""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -11,9 +13,12 @@ from starlette.responses import RedirectResponse, Response
 from .. import deadletters, inspect
 from ..errors import JobNotFound
 from ..keys import check_name
+from ..shards import CorruptShards
 from . import jobview, listing
-from .backend import Backend
+from .backend import Backend, QueueNames, transient
 from .pages import NotFound, backend_of, float_param, guarded, int_param, render
+
+log = logging.getLogger("streamq.web")
 
 #: Dead letters shown on one page.
 DEAD_PAGE = 100
@@ -38,21 +43,57 @@ def home(request: Request) -> Response:
 @guarded
 def queues(request: Request) -> Response:
     """Every queue: counts, state, charts."""
-    return render(request, "queues.html", rows=queue_rows(backend_of(request), wait=False))
+    return render(request, "queues.html", **queue_table(backend_of(request), wait=False))
 
 
-def queue_rows(backend: Backend, *, wait: bool) -> list[tuple[str, Any, Any]]:
-    """(name, overview, charts) of every listed queue that has keys. ``wait``: read a
-    queue's first overview whole (a live stream); else its overview is None when the
-    read takes long (a page shows a placeholder)."""
+@dataclass(frozen=True)
+class QueueRow:
+    """One row of the Queues view: a queue's overview and charts, or why it has none."""
+
+    name: str
+    overview: inspect.Overview | None = None  #: None: still being read (or a problem)
+    trends: Any = None
+    #: None, or what is wrong: "name" (the registry holds a name that is no queue
+    #: name), "config" (its stored configuration is corrupt), "unreadable"
+    problem: str | None = None
+    message: str = ""
+
+
+def queue_table(backend: Backend, *, wait: bool) -> dict[str, Any]:
+    """What the Queues table shows: ``rows`` (:func:`queue_rows`) and ``names`` (how
+    much of the registry of queues was read)."""
+    names = backend.queue_names()
+    return {"rows": queue_rows(backend, names, wait=wait), "names": names}
+
+
+def queue_rows(backend: Backend, names: QueueNames, *, wait: bool) -> list[QueueRow]:
+    """A row for every listed queue that has keys, then one for each invalid name.
+    ``wait``: read a queue's first overview whole (a live stream); else its overview
+    is None when the read takes long (a page shows a placeholder). A queue that cannot
+    be shown (its configuration corrupt, its keys unreadable) is a row saying so: one
+    queue never fails the page (an error of Redis itself does)."""
     rows = []
-    for name in backend.queue_names():
+    for name in names.valid:
         try:
+            shards = backend.shards(name)
             snap = backend.snapshots.get(name) if wait else backend.snapshots.peek(name)
+            rows.append(QueueRow(name, snap.overview if snap else None,
+                                 queue_trends(backend, shards)))
         except inspect.QueueNotFound:
             continue  # named but empty: nothing to show
-        shards = backend.queue(name).known_shards
-        rows.append((name, snap.overview if snap else None, queue_trends(backend, shards)))
+        except CorruptShards as e:
+            rows.append(QueueRow(name, problem="config", message=str(e)))
+        except Exception as e:
+            if transient(e):
+                raise
+            log.warning("queue %r cannot be shown: %s", name, e, exc_info=True)
+            rows.append(QueueRow(name, problem="unreadable",
+                                 message="its keys could not be read as a queue's (the "
+                                         "dashboard's log says why)"))
+    rows += [QueueRow(name, problem="name",
+                      message="the registry of queues holds this name, which is not a "
+                              "valid queue name: nothing uses it")
+             for name in names.invalid]
     return rows
 
 
