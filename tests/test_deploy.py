@@ -1,10 +1,13 @@
-"""Deployment: ACL users per role, TLS, metrics, and the shipped container files."""
+"""Deployment: ACL users per role, their secrets, TLS, metrics, and the shipped
+container files."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -16,21 +19,37 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, free_port, module_args, start_redis
+from conftest import MODULE, ROOT, free_port, module_args, start_redis, wait_until
 
 from streamq import ConnectionFailed, JobState, NonRetryable, Queue, Worker
 from streamq.reaper import Reaper
 
-PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
-             "reaper": "reaper-secret", "inspector": "inspector-secret",
-             "admin": "admin-secret"}
+ROLES = ("producer", "worker", "reaper", "inspector", "admin")
+#: what every example secret committed in deploy/secrets/ holds
+EXAMPLE_MARKER = "CHANGE-ME-example"
+#: each role's password, written by `streamq setup --acl` for the acl_redis fixture
+PASSWORDS: dict[str, str] = {}
+
+
+def setup_acl(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`streamq setup --acl DIR [ARGS]`, as the docs say to write the secrets."""
+    return subprocess.run([sys.executable, "-m", "streamq", "setup", "--acl", str(directory),
+                           *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def read_secrets(directory: Path) -> dict[str, str]:
+    return {role: (directory / f"{role}-password").read_text() for role in ROLES}
 
 
 @pytest.fixture(scope="module")
 def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A redis-server loading the shipped ACL file; yields a URL per user."""
+    """A redis-server loading the users ACL file `streamq setup --acl` writes with fresh
+    secrets (the shipped roles); yields a URL per user."""
     d = tmp_path_factory.mktemp("acl")
-    shutil.copy(ROOT / "deploy" / "users.acl", d / "users.acl")
+    made = setup_acl(d / "secrets")
+    assert made.returncode == 0, made.stderr
+    PASSWORDS.update(read_secrets(d / "secrets"))
+    shutil.copy(d / "secrets" / "users.acl", d / "users.acl")
     proc, url = start_redis(d, *module_args(), "--aclfile", str(d / "users.acl"), ping=False)
     host = url.removeprefix("redis://")
     urls = {u: f"redis://{u}:{p}@{host}" for u, p in PASSWORDS.items()}
@@ -44,6 +63,209 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+SECRET_FILES = (*(f"{role}-password" for role in ROLES), "web-token")
+
+
+def test_setup_acl_writes_fresh_secrets_and_the_acl_of_their_hashes(tmp_path: Path) -> None:
+    # Given two directories
+    one, two = tmp_path / "one", tmp_path / "two"
+    # When `streamq setup --acl DIR` writes each
+    for d in (one, two):
+        made = setup_acl(d)
+        assert made.returncode == 0, made.stderr
+    a, b = ({n: (d / n).read_text() for n in SECRET_FILES} for d in (one, two))
+    # Then each secret is fresh: long, random, no example, another in each run
+    assert len(set(a.values())) == len(set(b.values())) == len(SECRET_FILES)
+    for name in SECRET_FILES:
+        assert len(a[name]) >= 40 and EXAMPLE_MARKER not in a[name], name
+        assert a[name] != b[name], name
+        for d in (one, two):  # the owner's alone
+            assert stat.S_IMODE((d / name).stat().st_mode) == 0o600, name
+        assert a[name] not in made.stdout + made.stderr  # never shown
+    assert stat.S_IMODE(one.stat().st_mode) == 0o700
+    # and the users ACL next to them holds their hashes, one user per role, none other
+    lines = (one / "users.acl").read_text().splitlines()
+    assert lines[0] == "user default off"
+    hashes = {line.split()[1]: [w[1:] for w in line.split() if w.startswith("#")]
+              for line in lines[1:]}
+    assert hashes == {role: [hashlib.sha256(a[f"{role}-password"].encode()).hexdigest()]
+                      for role in ROLES}
+    # and a redis-server with that ACL file and streamq's module takes those passwords
+    proc, url = start_redis(tmp_path, "--loadmodule", str(MODULE), "--aclfile",
+                            str(one / "users.acl"), ping=False)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        for role in ROLES:
+            c = redis.Redis(port=port, username=role, password=a[f"{role}-password"])
+            assert wait_until(c.ping, 10, f"{role} logged in")  # AUTH role password
+            c.close()
+            other = redis.Redis(port=port, username=role, password=b[f"{role}-password"])
+            with pytest.raises(redis.AuthenticationError):
+                other.ping()
+            other.close()
+        anonymous = redis.Redis(port=port)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+        anonymous.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    # When it runs again there, it keeps them (and the ACL); --rotate all replaces each
+    acl = (one / "users.acl").read_text()
+    assert setup_acl(one).returncode == 0
+    assert {n: (one / n).read_text() for n in SECRET_FILES} == a
+    assert (one / "users.acl").read_text() == acl
+    assert setup_acl(one, "--rotate", "all").returncode == 0
+    rotated = {n: (one / n).read_text() for n in SECRET_FILES}
+    assert all(rotated[n] != a[n] for n in SECRET_FILES)
+    # and it writes nothing over the examples committed in deploy/secrets/: one line
+    examples = ROOT / "deploy" / "secrets"
+    before = {n: (examples / n).read_text() for n in SECRET_FILES}
+    refused = setup_acl(examples)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert EXAMPLE_MARKER in lines[0] and "Traceback" not in refused.stderr
+    assert {n: (examples / n).read_text() for n in SECRET_FILES} == before
+
+
+def cluster_node_conf(workdir: Path, port: int, acl: Path) -> Path:
+    """deploy/redis-cluster.conf on loopback, a free port, a private directory, the
+    module built here and ``acl`` (what compose mounts), as tests/test_compose.py does."""
+    lines = []
+    for line in (ROOT / "deploy" / "redis-cluster.conf").read_text().splitlines():
+        words = line.split()
+        if words and words[0] in ("bind", "port", "dir", "protected-mode", "loadmodule",
+                                  "aclfile"):
+            continue
+        lines.append(line)
+    lines += [f"loadmodule {MODULE}", f"aclfile {acl}", f"port {port}", "bind 127.0.0.1",
+              f"dir {workdir}", "protected-mode yes"]
+    conf = workdir / "redis-cluster.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+def test_rotating_the_admin_password_keeps_replication_up(tmp_path: Path) -> None:
+    """Two nodes of the compose cluster profile (deploy/redis-cluster.conf, started by
+    deploy/redis-start.sh with the admin's secret as masterauth), a master and its
+    replica; the admin password rotated by the steps of docs/operations.md; the link
+    stays up, and comes up again when the replica restarts with the new secret."""
+    from redis_cluster import _free_ports
+
+    secrets = tmp_path / "secrets"
+    assert setup_acl(secrets).returncode == 0
+    mount = tmp_path / "run-secrets"  # compose's /run/secrets of a cluster node
+    mount.mkdir()
+    for name in ("admin-password", "inspector-password"):
+        (mount / name).symlink_to(secrets / name)
+    ports = _free_ports(2)
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(port: int) -> None:
+        d = tmp_path / str(port)
+        d.mkdir(exist_ok=True)
+        conf = cluster_node_conf(d, port, secrets / "users.acl")
+        env = dict(os.environ, STREAMQ_SECRETS_MOUNT=str(mount),
+                   STREAMQ_MASTERAUTH_FILE=str(mount / "admin-password"))
+        procs[port] = subprocess.Popen(
+            ["sh", str(ROOT / "deploy" / "redis-start.sh"), "redis-server", str(conf),
+             "--cluster-announce-hostname", "127.0.0.1"], env=env, cwd=d,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def admin(port: int) -> redis.Redis:
+        """A client of the node as the admin, with its password of the moment (one
+        connection: READONLY holds for the next read)."""
+        return redis.Redis(port=port, username="admin", decode_responses=True,
+                           password=(secrets / "admin-password").read_text(),
+                           single_connection_client=True)
+
+    def ask(port: int, *command: Any) -> Any:
+        with admin(port) as c:
+            return c.execute_command(*command)
+
+    def cli(port: int, auth_file: Path, *args: str) -> str:
+        """redis-cli as the admin, its password from a file through REDISCLI_AUTH."""
+        env = dict(os.environ, REDISCLI_AUTH=auth_file.read_text())
+        out = subprocess.run(["redis-cli", "-p", str(port), "--user", "admin",
+                              "--no-auth-warning", *args], env=env, capture_output=True,
+                             text=True, timeout=30)
+        assert out.returncode == 0 and "ERR" not in out.stdout, out.stdout + out.stderr
+        return out.stdout.strip()
+
+    def link() -> str:
+        try:
+            info = ask(ports[1], "INFO", "replication")
+        except redis.RedisError:
+            return "unreachable"
+        return str(info.get("master_link_status"))
+
+    try:
+        # Given a master and its replica, with fresh secrets
+        for port in ports:
+            start(port)
+        def answers(port: int) -> bool:
+            try:
+                return bool(ask(port, "PING"))
+            except redis.ConnectionError:
+                return False
+
+        wait_until(lambda: all(answers(p) for p in ports), 20, "both nodes")
+        ask(ports[0], "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+        ask(ports[0], "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        master_id = ask(ports[0], "CLUSTER", "MYID")
+        ask(ports[1], "CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
+        wait_until(lambda: master_id in ask(ports[1], "CLUSTER", "NODES"), 20,
+                   "the replica meeting the master")
+        ask(ports[1], "CLUSTER", "REPLICATE", master_id)
+        # Then it links to its master as the admin (masterauth: the admin's secret)
+        wait_until(lambda: link() == "up", 30, "the replication link")
+        # When the admin password is rotated as docs/operations.md says
+        old = (secrets / "admin-password").read_text()
+        rotated = setup_acl(secrets, "--rotate", "admin")
+        assert rotated.returncode == 0, rotated.stderr
+        previous = secrets / "admin-password.previous"
+        assert previous.read_text() == old != (secrets / "admin-password").read_text()
+        for port in ports:  # 1. every node: the ACL file accepting both passwords
+            assert cli(port, previous, "ACL", "LOAD") == "OK"
+        for port in ports:  # 2. every node: the new password for its replication link
+            set_auth = subprocess.run(
+                ["sh", "-c", 'tr -d "\\n" < "$SECRET" | REDISCLI_AUTH="$(cat "$SECRET")" '
+                 'redis-cli -p "$PORT" --user admin --no-auth-warning -x CONFIG SET masterauth'],
+                env=dict(os.environ, SECRET=str(mount / "admin-password"), PORT=str(port)),
+                capture_output=True, text=True, timeout=30)
+            assert set_auth.stdout.strip() == "OK", set_auth.stdout + set_auth.stderr
+        previous.unlink()  # 3. the old password dropped: the ACL file again, loaded
+        again = setup_acl(secrets)
+        assert again.returncode == 0, again.stderr
+        for port in ports:
+            assert cli(port, secrets / "admin-password", "ACL", "LOAD") == "OK"
+        # Then the link is up, the old password refused, and writes reach the replica
+        wait_until(lambda: link() == "up", 30, "the replication link after the rotation")
+        with pytest.raises(redis.AuthenticationError), redis.Redis(
+                port=ports[0], username="admin", password=old) as refused:
+            refused.ping()
+        ask(ports[0], "SET", "rotated", "yes")
+
+        def replicated() -> bool:
+            with admin(ports[1]) as c:
+                c.execute_command("READONLY")  # a replica of a cluster serves reads so
+                return bool(c.get("rotated") == "yes")
+
+        wait_until(replicated, 30, "the write on the replica")
+        # and a replica restarted (a container's restart) links with the new secret
+        procs[ports[1]].terminate()
+        procs[ports[1]].wait(30)
+        start(ports[1])
+        wait_until(lambda: link() == "up", 30, "the restarted replica's link")
+        assert ask(ports[1], "CONFIG", "GET", "masterauth") == {
+            "masterauth": (secrets / "admin-password").read_text()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
 
 
 def run_worker(url: str, queue: str, handler: Any, **kw: Any) -> tuple[Worker, threading.Thread]:
@@ -117,7 +339,7 @@ def test_each_acl_user_is_refused_the_rest(
 def test_wrong_password_and_forbidden_role_give_clear_errors(
     acl_redis: dict[str, str], queue_name: str
 ) -> None:
-    bad = acl_redis["producer"].replace("producer-secret", "wrong")
+    bad = acl_redis["producer"].replace(PASSWORDS["producer"], "wrong")
     t0 = time.monotonic()
     with pytest.raises(ConnectionFailed, match="refused"):
         Queue(queue_name, bad).submit([1])

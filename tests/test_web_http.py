@@ -421,7 +421,11 @@ def test_no_secret_is_in_any_page_and_actions_use_the_admin_credentials(
 
     passwords = {"inspector": "inspector-secret", "admin": "admin-secret",
                  "producer": "producer-secret"}
-    (tmp_path / "users.acl").write_text((ROOT / "deploy" / "users.acl").read_text())
+    from streamq.roles import acl_line
+
+    (tmp_path / "users.acl").write_text("\n".join(
+        ["user default off", *(acl_line(r, f"{r}-secret") for r in
+                               ("producer", "worker", "reaper", "inspector", "admin"))]) + "\n")
     proc, url = start_redis(tmp_path, *module_args(), "--aclfile", str(tmp_path / "users.acl"),
                               ping=False)
     host = url.removeprefix("redis://")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -19,11 +20,17 @@ def setup(
     redis_url: RedisUrl = DEFAULT_URL,
     acl: Annotated[Path | None, typer.Option(
         "--acl", file_okay=False, show_default=False,
-        help="print the ACL file lines of every role, each password read from "
-             "DIR/<role>-password and stored hashed")] = None,
+        help="write fresh random secrets into DIR (DIR/<role>-password for every role and "
+             "DIR/web-token, mode 0600; one already there is kept) and DIR/users.acl with "
+             "their hashes; contacts no Redis")] = None,
     acl_only: Annotated[bool, typer.Option(
-        "--acl-only", help="only print the ACL lines (with --acl): do not contact Redis")
-    ] = False,
+        "--acl-only", help="with --acl: write nothing, print the ACL lines of the passwords "
+                           "in DIR/<role>-password")] = False,
+    rotate: Annotated[list[str] | None, typer.Option(
+        "--rotate", metavar="NAME", show_default=False,
+        help="with --acl: replace this secret with a fresh one (a role such as admin, "
+             "web-token, or all); the old password stays in DIR/<role>-password.previous, "
+             "accepted by users.acl until that file is deleted (repeatable)")] = None,
     plain: Annotated[bool, typer.Option(
         "--plain", help="with --acl: the lines for a server without streamq's module (each "
                         "role then holds the commands its functions run)")] = False,
@@ -33,16 +40,21 @@ def setup(
         "--allow-eviction", help="go on although maxmemory-policy may evict keys")] = False,
     json_out: JsonOut = False,
 ) -> None:
-    """Check Redis, load streamq's functions library on every master (admin role), and
-    print the roles' ACL lines."""
+    """Check Redis and load streamq's functions library on every master (admin role); or,
+    with --acl DIR, write fresh secrets and the users ACL file (no Redis needed)."""
     if acl_only and acl is None:
         raise ConfigError("--acl-only needs --acl DIR (the directory of the password files)")
     if plain and acl is None:
         raise ConfigError("--plain needs --acl DIR (the directory of the password files)")
-    lines = setup_.acl_lines(acl, module=not plain) if acl is not None else []
-    if acl_only:
-        typer.echo("\n".join(lines))
+    if rotate and (acl is None or acl_only):
+        raise ConfigError("--rotate needs --acl DIR, without --acl-only")
+    if acl is not None:
+        if acl_only:
+            typer.echo("\n".join(setup_.acl_lines(acl, module=not plain)))
+            return
+        write_acl(acl, rotate or [], plain=plain, json_out=json_out)
         return
+    setup_.refuse_example_credentials(redis_url)
     c = client(redis_url)
     try:
         reports = setup_.run_setup(c, allow_eviction=allow_eviction, load=not check)
@@ -54,7 +66,7 @@ def setup(
     lib = library()
     if json_out:
         emit_json({"library": {"name": lib.name, "version": lib.version},
-                   "nodes": setup_.as_json(reports), "acl": lines})
+                   "nodes": setup_.as_json(reports)})
         return
     out = console()
     for r in reports:
@@ -72,5 +84,30 @@ def setup(
             error_line(f"warning: {r.node}: {w}")
     if check and any(r.library_before != lib.version for r in reports):
         raise typer.Exit(1)
-    for line in lines:
-        typer.echo(line)
+
+
+def write_acl(directory: Path, rotate: list[str], *, plain: bool, json_out: bool) -> None:
+    """``setup --acl DIR``: the secrets and the users ACL file, then what was done to each
+    file (never a secret)."""
+    names = setup_.secret_names()
+    known = {**{r: f"{r}-password" for r in setup_.password_roles()},
+             **{n: n for n in names}}
+    unknown = [n for n in rotate if n != "all" and n not in known]
+    if unknown:
+        raise ConfigError(f"--rotate {unknown[0]}: not a secret; give a role "
+                          f"({', '.join(setup_.password_roles())}), {setup_.WEB_TOKEN} or all")
+    chosen = list(names) if "all" in rotate else [known[n] for n in rotate]
+    report = setup_.write_secrets(directory, rotate=chosen, module=not plain)
+    if json_out:
+        emit_json(asdict(report))
+        return
+    for name, did in report.files.items():
+        extra = ""
+        if did == "rotated" and name != setup_.WEB_TOKEN:
+            extra = (f" (the old one kept in {name}{setup_.PREVIOUS}, still accepted by "
+                     f"{setup_.ACL_FILE}: delete it and run setup --acl again once every "
+                     f"server and client has the new one)")
+        typer.echo(f"{directory / name}: {did}{extra}")
+    typer.echo(f"{report.acl}: written (the hashes of the passwords above"
+               f"{', for a server without the module' if plain else ''})")
+    typer.echo(setup_.next_steps(directory))
