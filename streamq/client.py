@@ -26,7 +26,7 @@ from .errors import (
 )
 from .following import Following
 from .jobs import Job, StreamingJob, wrap_connection_errors
-from .keys import JobKeys, QueueKeys, check_name, shard_queue
+from .keys import JobKeys, QueueKeys, check_client, check_name, shard_queue
 from .models import JobState, completion_message
 from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
 from .shards import load_shards, read_shards, shard_index
@@ -165,7 +165,7 @@ class Queue(Following, Controls):
         _check_range("priority", priority, 0, config.MAX_PRIORITY)
         _check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
         _check_range("max_deliveries", max_deliveries, 1, 1000)
-        check_name("client name", client)
+        check_client(client)
 
     def _job_id(self, job_id: str | None, dedup_key: str | None) -> str:
         job_id = check_name("job id", job_id) if job_id is not None else uuid.uuid4().hex

@@ -67,10 +67,14 @@ class KeyKind:
     #: for a kind with a suffix: one exact part accepted too (a work stream is a job's
     #: ``tasks`` or a lane)
     exact: str = ""
+    #: an ending the part may not have (a lane is never its own retry set)
+    never_ends: str = ""
 
     def part_ok(self, part: str) -> bool:
         if not self.regex or part == self.exact:
             return part == (self.exact or self.name)
+        if self.never_ends and part.endswith(self.never_ends):
+            return False
         return re.fullmatch(self.regex, part, re.DOTALL) is not None
 
     @property
@@ -80,9 +84,9 @@ class KeyKind:
     def lua_spec(self) -> str:
         if not self.regex:
             return f"{{x={lua_string(self.name)}}}"
-        if self.exact:
-            return f"{{x={lua_string(self.exact)}, p={lua_string(self.lua)}}}"
-        return f"{{p={lua_string(self.lua)}}}"
+        x = f"x={lua_string(self.exact)}, " if self.exact else ""
+        n = f", n={lua_string(self.never_ends)}" if self.never_ends else ""
+        return f"{{{x}p={lua_string(self.lua)}{n}}}"
 
 
 # -- argument types ----------------------------------------------------------------------
@@ -98,7 +102,9 @@ class Arg:
       braces);
     - ``entry``: a stream entry id ``<ms>-<seq>``;
     - ``text``: any bytes, at most ``size`` of them;
-    - ``pattern``: text of at most ``size`` bytes matching ``regex`` (Lua: ``lua``).
+    - ``intent``: a job id, or ``<job id>|<dedup key>`` (a submit's intent);
+    - ``pattern``: text of at most ``size`` bytes matching ``regex`` (Lua: one of the
+      patterns of ``lua``, one a line).
 
     ``empty``: "" is accepted too (meaning "none")."""
 
@@ -126,6 +132,8 @@ class Arg:
             what = "a stream entry id"
         elif self.kind == "text":
             what = f"at most {self.size} bytes"
+        elif self.kind == "intent":
+            what = "a job id, or <job id>|<dedup key>"
         else:
             what = f"text like {self.doc or self.regex} (at most {self.size} bytes)"
         return what + (' or ""' if self.empty and self.kind not in ("text", "enum") else "")
@@ -153,6 +161,10 @@ class Arg:
                     and "{" not in t and "}" not in t)
         if self.kind == "entry":
             return re.fullmatch(r"[0-9]{1,20}-[0-9]{1,20}", t) is not None
+        if self.kind == "intent":
+            job, sep, dedup = t.partition("|")
+            return (_NAME_RE.fullmatch(job) is not None
+                    and (not sep or Arg("dedup", "token", size=300).ok(dedup)))
         return len(v) <= self.size and re.fullmatch(self.regex, t) is not None
 
     def lua_spec(self) -> str:
@@ -172,7 +184,10 @@ class Arg:
             return f"{{'x', e={e}, d={label}}}"
         if self.kind == "text":
             return f"{{'b', {self.size}, e=true, d={label}}}"
-        return f"{{'p', {self.size}, {lua_string(self.lua)}, e={e}, d={label}}}"
+        if self.kind == "intent":
+            return f"{{'j', e={e}, d={label}}}"
+        pats = ", ".join(lua_string(p) for p in self.lua.split("\n"))
+        return f"{{'p', {self.size}, {{{pats}}}, e={e}, d={label}}}"
 
 
 @dataclass(frozen=True)

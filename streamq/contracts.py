@@ -39,11 +39,12 @@ KINDS: dict[str, KeyKind] = {
     "worker": KeyKind("worker", "shard", "HASH", r"worker:" + _TOKEN,
                       "^worker:[!-z|~]+$", "worker:<id>"),
     "lane": KeyKind("lane", "shard", "STREAM", r"lane:[0-9]{1,2}:" + _NAME,
-                    "^lane:%d%d?:[%w_%.:%-]+$", "lane:<prio>:<client>"),
+                    "^lane:%d%d?:[%w_%.:%-]+$", "lane:<prio>:<client>", never_ends=":retry"),
     "lane-retry": KeyKind("lane-retry", "shard", "ZSET", r"lane:[0-9]{1,2}:" + _NAME + ":retry",
                           "^lane:%d%d?:[%w_%.:%-]+:retry$", "lane:<prio>:<client>:retry"),
     "work": KeyKind("work", "shard", "STREAM", r"lane:[0-9]{1,2}:" + _NAME,
-                    "^lane:%d%d?:[%w_%.:%-]+$", "tasks|lane:<prio>:<client>", exact="tasks"),
+                    "^lane:%d%d?:[%w_%.:%-]+$", "tasks|lane:<prio>:<client>", exact="tasks",
+                    never_ends=":retry"),
     "announced": KeyKind("announced", "shard", "STRING", r"announced:" + _TOKEN,
                          "^announced:[!-z|~]+$", "announced:<job>|<created>|<field>|<serial>"),
     "replayed": KeyKind("replayed", "shard", "STRING", r"replayed:" + _TOKEN,
@@ -103,7 +104,8 @@ TOKEN = pat("token", _NAME + r"#[0-9]{1,5}", "^[%w_%.:%-]+#%d+$", "<job>#<n>", 1
 LANE_MEMBER = pat("lane member", r"[0-9]{1,2}\|" + _NAME, "^%d%d?|[%w_%.:%-]+$", "<prio>|<client>",
                   132)
 JSON = pat("JSON record", r"\{.*\}", "^{.*}$", "{...}", _TEXT)
-FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}", "^[%w:%-]+$",
+FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
+            "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:%d+%-%d+$",
             "<index> or entry:<id>", 60)
 #: what every lane script that completes jobs is told (channels come from its tag)
 LANE_CTX = (GROUP_ARG, i("events cap"), ms("events retention"))
@@ -118,12 +120,12 @@ _LIST = [
              reply="job_reply", errors=("JOB_NOT_FOUND",), roles=_P, flags=("allow-oom",)),
     Contract("ack", "acknowledge sub-requests, store their results, complete the job",
              _k("tasks meta results errors inflight dlq"), (GROUP_ARG,),
-             rest=(ENTRY, i("index"), text("result", _BIG)),
+             rest=(ENTRY, i("index"), text("result", _BIG)), least=1,
              reply="{acknowledged, job_reply...}", roles=_W, flags=("allow-oom",)),
     Contract("add_keyed", "fenced add of sub-requests by deterministic id (Spark)",
              _k("meta tasks added ids"),
              (ms("lifetime"), tok("write token"), i("partition"), i("attempt")),
-             rest=(tok("id"), tok("digest"), KIND, PAYLOAD), tail=(TRACE,),
+             rest=(tok("id"), tok("digest", empty=True), KIND, PAYLOAD), tail=(TRACE,),
              reply="{added, skipped, total}",
              errors=("JOB_NOT_FOUND", "JOB_CLOSED", "NOT_WRITER", "ROW_CHANGED", "DUPLICATE_ID"),
              roles=_P),
@@ -207,8 +209,7 @@ _LIST = [
              rest=(TOKEN, tok("owner")), reply="tokens lost", roles=_W, flags=("allow-oom",),
              binds=((2, 1),)),
     Contract("intend_jobs", "record submits' intents in `creating`", _k("creating"),
-             rest=(pat("intent", _NAME + r"(?:\|.{1,300})?", "^[%w_%.:%-]+", "<job>[|<dedup>]",
-                       430),), least=1, reply="count", roles=_P),
+             rest=(Arg("intent", "intent"),), least=1, reply="count", roles=_P),
     Contract("lane_ack", "acknowledge small jobs and complete them", _k(
         "lane ljobs lresults lerrors lstarts lactive ldone events"), LANE_CTX,
              rest=(ENTRY, name("job id"), text("result", _BIG)),
@@ -268,7 +269,7 @@ _LIST = [
     Contract("register_jobs", "register created jobs in their queue and add their tokens",
              _k("active finished tokens ready fair wake creating parked retries"), (WAKE_CAP,),
              rest=(name("job id"), PRIORITY, name("client"), CONCURRENCY,
-                   tok("incarnation"), tok("dedup key", empty=True), ms("due")),
+                   tok("incarnation", empty=True), tok("dedup key", empty=True), ms("due")),
              reply="one code per job", roles=("producer", "reaper")),
     Contract("replay", "put a dead letter back into its (live) job", _k(
         "meta tasks errors dlq unannounced"),

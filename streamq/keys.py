@@ -25,6 +25,16 @@ def check_name(kind: str, value: str) -> str:
     return value
 
 
+def check_client(value: str) -> str:
+    """Return ``value`` if it is a valid client name, else raise ConfigError: a name
+    (:func:`check_name`) that does not end with ``:retry`` (a client's lane stream
+    ``lane:<prio>:<client>`` would then be another client's retry set)."""
+    check_name("client name", value)
+    if value.endswith(":retry"):
+        raise ConfigError(f"invalid client name {value!r}: it may not end with ':retry'")
+    return value
+
+
 #: SET of queue names, added to by every process that loads a queue's shards (the
 #: dashboard's list of queues); a key of its own slot, written outside scripts
 QUEUES = f"{PREFIX}:queues"

@@ -9,7 +9,7 @@
       with one tag for the whole call, valid for the call's class of tag
       (a job id, a queue name, or a shard: <queue> or <queue>~<n>);
     - every ARGV[i] matches its declared type (integer range, enum, name,
-      token, stream entry id, bounded text, pattern), the repeated groups and
+      token, stream entry id, intent, bounded text, pattern), the repeated groups and
       the optional last group included, and nothing is left over;
     - a key bound to an argument (a worker's hash, a lane's stream) ends with
       that argument;
@@ -51,11 +51,20 @@ local function sq_arg_ok(s, v)
   elseif t == "t" then
     return #v <= s[2] and string.find(v, "^[!-z|~]+$") ~= nil
   elseif t == "x" then
-    return #v <= 41 and string.find(v, "^%d+%-%d+$") ~= nil
+    local ms, seq = string.match(v, "^(%d+)%-(%d+)$")
+    return ms ~= nil and #ms <= 20 and #seq <= 20
   elseif t == "b" then
     return #v <= s[2]
+  elseif t == "j" then
+    local job, dedup = string.match(v, "^([^|]*)|(.*)$")
+    if not job then return sq_name_ok(v) end
+    return sq_name_ok(job) and #dedup <= 300 and string.find(dedup, "^[!-z|~]+$") ~= nil
   end
-  return #v <= s[2] and string.find(v, s[3]) ~= nil
+  if #v > s[2] then return false end
+  for _, pat in ipairs(s[3]) do
+    if string.find(v, pat) then return true end
+  end
+  return false
 end
 
 -- checks ARGV[i..] against the list of specs; returns the next position, or nil and why
@@ -101,7 +110,8 @@ local function sq_guard(spec, KEYS, ARGV)
       return refuse("KEYS[" .. i .. "] is not of KEYS[1]'s tag")
     end
     local kind = kinds[i]
-    if part ~= kind.x and not (kind.p and string.find(part, kind.p)) then
+    if part ~= kind.x and not (kind.p and string.find(part, kind.p)
+                              and not (kind.n and string.sub(part, -#kind.n) == kind.n)) then
       return refuse("KEYS[" .. i .. "] is not a key of the kind it must be")
     end
   end

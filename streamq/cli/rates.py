@@ -8,7 +8,7 @@ import typer
 
 from ..client import Queue
 from ..errors import ConfigError
-from ..keys import check_name
+from ..keys import check_client, check_name
 from .common import DEFAULT_URL, JsonOut, QueueArg, RedisUrl, app, client, emit_json
 
 
@@ -35,7 +35,7 @@ def rate(
         raise ConfigError("--burst needs --per-second")
     q = Queue(check_name("queue name", queue), client=client(redis_url))
     if client_name is not None:
-        check_name("client name", client_name)
+        check_client(client_name)
     changed = None
     if clear or per_second is not None:
         changed = q.set_rate(None if clear else per_second, client=client_name, burst=burst)

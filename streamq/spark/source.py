@@ -55,7 +55,7 @@ from pyspark.sql.types import StructType
 
 from .. import config
 from ..errors import ConfigError
-from ..keys import check_name
+from ..keys import check_client, check_name
 from ..watchdog import MAX_TIMEOUT_S, timeout_ms
 
 #: Redis URL when neither the ``redisUrl`` option nor STREAMQ_REDIS_URL is given.
@@ -146,7 +146,7 @@ class SourceOptions:
             concurrency=_int(options, "concurrency", config.DEFAULT_CONCURRENCY, 1,
                              config.MAX_CONCURRENCY),
             max_deliveries=_int(options, "maxDeliveries", config.DEFAULT_MAX_DELIVERIES, 1, 1000),
-            client=check_name("client name", options.get("client") or config.DEFAULT_CLIENT),
+            client=check_client(options.get("client") or config.DEFAULT_CLIENT),
             pipeline_depth=_int(options, "pipelineDepth", 8, 1, 1000),
             indexes_per_split=_int(options, "indexesPerSplit", 20_000, 1, 10_000_000),
             key_column=options.get("keyColumn") or None,
