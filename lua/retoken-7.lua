@@ -6,7 +6,9 @@
   in `tokens` (a leased token is re-scored when it is released: settle reads
   `tokens`). Tokens beyond a lower concurrency are removed where they wait; a
   leased one loses its score, so the settle that releases it drops it. Tokens
-  added for a higher concurrency go to ready. Idempotent: a resend finds the
+  added for a higher concurrency go to ready, but one still leased (taken away by
+  a lower concurrency while it ran) only gets its score back: its release makes
+  it ready. Idempotent: a resend finds the
   tokens already so.
 
   Input:
@@ -74,7 +76,12 @@ for i = n, want - 1 do
   local tok = job .. "#" .. i
   local score = prio * 1e12 + rank
   rcall("HSET", tokensKey, tok, score)
-  rcall("ZADD", readyKey, score, tok)
+  -- a token a lower concurrency took away may still be leased by the slot running
+  -- it: it gets its score back (the settle that releases it returns it to ready),
+  -- but it is not made ready now, or a second slot would run it at the same time
+  if not rcall("ZSCORE", leasedKey, tok) then
+    rcall("ZADD", readyKey, score, tok)
+  end
 end
 signal_ready(readyKey, wakeKey, tonumber(ARGV[4]))
 return n

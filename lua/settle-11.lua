@@ -103,23 +103,28 @@ if want > 0 then
   local deadline = tostring(nowMs + leaseMs)  -- formatted once, not once per token
   local leased, owned, topRank, prios = {}, {}, {}, {}
   for j = 1, #popped, 2 do
-    local tok, score = popped[j], tonumber(popped[j + 1])
-    leased[#leased + 1] = deadline
-    leased[#leased + 1] = tok
-    owned[#owned + 1] = tok
-    owned[#owned + 1] = owner
-    local prio = math.floor(score / 1e12)
-    local rank = score - prio * 1e12
-    if topRank[prio] == nil then
-      prios[#prios + 1] = prio
-      topRank[prio] = rank
-    elseif rank > topRank[prio] then
-      topRank[prio] = rank
+    local tok = popped[j]
+    -- a token is never leased twice: one still held (a reprioritize racing its
+    -- holder) is left to the slot that holds it
+    if not rcall("ZSCORE", leasedKey, tok) then
+      local score = tonumber(popped[j + 1])
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = tok
+      owned[#owned + 1] = tok
+      owned[#owned + 1] = owner
+      local prio = math.floor(score / 1e12)
+      local rank = score - prio * 1e12
+      if topRank[prio] == nil then
+        prios[#prios + 1] = prio
+        topRank[prio] = rank
+      elseif rank > topRank[prio] then
+        topRank[prio] = rank
+      end
+      out[#out + 1] = tok
+      out[#out + 1] = popped[j + 1]
     end
-    out[#out + 1] = tok
-    out[#out + 1] = popped[j + 1]
   end
-  if #popped > 0 then
+  if #leased > 0 then
     chunked("ZADD", leasedKey, leased)
     chunked("HSET", ownersKey, owned)
     for _, prio in ipairs(prios) do
