@@ -580,7 +580,9 @@ def test_the_operations_doc_lists_each_roles_writes_without_the_module() -> None
 
 
 def _client(url: str) -> Any:
-    return RedisCluster.from_url(url) if "cluster" in url else redis.Redis.from_url(url)
+    from streamq.connection import connect
+
+    return connect(url)
 
 
 # What each leaked credential still allows (docs/operations.md, row by row): each row
