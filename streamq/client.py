@@ -490,15 +490,11 @@ class Queue(Following, Controls):
             if target is None:
                 raise StreamqError(f"no dead letter {dead_id!r} in queue {self.name!r}") from None
             raise DeadLetterReplayed(dead_id, target) from None
-        meta: Any = self.redis.hmget(JobKeys(dead.job_id).meta, "priority", "client",
-                                     "max_deliveries", "timeout")
+        prio, client, md, timeout_ms = deadletters.job_settings(self.redis, qk, dead.job_id)
 
         def new_job(kind: bytes, payload: bytes, jid: str) -> str:
-            prio = int(meta[0]) if meta[0] else config.DEFAULT_PRIORITY
-            client = meta[1].decode() if meta[1] else config.DEFAULT_CLIENT
-            md = int(meta[2]) if meta[2] else config.DEFAULT_MAX_DELIVERIES
             call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final",
-                                     qk=self.shard_for(jid), timeout_ms=int(meta[3] or 0))
+                                     qk=self.shard_for(jid), timeout_ms=timeout_ms)
             created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
             shard = self._check_queue(jid, created.queue)
             if created.job.completed:
