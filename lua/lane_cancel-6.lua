@@ -6,7 +6,10 @@
   When a worker holds it (pending), it may be running: its acknowledgement
   still stores its result, its failure ends it (no retry, no dead letter),
   and neither a hand-back nor the reaper puts it back. Cancelling a job that
-  is terminal already changes nothing, so a call sent again is a no-op.
+  is terminal already changes nothing, so a call sent again is a no-op; a call
+  resent after its reply was lost carries the same closer token, which the
+  cancelled record keeps, and replies as the call that cancelled the job did
+  (cancelled 1, and the entry still held), as the job lane's cancel_job does.
 
   The lane stream is scanned for the job's entry: it holds the lane's
   unfinished entries only (settled entries are deleted).
@@ -23,6 +26,7 @@
     ARGV[2] cap on the events stream length (approximate)
     ARGV[3] events retention, ms
     ARGV[4] job id
+    ARGV[5] closer token, unique per cancel call ("" for none)
 
   Output:
     {cancelled (0|1), held}: cancelled 1 when this call cancelled the job; held is
@@ -36,7 +40,7 @@ local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = "",
              eventsMax = ARGV[2], eventsRetention = ARGV[3],
              queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
              queue = sq_queue_of(SQ_TAG)}
-local group, job = ARGV[1], ARGV[4]
+local group, job, closer = ARGV[1], ARGV[4], ARGV[5]
 
 --- @include "includes/errors"
 --- @include "includes/now_ms"
@@ -65,7 +69,14 @@ while rcall("EXISTS", ctx.lane) == 1 do
   end
   from = "(" .. got[#got][1]
 end
-if not lane_active(raw) then return {0, held} end
+if not lane_active(raw) then
+  -- cancelled by this call before its reply was lost: the same reply again
+  if closer ~= "" and lane_cancelled(raw) and
+     string.find(raw, '"closer":"' .. closer .. '"', 1, true) then
+    return {1, held}
+  end
+  return {0, held}
+end
 
 for _, member in ipairs(rcall("ZRANGE", retryKey, 0, -1)) do
   local sep = string.find(member, "|", 1, true)
@@ -77,5 +88,11 @@ for _, member in ipairs(rcall("ZRANGE", retryKey, 0, -1)) do
 end
 ctx.done = lane_done()
 lane_complete(ctx, job, raw, "cancelled", 0, 0, now_ms())
+if closer ~= "" then
+  -- the closer goes right after the state: the record's first fields stay in order
+  local rec = ctx.done.records[#ctx.done.records]
+  ctx.done.records[#ctx.done.records] = '{"state":"cancelled","closer":"' .. closer .. '",' ..
+    string.sub(rec, #'{"state":"cancelled",' + 1)
+end
 lane_flush(ctx)
 return {1, held}

@@ -57,19 +57,23 @@ class CancelReport(WaitReport):
     waiting: list[str] = field(default_factory=list)
 
 
-def cancel(q: Queue, job_id: str, *, wait: bool = True, timeout: float = 30.0) -> CancelReport:
+def cancel(q: Queue, job_id: str, *, wait: bool = True, timeout: float = 30.0,
+           token: str | None = None) -> CancelReport:
     """Cancel ``job_id`` (see the module). Cancelling a job that ended is a no-op
     (``report.cancelled`` False, its state reported); cancelling twice is too, and
-    waits again. Raises JobNotFound for an unknown job or one of another queue."""
+    waits again. ``token`` names this cancel (drawn when not given): a call sent again
+    with it after a lost reply reports what the first did, on both lanes. Raises
+    JobNotFound for an unknown job or one of another queue."""
+    token = token or new_token()
     jk = JobKeys(job_id)
     meta: Any = q.redis.hmget(jk.meta, "queue", "state")
     if meta[0] is None:
-        return _cancel_small(q, job_id, wait, timeout)
+        return _cancel_small(q, job_id, wait, timeout, token)
     tag = meta[0].decode()
     if shard_queue(tag) != q.name:
         raise JobNotFound(job_id)
     qk = q.shard_of(tag)
-    held, reply = q.scripts.cancel_job(jk, new_token())
+    held, reply = q.scripts.cancel_job(jk, token)
     report = CancelReport(job_id, reply.state, reply.completed, held)
     if reply.state != "cancelled":
         return report
@@ -108,7 +112,15 @@ def _unnoted(q: Queue, qk: QueueKeys, jk: JobKeys) -> list[str]:
             if jk.job_id not in (noted or b"").decode().split(",")]
 
 
-def _cancel_small(q: Queue, job_id: str, wait: bool, timeout: float) -> CancelReport:
+def _state_now(q: Queue, qk: QueueKeys, job_id: str, before: str) -> str:
+    """A small job's state after a cancel that did not cancel it (another did, or it
+    ended): read again, not the state read before the call."""
+    raw: Any = q.redis.hget(qk.ljobs, job_id)
+    return str(json.loads(raw)["state"]) if raw else before
+
+
+def _cancel_small(q: Queue, job_id: str, wait: bool, timeout: float,
+                  token: str) -> CancelReport:
     """Cancel a small job (its record in its shard's ``ljobs``)."""
     qk = q.lane_shard(job_id)
     raw: Any = q.redis.hget(qk.ljobs, job_id)
@@ -118,8 +130,8 @@ def _cancel_small(q: Queue, job_id: str, wait: bool, timeout: float) -> CancelRe
     if shard_queue(rec["queue"]) != q.name:
         raise JobNotFound(job_id)
     done, held = q.scripts.lane_cancel(qk, (int(rec["priority"]), str(rec["client"])),
-                                       LaneCtx.of(q), job_id)
-    state = "cancelled" if done else str(rec["state"])
+                                       LaneCtx.of(q), job_id, token)
+    state = "cancelled" if done else _state_now(q, qk, job_id, str(rec["state"]))
     report = CancelReport(job_id, state, done, 1 if held else 0)
     if state != "cancelled" or not held:
         return report

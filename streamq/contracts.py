@@ -216,7 +216,8 @@ _LIST = [
              reply="{acknowledged, completed}", roles=_W, flags=("allow-oom",),
              publishes=True),
     Contract("lane_cancel", "cancel a small job", _k(
-        "lane lane-retry ljobs lactive ldone events"), (*LANE_CTX, name("job id")),
+        "lane lane-retry ljobs lactive ldone events"),
+             (*LANE_CTX, name("job id"), tok("closer", empty=True)),
              reply="{cancelled, held}", errors=("JOB_NOT_FOUND",), roles=_P,
              flags=("allow-oom",), publishes=True),
     Contract("lane_drop", "delete an idle lane", _k("lane lane-retry lanes"),

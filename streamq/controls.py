@@ -59,16 +59,18 @@ class Controls:
         return flow.reprioritize(self._queue, job_id, priority, concurrency)
 
     @wrap_connection_errors
-    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0
-               ) -> cancelling.CancelReport:
+    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0,
+               token: str | None = None) -> cancelling.CancelReport:
         """Cancel a job: none of its sub-requests starts after this returns (with
         ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
         their results; it ends ``cancelled`` with one completion. A finished job is left
-        as it is (``report.cancelled`` False). See :mod:`streamq.cancel`."""
+        as it is (``report.cancelled`` False). ``token`` names this cancel across
+        retries of it (a retry reports what the first call did). See
+        :mod:`streamq.cancel`."""
         check_name("job id", job_id)
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
-        return cancelling.cancel(self._queue, job_id, wait=wait, timeout=timeout)
+        return cancelling.cancel(self._queue, job_id, wait=wait, timeout=timeout, token=token)
 
     @wrap_connection_errors
     def set_rate(self, per_second: float | None, *, client: str | None = None,

@@ -119,16 +119,17 @@ class LaneScripts(ScriptsBase):
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
         return nxt, int(r[1]), int(r[2])
 
-    def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str
-                    ) -> tuple[bool, str]:
+    def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str,
+                    closer: str = "") -> tuple[bool, str]:
         """Cancel a small job: (whether this call cancelled it, the id of its entry a
-        worker holds or ""). JobNotFound-coded reply for no record. See
-        lane_cancel-6.lua."""
+        worker holds or ""). ``closer`` names the call: sent again after a lost reply,
+        it replies as the call that cancelled. JobNotFound-coded reply for no record.
+        See lane_cancel-6.lua."""
         prio, client = lane
         r = self.run("lane_cancel",
                      (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
                       qk.ldone, qk.events),
-                     [*ctx.args(qk), job])
+                     [*ctx.args(qk), job, closer])
         raise_for_code("lane_cancel", r, job)
         held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
         return bool(int(r[0])), held

@@ -43,3 +43,23 @@ def test_a_dead_letter_replays_with_its_jobs_priority_client_and_deliveries(
     meta = r.hmget(JobKeys(target).meta, "priority", "client", "max_deliveries")
     assert [m.decode() for m in meta] == ["3", "vip", "2"]
     q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_cancel_resent_after_its_reply_was_lost_reports_what_the_first_did(
+        lane: str, redis_url: str, queue_name: str, r: Any) -> None:
+    # Given a one-entry job whose entry a worker holds (read, not acknowledged)
+    q = Queue(queue_name, redis_url)
+    job = _submit(q, lane, ["x"])
+    stream = (JobKeys(job.id).tasks if lane == "job"
+              else q.lane_shard(job.id).lane(50, "default"))
+    assert r.xreadgroup("workers", "w-held", {stream: ">"}, count=10)
+    # When a cancel is sent, its reply lost, and the same cancel sent again
+    q.cancel(job.id, wait=False, token="closer-1")
+    again = q.cancel(job.id, wait=False, token="closer-1")
+    # Then the resend reports the job cancelled by this cancel, its entry held
+    assert (again.state, again.cancelled, again.held) == ("cancelled", True, 1)
+    # And another caller's cancel reports it cancelled before, not by itself
+    other = q.cancel(job.id, wait=False, token="closer-2")
+    assert (other.state, other.cancelled) == ("cancelled", False)
+    q.close()
