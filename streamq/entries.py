@@ -22,7 +22,7 @@ from .errors import HandlerTimeout, PayloadError
 from .keys import JobKeys, QueueKeys
 from .models import Task
 from .scripts import JobReply
-from .watchdog import guarded
+from .watchdog import CANCEL_GRACE_S, guarded
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -33,10 +33,6 @@ log = logging.getLogger("streamq.worker")
 #: Task is made from it only when a handler asks, not for every sub-request
 _current: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
     "streamq_task", default=None)
-#: how long past its deadline an async handler that ignores its cancellation is waited
-#: for before its slot gives it up, seconds
-_CANCEL_GRACE_S = 1.0
-
 #: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
 Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
 
@@ -379,7 +375,7 @@ class EntryRunner:
         if limit is None:
             return fut.result()
         # (not fut.result(timeout): a TimeoutError of the handler's own would look the same)
-        if not concurrent.futures.wait([fut], limit + _CANCEL_GRACE_S).done:
+        if not concurrent.futures.wait([fut], limit + CANCEL_GRACE_S + 0.5).done:
             fut.cancel()
             raise HandlerTimeout(limit)
         return fut.result()

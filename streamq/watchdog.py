@@ -185,15 +185,34 @@ class Watchdog:
             self._local.inbox = None
 
 
+#: How long an ``async def`` handler that ignores its cancellation at its timeout is
+#: waited for before it is given up, seconds (its result is never kept).
+CANCEL_GRACE_S = 1.0
+
+
 async def guarded(coro: Awaitable[Any], limit_s: float | None) -> Any:
-    """Await an ``async def`` handler's coroutine, cancelled at ``limit_s`` seconds
-    (HandlerTimeout then; a TimeoutError of the handler's own is its own failure)."""
+    """Await an ``async def`` handler's coroutine, bounded by its timeout ``limit_s``:
+    cancelled at the deadline and HandlerTimeout raised; one that swallows its
+    cancellation and returns later still fails with HandlerTimeout (what it returned
+    after its deadline is not kept), and one that goes on running is given up
+    ``CANCEL_GRACE_S`` later. A TimeoutError of the handler's own is its own failure."""
     if limit_s is None:
         return await coro
+    task = asyncio.ensure_future(coro)
     try:
-        async with asyncio.timeout(limit_s) as scope:
-            return await coro
-    except TimeoutError:
-        if scope.expired():
-            raise HandlerTimeout(limit_s) from None
+        done, _ = await asyncio.wait({task}, timeout=limit_s)
+        if done:
+            return task.result()
+        task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    except asyncio.CancelledError:
+        task.cancel()
         raise
+    task.add_done_callback(_forget)
+    raise HandlerTimeout(limit_s)
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    """Retrieve what a handler given up on ended with, so nothing is reported unread."""
+    if not task.cancelled():
+        task.exception()
