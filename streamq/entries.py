@@ -156,6 +156,11 @@ class EntryRunner:
                 if not w.scripts.record_start(jk, eid, w.id):
                     w.leases.discard(unacked, (eid,))  # reclaimed meanwhile: runs elsewhere
                     continue
+                if cancelled(job):
+                    # noted cancelled during those round trips: a cancel reported
+                    # complete meanwhile, so nothing of the job starts now
+                    self.requeue(job, [e[0] for e in entries[n:]])
+                    break
             if faults:
                 w.fault("in_handler")
             started = clock()

@@ -30,3 +30,50 @@ def test_lowering_then_raising_concurrency_never_hands_a_held_token_to_a_second_
     q.scripts.settle(qk, "worker-a", 0, 2, 30_000, 0, [(f"{job.id}#1", "r")])
     c = q.scripts.settle(qk, "worker-b", 0, 2, 30_000, 2)
     assert [t for t, _ in c.claimed] == [f"{job.id}#1"]
+
+
+def test_a_cancel_noted_during_a_suspect_entrys_round_trips_stops_its_start(
+        redis_url: str, r: redis.Redis) -> None:
+    import threading
+
+    from conftest import wait_until
+
+    from streamq import Worker, cancels
+    from streamq.keys import JobKeys
+
+    # Given a job whose entries were re-added by the reaper as suspect (their worker died)
+    q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
+    job = q.submit([1, 2, 3], job_id=f"j-{uuid.uuid4().hex[:6]}")
+    jk = JobKeys(job.id)
+    r.xreadgroup("workers", "dead-worker", {jk.tasks: ">"}, count=10)
+    _, readded, _, _ = q.scripts.reclaim(jk, consumer="reaper", min_idle_ms=0, cursor="0-0",
+                                         count=10)
+    assert readded == 3
+    ran: list[object] = []
+    w = Worker(q.name, ran.append, redis_url, heartbeat_s=0.3, idle_wait_s=0.1,
+               concurrency=1)
+    record_start = w.scripts.record_start
+    starts: list[str] = []
+
+    def cancel_meanwhile(jk_: JobKeys, eid: str, consumer: str) -> bool:
+        # When the job is cancelled, and the worker notes it, while the slot records
+        # the suspect entry's start (one of the round trips before its handler starts)
+        if not starts:
+            q.cancel(job.id, wait=False)
+            cancels.add([job.id])
+        starts.append(eid)
+        return record_start(jk_, eid, consumer)
+
+    w.scripts.record_start = cancel_meanwhile  # type: ignore[method-assign]
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: starts, 30, "the slot to record a suspect entry's start")
+        wait_until(lambda: not r.exists(jk.tasks) or not r.xpending(jk.tasks, "workers")[
+            "pending"], 30, "the job's entries to be settled")
+    finally:
+        w.stop()
+        t.join(30)
+    # Then no handler of the job started after the cancel
+    assert ran == []
+    assert q.status(job.id).state == "cancelled"
