@@ -100,6 +100,8 @@ class LaneWork:
         self.traced: list[EntryKey] = []
         #: the lanes the last read of each shard covered (:meth:`commands`)
         self._sent: dict[str, list[tuple[int, str]]] = {}
+        #: where the last read of a tier of more lanes than its count started (:meth:`share`)
+        self._turn = 0
         #: rate-limited lanes whose last read found nothing -> monotonic time to read again
         self._quiet: dict[tuple[int, str], float] = {}
 
@@ -119,14 +121,31 @@ class LaneWork:
         (none known: none)."""
         out: list[tuple[Any, ...]] = [("ZRANGE", qk.lanes, 0, -1)]
         tiers = _tiers(self.open_lanes(self.lanes.get(qk.tag, [])))
-        self._sent[qk.tag] = tiers[0] if tiers else []
-        return [*out, self.read_command(qk, tiers[0], count)] if tiers else out
+        if not tiers:
+            self._sent[qk.tag] = []
+            return out
+        lanes, per = self.share(tiers[0], count)
+        self._sent[qk.tag] = lanes
+        return [*out, self.read_command(qk, lanes, per)]
 
-    def read_command(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
+    def share(self, lanes: Sequence[tuple[int, str]], count: int
+              ) -> tuple[list[tuple[int, str]], int]:
+        """The lanes a read of at most ``count`` entries in all covers, and how many it
+        takes from each: every lane an equal share while they are fewer than ``count``,
+        else ``count`` of them, one entry each, starting one lane further every read
+        (so each client's lane comes up in turn). A slot never takes a whole tier of
+        many clients' work at once, which would idle the other slots and workers."""
+        if len(lanes) <= count:
+            return list(lanes), max(1, count // max(1, len(lanes)))
+        self._turn = (self._turn + count) % len(lanes)
+        start = self._turn
+        return [lanes[(start + k) % len(lanes)] for k in range(count)], 1
+
+    def read_command(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], per: int
                      ) -> tuple[Any, ...]:
-        """XREADGROUP of ``count`` new entries of each of ``lanes``."""
+        """XREADGROUP of ``per`` new entries of each of ``lanes``."""
         streams = [qk.lane(p, c) for p, c in lanes]
-        return ("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", count,
+        return ("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", per,
                 "STREAMS", *streams, *(">" for _ in streams))
 
     def take(self, qk: QueueKeys, replies: Sequence[Any], count: int
@@ -142,7 +161,7 @@ class LaneWork:
         at once: entries of those more urgent than what was read run first."""
         known = self.lanes.get(qk.tag, [])
         read_tier = self._sent.get(qk.tag, [])
-        entries, more = self.parse(qk, replies, count, read_tier)
+        entries, more = self.parse(qk, replies, self.share_of(read_tier, count), read_tier)
         now = self.open_lanes(self.lanes.get(qk.tag, []))
         new = [lane for lane in now if lane not in known]
         if new and (not read_tier or new[0][0] <= read_tier[0][0]):
@@ -152,10 +171,13 @@ class LaneWork:
             entries, more = got + entries, more or more_new
         if not entries:
             for tier in _tiers(now):
-                if tier == read_tier:
-                    continue
                 if read_tier and tier[0][0] < read_tier[0][0]:
                     continue  # more urgent than the tier read (empty at that time)
+                if read_tier and tier[0][0] == read_tier[0][0]:
+                    # the tier read: its lanes the read did not cover (a share of them)
+                    tier = [lane for lane in tier if lane not in read_tier]
+                    if not tier:
+                        continue
                 entries, more = self._read(qk, tier, count)
                 if entries:
                     break
@@ -204,9 +226,16 @@ class LaneWork:
 
     def _read(self, qk: QueueKeys, lanes: Sequence[tuple[int, str]], count: int
               ) -> tuple[list[LaneEntry], bool]:
-        """One XREADGROUP of ``lanes`` (a round trip of its own)."""
-        reply = pipelined(self.w.redis, [self.read_command(qk, lanes, count)])
-        return self.parse(qk, [None, *reply], count, lanes)
+        """One XREADGROUP of ``lanes``, at most ``count`` entries in all (a round trip of
+        its own)."""
+        lanes, per = self.share(lanes, count)
+        reply = pipelined(self.w.redis, [self.read_command(qk, lanes, per)])
+        return self.parse(qk, [None, *reply], per, lanes)
+
+    @staticmethod
+    def share_of(lanes: Sequence[tuple[int, str]], count: int) -> int:
+        """The entries per lane of a read of ``lanes`` chosen by :meth:`share`."""
+        return max(1, count // max(1, len(lanes))) if len(lanes) <= count else 1
 
     def parse(self, qk: QueueKeys, replies: Sequence[Any], count: int,
               read_lanes: Sequence[tuple[int, str]]) -> tuple[list[LaneEntry], bool]:

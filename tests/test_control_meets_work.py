@@ -77,3 +77,28 @@ def test_a_cancel_noted_during_a_suspect_entrys_round_trips_stops_its_start(
     # Then no handler of the job started after the cancel
     assert ran == []
     assert q.status(job.id).state == "cancelled"
+
+
+def test_a_lane_read_takes_at_most_its_count_whatever_the_number_of_clients(
+        redis_url: str) -> None:
+    from streamq import Worker
+    from streamq.slot import Slot
+
+    # Given a slot, and a shard whose most urgent priority has the lanes of 40 clients
+    q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
+    w = Worker(q.name, lambda p: p, redis_url)
+    slot = Slot(w, 0)
+    qk = q.shards[0]
+    lanes = [(0, f"client-{i}") for i in range(40)]
+    slot.lane.lanes[qk.tag] = lanes
+    seen: set[tuple[int, str]] = set()
+    for _ in range(8):
+        # When it reads a batch of 10 small jobs
+        *_, read = slot.lane.commands(qk, 10)
+        per = int(read[read.index("COUNT") + 1])
+        streams = read[read.index("STREAMS") + 1:]
+        # Then it asks for 10 entries in all, not 10 of each client's lane
+        assert per * len(streams) // 2 <= 10
+        seen |= {lane for lane in lanes if qk.lane(*lane) in streams}
+    # And every client's lane comes up in turn
+    assert seen == set(lanes)
