@@ -95,6 +95,8 @@ GROUP_ARG = enum("group", GROUP)
 SHARD = pat("queue", _NAME + r"(?:~[0-9]{1,4})?", "^[%w_%.:%-]+~?%d*$", "<queue>[~<n>]", 140)
 ENTRY = Arg("entry id", "entry")
 KIND = enum("payload type", "b", "s", "j")
+#: the type letter a failure carries: a malformed entry's own, whatever it was
+FAILED_KIND = text("payload type", 16)
 PAYLOAD = text("payload", _BIG)
 TRACE = tok("trace context", size=512, empty=True)
 PRIORITY = i("priority", 0, MAX_PRIORITY)
@@ -136,7 +138,7 @@ _LIST = [
     Contract("announce", "copy one dead letter to the queue's dead stream, once",
              _k("dead announced"),
              (i("dead stream cap"), ms("marker lifetime"), name("job id"), FIELD,
-              text("error"), i("attempts"), ms("time"), KIND, PAYLOAD, i("serial"),
+              text("error"), i("attempts"), ms("time"), FAILED_KIND, PAYLOAD, i("serial"),
               ms("job created")),
              reply="dead entry id", roles=("worker", "reaper"), flags=("allow-oom",)),
     Contract("announced", "note dead letters as announced in their job",
@@ -178,7 +180,7 @@ _LIST = [
     Contract("fail", "a failed attempt: retry with backoff or dead-letter",
              _k("tasks meta results errors retry inflight dlq unannounced"),
              (GROUP_ARG, ENTRY, i("index", -1), i("attempts"), ms("retry delay", lo=-1),
-              text("error"), KIND, PAYLOAD), tail=(TRACE,), reply="{code, job_reply...}",
+              text("error"), FAILED_KIND, PAYLOAD), tail=(TRACE,), reply="{code, job_reply...}",
              roles=_W, flags=("allow-oom",)),
     Contract("finalize_job", "finalize an open job (idempotent by closer token)",
              _k("meta tasks results errors dlq"),
@@ -225,7 +227,7 @@ _LIST = [
     Contract("lane_fail", "a failed attempt of a small job: retry or dead-letter", _k(
         "lane lane-retry ljobs lerrors lstarts lactive ldone events dead retries"),
              (*LANE_CTX, i("dead stream cap"), LANE_MEMBER, ENTRY, name("job id", empty=True),
-              i("attempts"), ms("retry delay", lo=-1), text("error"), KIND, PAYLOAD),
+              i("attempts"), ms("retry delay", lo=-1), text("error"), FAILED_KIND, PAYLOAD),
              tail=(TRACE,), reply="0 settled before, 1 retry, 2 dead-lettered", roles=_W,
              flags=("allow-oom",), publishes=True),
     Contract("lane_promote", "move a lane's due retries back to its stream",
