@@ -34,6 +34,13 @@ MAX_AUTO_BATCH = 1000
 #: batch grows while a round of full reads takes less, and shrinks when one takes
 #: twice as long (a more urgent job waits for the round in progress).
 AUTO_BATCH_ROUND_S = 0.05
+#: An entry whose handler took at least this long, seconds, is slow: the entries its
+#: slot read after it are handed back unstarted for other slots and workers, the
+#: slot's next read and claim shrink, and a governed worker serves one more slot.
+SLOW_ENTRY_S = 0.05
+#: For this long after entries were handed back behind a slow handler, seconds, every
+#: slot of the worker reads and claims one entry and one token at a time.
+SLOW_MEMORY_S = 5.0
 #: Handler slots (sub-requests processed at once) per worker process, sync handlers.
 DEFAULT_WORKER_CONCURRENCY = 4
 #: Sub-requests in flight at once per worker process for an ``async def`` handler

@@ -11,11 +11,12 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import cancels
+from . import cancels, config
 from .codec import decode, encode_result
 from .deadletters import announce
 from .errors import HandlerTimeout, PayloadError
@@ -104,6 +105,10 @@ class EntryRunner:
 
     def __init__(self, worker: Worker) -> None:
         self.w = worker
+        #: per slot thread: whether its round handed entries back behind a slow handler
+        self._slow = threading.local()
+        #: monotonic time entries were last handed back behind a slow handler (any slot)
+        self.slow_at = float("-inf")
 
     def run_entries(
         self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
@@ -131,10 +136,22 @@ class EntryRunner:
         limit = w.timeouts.of(job, w.redis)  # known from the read's round trip (watchdog)
         if w.tracer is not None:
             w.tracer.note([(job, i) for i in ids], [e[1] for e in entries])
+        slow = False  # the last handler took SLOW_ENTRY_S or more
         for n, (_, flat) in enumerate(entries):
             if stopping.is_set() or cancelled(job):
                 # unstarted: handed back (a cancelled job's are dropped, not re-added)
                 self.requeue(job, [e[0] for e in entries[n:]])
+                break
+            if n and slow:
+                # a slow handler: the rest would wait behind it while other slots and
+                # workers could run them, so they go back unstarted (no delivery spent)
+                # and the job's parked tokens are woken to take them
+                w.scripts.requeue(jk, w.id, [e[0].decode() for e in entries[n:]])
+                raw_n: Any = w.redis.hget(jk.meta, "concurrency")
+                w.scripts.unpark(shard, job, int(raw_n or 1))
+                log.debug("job %s: %d entries handed back behind a slow handler", job,
+                          len(entries) - n)
+                self.backlog(len(entries) - n)
                 break
             eid = ids[n]
             index, kind, raw, attempt, suspect = _parse(flat)
@@ -182,13 +199,16 @@ class EntryRunner:
                     value = self.call_async(task, payload, limit)
                 result = encode_result(value)
             except Exception as e:
-                durations.append(clock() - started)
+                took = clock() - started
+                slow = took >= config.SLOW_ENTRY_S
+                durations.append(took)
                 self.observe(waits, durations)
                 completed = self.failed(job, eid, index, attempt, e, kind, raw,
                                         shard) or completed
                 w.leases.discard(unacked, (eid,))
                 continue
             ended = clock()
+            slow = ended - started >= config.SLOW_ENTRY_S
             durations.append(ended - started)
             done.append((eid, index, result))
             if ended - flushed_at >= flush_s:
@@ -288,6 +308,30 @@ class EntryRunner:
             except Exception as e:  # noqa: BLE001 - reported as a failed attempt
                 outcomes.append((False, e, started, clock()))
         return outcomes
+
+    def backlog(self, waiting: int) -> None:
+        """``waiting`` entries waited behind a slow handler and were handed back: the
+        slots of this worker read and claim one at a time for a while, and a governed
+        worker serves as many more slots at once as there are entries waiting."""
+        self._slow.seen = True
+        self.slow_at = time.monotonic()
+        if self.w.governor is not None:
+            self.w.governor.backlog(waiting)
+
+    def recently_slow(self) -> bool:
+        """Whether any slot handed entries back behind a slow handler lately."""
+        return time.monotonic() - self.slow_at < config.SLOW_MEMORY_S
+
+    def slow_now(self) -> bool:
+        """Whether the calling slot's round handed entries back so far (not cleared)."""
+        return bool(getattr(self._slow, "seen", False))
+
+    def slowed(self) -> bool:
+        """Whether the calling slot's round handed entries back behind a slow handler
+        since it last asked (its next read and claim then take one at a time)."""
+        seen = getattr(self._slow, "seen", False)
+        self._slow.seen = False
+        return bool(seen)
 
     def malformed(self, job: str, eid: str, index: int | None, kind: bytes | None,
                   raw: bytes | None, e: PayloadError, unacked: set[str],

@@ -25,7 +25,10 @@ slot at a time on measured throughput:
   empty queue says nothing of what more slots would do): a trial in progress
   ends and the serving count goes back;
 - a window of MAX_WINDOW_S with no entry finished (slow or blocked handlers,
-  every serving slot busy) adds a slot at once, up to the most.
+  every serving slot busy), or one whose entries took a serving slot SLOW_S or
+  more each, adds a slot at once, up to the most;
+- so does a slot that hands back entries which waited behind a slow handler
+  (:meth:`backlog`): as many more as entries wait, up to the most.
 
 The first trial waits FIRST_TRIAL_S: a short burst of work is served as the
 worker starts. A worker given ``concurrency`` keeps every slot serving (no
@@ -45,6 +48,9 @@ log = logging.getLogger("streamq.worker")
 WINDOW_S, MIN_FINISHED = 0.4, 40
 #: a window this long ends whatever was finished in it, seconds
 MAX_WINDOW_S = 1.0
+#: a window whose entries took a serving slot this long each, or longer, seconds, adds
+#: a slot at once (slow handlers, which wait on something else, run side by side)
+SLOW_S = 0.1
 #: one more slot is kept when it served this share more
 GAIN = 0.10
 #: one slot fewer is kept when it served at most this share less
@@ -112,6 +118,14 @@ class Governor:
         with self._cond:
             self._cond.notify_all()
 
+    def backlog(self, waiting: int) -> None:
+        """A serving slot handed back ``waiting`` entries that waited behind a slow
+        handler: work is waiting that more slots can run, so as many more serve at once
+        (up to the most)."""
+        with self._lock:
+            if self.active < self.most:
+                self._restart_trial(min(self.most, self.active + max(1, waiting)))
+
     def emptied(self) -> None:
         """A serving slot found nothing to do: this window tells nothing of the rate."""
         self._empty = True
@@ -136,7 +150,9 @@ class Governor:
         if empty:  # the queue ran dry: nothing measured; a trial in progress ends
             self._restart_trial(self._from)
             return
-        if done == 0:  # every serving slot stuck in a slow handler: more can only help
+        if done == 0 or done * SLOW_S <= took * self.active:
+            # every serving slot stuck in a slow handler, or each entry took a slot
+            # SLOW_S or more (handlers that wait): while there is work, more serve more
             self._restart_trial(min(self.most, self.active + 1))
             return
         if self._skip > 0:  # the first window after a change: the slots settle in

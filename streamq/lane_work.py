@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 
 from .codec import decode, encode_result
-from .config import GROUP
+from .config import GROUP, SLOW_ENTRY_S
 from .connection import is_transient, pipelined
 from .entries import _current, _fields, is_suspect
 from .errors import PayloadError
@@ -320,9 +320,16 @@ class LaneWork:
                   durations: list[float]) -> None:
         w, runner, clock = self.w, self.w.entries, time.perf_counter
         to_wall = time.time() - clock()
+        slow = False  # the last handler took SLOW_ENTRY_S or more
         for n, e in enumerate(entries):
             if w.stopping.is_set():
                 self._requeue(qk, entries[n:])
+                return
+            if n and slow:
+                # a slow handler: the rest goes back unstarted for other slots and
+                # workers, rather than waiting behind it (no delivery spent)
+                self._requeue(qk, entries[n:])
+                runner.backlog(len(entries) - n)
                 return
             prepared = self._prepare(qk, e, unacked)
             if prepared is None:
@@ -352,12 +359,16 @@ class LaneWork:
                     value = runner.call_async(task, payload)
                 result = encode_result(value)
             except Exception as err:  # noqa: BLE001 - reported as a failed attempt
-                durations.append(clock() - started)
+                took = clock() - started
+                slow = took >= SLOW_ENTRY_S
+                durations.append(took)
                 runner.observe(waits, durations)
                 self._failed(qk, e, job, attempt, err, kind, raw)
                 unacked[e.stream].discard(e.eid)
                 continue
-            durations.append(clock() - started)
+            took = clock() - started
+            slow = took >= SLOW_ENTRY_S
+            durations.append(took)
             done.setdefault(e.stream, []).append((e.eid, job, result))
 
     def _run_async(self, qk: QueueKeys, entries: list[LaneEntry],

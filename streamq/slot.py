@@ -116,6 +116,11 @@ class Slot:
                 gov.tick()  # the serving slots may all be inside slow handlers
                 continue
             spec, follow = ([] if stopping or self.paused or not serving else follow), []
+            if w.entries.recently_slow():
+                # slow handlers lately: one at a time, so no slot holds entries that
+                # another slot or worker could start now
+                self.read_n = self.read_n if w.batch else 1
+                self.claim_n = self.claim_n if w.prefetch or w.is_async else 1
             try:
                 if spec and w.rates.active():
                     spec = []  # no read ahead under rate limits: a read takes permits first
@@ -159,11 +164,12 @@ class Slot:
                         self.lane.run(self.qk, lanes[cut:])
                 finally:
                     w.leases.untrack(self.hold)
+                took = time.perf_counter() - started
                 if not w.batch:
-                    self.read_n = self.adapt_batch(time.perf_counter() - started,
-                                                   bool(follow) or self._lane_more)
+                    self.read_n = self.adapt_batch(took, bool(follow) or self._lane_more)
                 if not w.prefetch and not w.is_async:
-                    self.claim_n = self.adapt(len(claimed), bool(follow))
+                    self.claim_n = self.adapt(len(claimed), bool(follow), took)
+                w.entries.slowed()  # the round's hand-back, if any, is acted on
                 with w.stats.lock:  # once per round
                     w.stats.claims += 1
                     w.stats.tokens += len(claimed)
@@ -196,15 +202,19 @@ class Slot:
                 w.pause(stopping, pause)
                 pause = min(_PAUSE_MAX_S, pause * 2)
 
-    def adapt(self, claimed: int, followed: bool) -> int:
+    def adapt(self, claimed: int, followed: bool, took: float) -> int:
         """The next claim's size, for a worker started with prefetch 0: small jobs (no
         read filled a batch) are best served many per round trip, so a claim that got
-        all it asked for doubles, up to MAX_AUTO_PREFETCH; a job that filled a batch
-        is big, best served one token at a time with its next batch read ahead, so
-        the claim drops to one. A claim that got fewer than it asked keeps its size."""
+        all it asked for in a short round (``took`` under AUTO_BATCH_ROUND_S) doubles,
+        up to MAX_AUTO_PREFETCH; a round that took twice that halves it, down to one,
+        so slow handlers hold few leases and a more urgent job is claimed soon; a job
+        that filled a batch is big, best served one token at a time with its next
+        batch read ahead, so the claim drops to one. Otherwise it keeps its size."""
         if followed:
             return 1
-        if claimed >= self.claim_n:
+        if took > 2 * config.AUTO_BATCH_ROUND_S:
+            return max(1, self.claim_n // 2)
+        if claimed >= self.claim_n and took < config.AUTO_BATCH_ROUND_S:
             return min(config.MAX_AUTO_PREFETCH, self.claim_n * 2)
         return self.claim_n
 
@@ -212,10 +222,10 @@ class Slot:
         """The next read's size, for a worker started with batch 0: while reads come
         back full (a big job) and a round takes less than AUTO_BATCH_ROUND_S, the
         batch doubles, up to MAX_AUTO_BATCH (fewer, larger round trips); a round that
-        took twice that halves it, down to AUTO_BATCH_START, so a more urgent job waits
-        about that long for the round in progress. Otherwise it keeps its size."""
+        took twice that halves it, down to one, so a more urgent job waits about that
+        long, or one slow entry, for the round in progress. Otherwise it keeps its size."""
         if took > 2 * config.AUTO_BATCH_ROUND_S:
-            return max(config.AUTO_BATCH_START, self.read_n // 2)
+            return max(1, self.read_n // 2)
         if followed and took < config.AUTO_BATCH_ROUND_S:
             return min(config.MAX_AUTO_BATCH, self.read_n * 2)
         return self.read_n
@@ -451,7 +461,8 @@ class Slot:
             done, completed = ran[pos] if pos in ran else runner.run_entries(
                 jk, entries, ids, unacked, waits, durations, self.qk)
             settled.append((tok, "d" if completed else "r"))
-            if not completed and len(entries) >= self.read_n and jk.job_id not in follow:
+            if (not completed and len(entries) >= self.read_n and jk.job_id not in follow
+                    and not runner.slow_now()):
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
             if done:
                 pending.append((len(settled) - 1, jk, done))

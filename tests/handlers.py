@@ -206,3 +206,15 @@ def refuse_while_flagged(payload: Any) -> Any:
     if _redis().exists(f"refuse:{payload['tag']}"):
         raise NonRetryable(f"refused {payload['n']}")
     return {"n": payload["n"], "ok": True}
+
+
+def span(payload: Any) -> Any:
+    """Record the start and the end of each run in Redis's list ``spans:<tag>`` (in
+    the order Redis received them: no clock), sleeping ``payload["sleep"]`` between."""
+    task = current_task()
+    assert task is not None
+    r, key = _redis(), f"spans:{payload['tag']}"
+    r.rpush(key, f"+{task.job_id}:{task.index}")
+    time.sleep(float(payload["sleep"]))
+    r.rpush(key, f"-{task.job_id}:{task.index}")
+    return payload["n"]

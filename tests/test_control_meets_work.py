@@ -4,10 +4,12 @@ leases and running entries (the defects a review of the newest paths found)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+import pytest
 import redis
 
-from streamq import Queue
+from streamq import JobState, Queue
 from streamq.keys import QueueKeys
 
 
@@ -102,3 +104,50 @@ def test_a_lane_read_takes_at_most_its_count_whatever_the_number_of_clients(
         seen |= {lane for lane in lanes if qk.lane(*lane) in streams}
     # And every client's lane comes up in turn
     assert seen == set(lanes)
+
+
+def _peak(events: list[bytes]) -> int:
+    """The most runs in progress at once, from their own start (+) and end (-) records."""
+    running = peak = 0
+    for e in events:
+        running += 1 if e.startswith(b"+") else -1
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize("shape", ["one job of 8", "8 one-entry jobs"])
+def test_slow_handlers_run_side_by_side_with_the_cli_defaults(
+        shape: str, redis_url: str, queue_name: str, procs: Any, r: redis.Redis) -> None:
+    # Given 8 sub-requests of a 1 s handler: one job of concurrency 8, or 8 small jobs
+    q = Queue(queue_name, redis_url)
+    payloads = [{"sleep": 1.0, "n": i, "tag": shape} for i in range(8)]
+    jobs = ([q.submit(payloads, concurrency=8)] if shape == "one job of 8"
+            else q.submit_many([[p] for p in payloads]))
+    # When two worker processes with the CLI's defaults serve them (4 slots each)
+    for _ in range(2):
+        procs.worker(queue_name, "tests.handlers:span")
+    for job in jobs:
+        assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
+    # Then they did not run one at a time: the handlers' own records overlap
+    events = r.lrange(f"spans:{shape}", 0, -1)
+    assert len(events) == 16
+    assert _peak(events) >= 4, events
+    q.close()
+
+
+def test_a_slow_round_shrinks_the_claim_and_a_quick_full_one_grows_it(redis_url: str) -> None:
+    from streamq import Worker
+    from streamq.slot import Slot
+
+    # Given a slot of a worker with the default (adapting) prefetch, claiming 8
+    q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
+    slot = Slot(Worker(q.name, lambda p: p, redis_url), 0)
+    slot.claim_n = 8
+    # When a claim got all 8 but its round took 0.4 s (50 ms handlers)
+    # Then the next claim is smaller: slow handlers hold few leases, so a more urgent
+    # job arriving is claimed soon by this or another slot
+    assert slot.adapt(8, False, 0.4) == 4
+    # And a claim that got all it asked in a quick round doubles, up to the most
+    assert slot.adapt(8, False, 0.01) == 16
+    # And a claim in between keeps its size
+    assert slot.adapt(8, False, 0.07) == 8
