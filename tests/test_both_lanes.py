@@ -63,3 +63,60 @@ def test_a_cancel_resent_after_its_reply_was_lost_reports_what_the_first_did(
     other = q.cancel(job.id, wait=False, token="closer-2")
     assert (other.state, other.cancelled) == ("cancelled", False)
     q.close()
+
+
+def _seen(q: Queue, job_id: str) -> dict[str, Any]:
+    """What a user sees of a finished job, without what differs by construction (its
+    id, its times, and in_flight/queued, which only a running job has)."""
+    st = q.wait(job_id, timeout=30)
+    return {"state": st.state, "priority": st.priority, "concurrency": st.concurrency,
+            "client": st.client, "total": st.total, "done": st.done, "failed": st.failed,
+            "results": q.results(job_id),
+            "dead": [(d.index, d.attempts, d.error.splitlines()[-1])
+                     for d in q.dead_letters(job_id=job_id)]}
+
+
+def _both(redis_url: str, scenario: Any) -> list[dict[str, Any]]:
+    """Run ``scenario(queue, lane)`` once per lane, on a queue of its own; what it saw."""
+    return [scenario(Queue(f"diff-{lane}-{uuid.uuid4().hex[:6]}", redis_url), lane)
+            for lane in LANES]
+
+
+def test_what_a_user_sees_of_a_job_is_the_same_on_both_lanes(
+        redis_url: str, workers: StartWorker) -> None:
+    attempts: dict[str, int] = {}
+
+    def handler(p: Any) -> Any:
+        # fails its first attempt when asked to, fails always when asked to
+        key = str(p["key"])
+        attempts[key] = attempts.get(key, 0) + 1
+        if p.get("always") or (p.get("once") and attempts[key] == 1):
+            raise ValueError(f"no {p['n']}")
+        return {"echo": p["n"]}
+
+    def scenario(q: Queue, lane: str) -> dict[str, Any]:
+        w = workers(q.name, handler, concurrency=1, retry_base_s=0.01)
+        seen = {
+            "succeeds": _seen(q, _submit(q, lane, [{"n": 1, "key": f"{lane}a"}],
+                                         priority=7, client="acme").id),
+            "retried": _seen(q, _submit(q, lane, [{"n": 2, "key": f"{lane}b", "once": True}],
+                                        max_deliveries=3).id),
+            "dead": _seen(q, _submit(q, lane, [{"n": 3, "key": f"{lane}c", "always": True}],
+                                     max_deliveries=2).id),
+        }
+        w.stop()
+        # cancelled before any worker read it
+        job = _submit(q, lane, [{"n": 4, "key": f"{lane}d"}])
+        report = q.cancel(job.id, wait=False)
+        seen["cancelled"] = {**_seen(q, job.id), "report": (report.state, report.cancelled,
+                                                            report.held)}
+        # a completion recorded once per job
+        from streamq.keys import QueueKeys
+        records = q.redis.xrange(QueueKeys(q.name).events)
+        seen["records"] = sorted(f[b"state"].decode() for _, f in records)
+        q.close()
+        return seen
+
+    small, job = _both(redis_url, scenario)
+    for name in small:
+        assert small[name] == job[name], name
