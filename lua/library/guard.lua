@@ -51,8 +51,10 @@ local function sq_arg_ok(s, v)
   elseif t == "t" then
     return #v <= s[2] and string.find(v, "^[!-z|~]+$") ~= nil
   elseif t == "x" then
+    if #v > 41 or not string.find(v, "^%d+%-%d+$") then return false end
+    if #v <= 21 then return true end  -- both parts fit in 20 digits (most ids)
     local ms, seq = string.match(v, "^(%d+)%-(%d+)$")
-    return ms ~= nil and #ms <= 20 and #seq <= 20
+    return #ms <= 20 and #seq <= 20
   elseif t == "b" then
     return #v <= s[2]
   elseif t == "j" then
