@@ -369,6 +369,8 @@ class Maker:
             return str(now_ms())
         if n == "intent":
             return job
+        if n == "job":  # schedule_retry: a job, or a rate-limit wait of one
+            return rng.choice([job, f"rate|{job}|1"])
         if n == "lane member":
             return f"{atk.lane_prio}|{atk.lane_client}"
         if n == "JSON record":
