@@ -47,6 +47,7 @@ type: install ## mypy --strict
 bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_small.py
+	$(BIN)/python tests/bench/bench_slow.py
 	$(BIN)/python tests/bench/bench_durability.py
 	$(BIN)/python tests/bench/bench_module.py
 	$(BIN)/python tests/bench/bench_tracing.py

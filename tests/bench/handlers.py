@@ -33,3 +33,18 @@ async def aincr(payload: Any) -> Any:
     if _async is None:  # made on the worker's event loop, and used only there
         _async = redis.asyncio.Redis.from_url(os.environ["STREAMQ_REDIS_URL"])
     return await _async.incr(COUNTER)
+
+
+def nap(payload: Any) -> Any:
+    """Sleep ``payload["sleep"]`` seconds (a handler that waits on something else); a
+    payload with ``"mark"`` first records its start by Redis's clock in that key."""
+    global _sync
+    if payload.get("mark"):
+        if _sync is None:
+            _sync = redis.Redis.from_url(os.environ["STREAMQ_REDIS_URL"])
+        sec, usec = _sync.time()
+        _sync.set(payload["mark"], sec * 1000 + usec / 1000)
+    import time
+
+    time.sleep(float(payload["sleep"]))
+    return payload.get("n")
