@@ -89,10 +89,11 @@ end
 ctx.done = lane_done()
 lane_complete(ctx, job, raw, "cancelled", 0, 0, now_ms())
 if closer ~= "" then
-  -- the closer goes right after the state: the record's first fields stay in order
+  -- the closer goes last: the record's first fields (state, done, failed) keep
+  -- their order, which lane_ack rewrites in place
   local rec = ctx.done.records[#ctx.done.records]
-  ctx.done.records[#ctx.done.records] = '{"state":"cancelled","closer":"' .. closer .. '",' ..
-    string.sub(rec, #'{"state":"cancelled",' + 1)
+  ctx.done.records[#ctx.done.records] =
+    string.sub(rec, 1, #rec - 1) .. ',"closer":"' .. closer .. '"}'
 end
 lane_flush(ctx)
 return {1, held}
