@@ -120,3 +120,37 @@ def test_what_a_user_sees_of_a_job_is_the_same_on_both_lanes(
     small, job = _both(redis_url, scenario)
     for name in small:
         assert small[name] == job[name], name
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_subscriber_gets_one_notice_per_completion_on_both_lanes(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    import json
+    import time
+
+    from streamq.keys import QueueKeys
+    from streamq.notices import Notices
+
+    # Given a subscriber of the queue's channel (SSUBSCRIBE on a cluster)
+    q = Queue(queue_name, redis_url)
+    with Notices(q.redis) as notices:
+        notices.subscribe(QueueKeys(queue_name).channel)
+        # When a job completes
+        job = _submit(q, lane, [{"n": 5}])
+        workers(queue_name, lambda p: p["n"] * 2, concurrency=1)
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+        got: list[dict[str, Any]] = []
+        # until its notice came, then a little longer for a second one (a subscribe
+        # confirmation reads as None)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            msg = notices.get(0.1)
+            if msg is not None:
+                got.append(json.loads(msg["data"]))
+                deadline = min(deadline, time.monotonic() + 0.5)
+    # Then it got one notice of it, the same on both lanes but for the id and time
+    assert [{k: v for k, v in m.items() if k not in ("job_id", "finished_ms")}
+            for m in got] == [{"queue": queue_name, "state": "succeeded", "total": 1,
+                               "done": 1, "failed": 0}]
+    assert got[0]["job_id"] == job.id
+    q.close()
