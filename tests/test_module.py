@@ -26,19 +26,26 @@ from streamq.keys import JobKeys
 from streamq.luaload import TIME_FUNCTION
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
-    """A redis-server with the module loaded and streamq's library."""
-    tmp = tmp_path_factory.mktemp("module")
-    proc, url = start_redis(tmp, *module_args())
+def _module_server(tmp: Any, *extra: str, library: str = "") -> Iterator[tuple[str, Any]]:
+    """A redis-server with the module and streamq's library (and ``library`` too,
+    loaded as the default user), stopped when the caller is done with it."""
+    proc, url = start_redis(tmp, *module_args(), *extra)
     c = redis.Redis.from_url(url)
     functions.load(c)
+    if library:
+        c.function_load(library, replace=True)
     c.close()
     try:
         yield url, proc
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """A redis-server with the module loaded and streamq's library."""
+    yield from _module_server(tmp_path_factory.mktemp("module"))
 
 
 MALFORMED = [
@@ -117,17 +124,8 @@ NESTING_REFUSED = "not allowed from script|may not be called from a script"
 def nesting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     """A redis-server with the module, streamq's library and a library whose functions
     run the command they are given; its DEBUG command is open to local clients (set-disable-deny-scripts)."""
-    tmp = tmp_path_factory.mktemp("nesting")
-    proc, url = start_redis(tmp, *module_args(), "--enable-debug-command", "local")
-    c = redis.Redis.from_url(url)
-    functions.load(c)
-    c.function_load(NESTING_LIBRARY, replace=True)  # as the default user
-    c.close()
-    try:
-        yield url, proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    yield from _module_server(tmp_path_factory.mktemp("nesting"),
+                              "--enable-debug-command", "local", library=NESTING_LIBRARY)
 
 
 @pytest.mark.parametrize("deny_script_flag", ["obeyed", "switched off"])
