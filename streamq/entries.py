@@ -23,6 +23,7 @@ from .errors import HandlerTimeout, PayloadError
 from .keys import JobKeys, QueueKeys
 from .models import Task
 from .scripts import JobReply
+from .steady import steady
 from .watchdog import CANCEL_GRACE_S, guarded
 
 if TYPE_CHECKING:
@@ -146,9 +147,7 @@ class EntryRunner:
                 # a slow handler: the rest would wait behind it while other slots and
                 # workers could run them, so they go back unstarted (no delivery spent)
                 # and the job's parked tokens are woken to take them
-                w.scripts.requeue(jk, w.id, [e[0].decode() for e in entries[n:]])
-                raw_n: Any = w.redis.hget(jk.meta, "concurrency")
-                w.scripts.unpark(shard, job, int(raw_n or 1))
+                steady(w, "handing entries back", self.hand_back, jk, entries[n:], shard)
                 log.debug("job %s: %d entries handed back behind a slow handler", job,
                           len(entries) - n)
                 self.backlog(len(entries) - n)
@@ -170,7 +169,7 @@ class EntryRunner:
                     completed = self.ack_many([(jk, done)], shard=shard)[0] or completed
                     w.leases.discard(unacked, [d[0] for d in done])
                     done = []
-                if not w.scripts.record_start(jk, eid, w.id):
+                if not steady(w, "recording a start", w.scripts.record_start, jk, eid, w.id):
                     w.leases.discard(unacked, (eid,))  # reclaimed meanwhile: runs elsewhere
                     continue
                 if cancelled(job):
@@ -309,6 +308,14 @@ class EntryRunner:
                 outcomes.append((False, e, started, clock()))
         return outcomes
 
+    def hand_back(self, jk: JobKeys, entries: list[Any], shard: QueueKeys) -> None:
+        """Give back ``entries`` unstarted (behind a slow handler) and wake the job's
+        parked tokens to take them."""
+        w = self.w
+        w.scripts.requeue(jk, w.id, [e[0].decode() for e in entries])
+        raw_n: Any = w.redis.hget(jk.meta, "concurrency")
+        w.scripts.unpark(shard, jk.job_id, int(raw_n or 1))
+
     def backlog(self, waiting: int) -> None:
         """``waiting`` entries waited behind a slow handler and were handed back: the
         slots of this worker read and claim one at a time for a while, and a governed
@@ -395,7 +402,7 @@ class EntryRunner:
             # noted even when the reply says "settled already" (a resent fail): a due
             # time with nothing due costs one promote that moves nothing
             calls.append(w.scripts.schedule_retry_call(shard, job, delay_ms))
-        replies = w.scripts.run_many(calls)
+        replies = steady(w, "reporting a failure", w.scripts.run_many, calls)
         outcome, reply = w.scripts.parse_fail(replies[0])
         if outcome == 1:
             w.metrics.retried.inc()
@@ -405,12 +412,13 @@ class EntryRunner:
             w.fault("after_dead_letter")
             # announced before the job is finished, so a completed job shows its dead
             # letters; a crash before leaves the announcement to the reaper
-            owes = announce(w.scripts, shard, job).left > 0
+            owes = steady(w, "announcing a dead letter", announce, w.scripts, shard,
+                               job).left > 0
         if reply.completed:
             finish = w.q.finish_call(job, reply, shard)
-            w.scripts.run(finish.name, finish.keys, finish.args)
+            steady(w, "finishing a job", w.scripts.run, finish.name, finish.keys, finish.args)
             if not owes:  # the finish marked the job in `owed`: it owes nothing
-                w.scripts.clear_owed(shard, job)
+                steady(w, "clearing a job's debt", w.scripts.clear_owed, shard, job)
         return reply.completed
 
     def call_async(self, task: tuple[Any, ...], payload: Any, limit: float | None = None
@@ -441,14 +449,15 @@ class EntryRunner:
         ``finishes`` (finished with the slot's next settle), or, without it, finished
         at once in one more."""
         w = self.w
-        replies = w.scripts.run_many([w.scripts.ack_call(jk, done) for jk, done in batches])
+        calls = [w.scripts.ack_call(jk, done) for jk, done in batches]
+        replies = steady(w, "acknowledging results", w.scripts.run_many, calls)
         completed: list[tuple[str, JobReply]] = []
         out = self.acked(batches, replies, completed)
         if finishes is not None:
             finishes.extend(completed)
         elif completed:
             call = w.q.finish_many_call(completed, shard)
-            w.scripts.run(call.name, call.keys, call.args)
+            steady(w, "finishing jobs", w.scripts.run, call.name, call.keys, call.args)
         return out
 
     def acked(self, batches: Sequence[Batch], replies: Sequence[Any],
@@ -472,7 +481,9 @@ class EntryRunner:
 
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:
         """Hand back entries read but never started (drain, or a read-ahead not served)."""
-        moved = self.w.scripts.requeue(JobKeys(job), self.w.id, [e.decode() for e in entry_ids])
+        w = self.w
+        moved = steady(w, "handing entries back", w.scripts.requeue, JobKeys(job), w.id,
+                       [e.decode() for e in entry_ids])
         if cancels.seen(job):
             log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))
         else:

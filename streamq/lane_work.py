@@ -30,6 +30,7 @@ from .errors import PayloadError
 from .keys import QueueKeys, parse_lane_member
 from .replies import Call
 from .scripts import LaneCtx
+from .steady import steady
 from .tracing import EntryKey
 
 if TYPE_CHECKING:
@@ -339,7 +340,8 @@ class LaneWork:
                 # what is done is acknowledged first, so a kill inside this handler
                 # counts an attempt for this entry alone
                 self.flush(qk, done)
-                if not w.scripts.lane_start(qk, e.stream, e.eid, w.id):
+                if not steady(w, "recording a start", w.scripts.lane_start, qk, e.stream,
+                              e.eid, w.id):
                     unacked[e.stream].discard(e.eid)
                     continue
             if w.fault_at is not None:
@@ -417,7 +419,8 @@ class LaneWork:
         self.acks.extend(self._ack_calls(qk, done))
         done.clear()
         if self.acks:
-            self.acked(self.w.scripts.run_many(self.acks))
+            self.acked(steady(self.w, "acknowledging results", self.w.scripts.run_many,
+                              self.acks))
             self.acks = []
 
     def acked(self, replies: Sequence[Any]) -> None:
@@ -445,7 +448,8 @@ class LaneWork:
                                         error=error[:2000], kind=kind, payload=raw,
                                         trace="" if w.tracer is None
                                         else w.tracer.retry_context(job, e.eid))
-        outcome = int(w.scripts.run(call.name, call.keys, call.args))
+        outcome = int(steady(w, "reporting a failure", w.scripts.run, call.name, call.keys,
+                             call.args))
         if outcome == 1:
             w.metrics.retried.inc()
         elif outcome == 2:
@@ -456,7 +460,8 @@ class LaneWork:
         """Hand back entries read but never started (the worker is stopping, or the queue
         paused); an entry of a job cancelled meanwhile is dropped."""
         for stream, ids in _by_stream(entries):
-            self.w.scripts.run("lane_requeue", (stream, qk.ljobs), [GROUP, self.w.id, *ids])
+            steady(self.w, "handing entries back", self.w.scripts.run, "lane_requeue",
+                   (stream, qk.ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""
