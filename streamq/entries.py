@@ -39,6 +39,11 @@ _current: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVa
 Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
 
 
+def batch_ids(batches: Sequence[Batch]) -> list[tuple[str, list[str]]]:
+    """The job and entry ids of each batch of results."""
+    return [(jk.job_id, [d[0] for d in done]) for jk, done in batches]
+
+
 def current_task() -> Task | None:
     """The sub-request the calling handler is running (None outside a handler)."""
     fields = _current.get()

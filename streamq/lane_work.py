@@ -97,6 +97,8 @@ class LaneWork:
         #: the lanes of each shard, as its registry said in the last read
         self.lanes: dict[str, list[tuple[int, str]]] = {}
         self.ctx = LaneCtx.of(w.q)
+        #: (stream, entry ids) of the results in :attr:`acks`, kept fresh until acknowledged
+        self.acking: list[tuple[str, list[str]]] = []
         #: (job, entry id) of the results in :attr:`acks`, for their ack spans (tracing on)
         self.traced: list[EntryKey] = []
         #: the lanes the last read of each shard covered (:meth:`commands`)
@@ -297,6 +299,9 @@ class LaneWork:
                    ) -> list[Call]:
         if self.w.tracer is not None:
             self.traced.extend((d[1], d[0]) for items in done.values() for d in items)
+        waiting = [(stream, [d[0] for d in items]) for stream, items in done.items()]
+        self.w.leases.awaiting(self.s.hold, waiting)
+        self.acking.extend(waiting)
         return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
                 for stream, items in done.items() for i in range(0, len(items), 500)]
 
@@ -424,7 +429,9 @@ class LaneWork:
             self.acks = []
 
     def acked(self, replies: Sequence[Any]) -> None:
-        """Count the replies of lane_ack calls."""
+        """Count the replies of lane_ack calls (every call of :attr:`acks`)."""
+        self.w.leases.landed(self.s.hold, self.acking)
+        self.acking = []
         n = sum(int(r[0]) for r in replies)
         self.w.metrics.processed.inc(n)
         self.w.activity.finished(n)

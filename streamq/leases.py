@@ -38,6 +38,9 @@ class SlotHold:
         self.tokens: set[str] = set()
         #: job id -> entry ids read and not yet settled
         self.entries: dict[str, set[str]] = {}
+        #: job id or lane stream -> entry ids whose results wait for an acknowledgement
+        #: sent with a later round trip (kept fresh until it went through)
+        self.acking: dict[str, set[str]] = {}
 
 
 class LeaseKeeper:
@@ -74,6 +77,25 @@ class LeaseKeeper:
         """The slot settled (or handed back) every entry it read."""
         with self.lock:
             hold.entries.clear()
+
+    def awaiting(self, hold: SlotHold, items: list[tuple[str, list[str]]]) -> None:
+        """Entries whose results wait for an acknowledgement (job id or lane stream,
+        entry ids): kept fresh by heartbeats until :meth:`landed`, however long the
+        round trip that carries it takes to go through (a round's end untracks only
+        what it read)."""
+        with self.lock:
+            for key, ids in items:
+                hold.acking.setdefault(key, set()).update(ids)
+
+    def landed(self, hold: SlotHold, items: list[tuple[str, list[str]]]) -> None:
+        """The acknowledgements of :meth:`awaiting`'s entries went through."""
+        with self.lock:
+            for key, ids in items:
+                left = hold.acking.get(key)
+                if left is not None:
+                    left.difference_update(ids)
+                    if not left:
+                        del hold.acking[key]
 
     def discard(self, unacked: set[str], ids: Any) -> None:
         with self.lock:
@@ -157,11 +179,12 @@ class LeaseKeeper:
         cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"])
 
     def refresh_entries(self) -> None:
-        """Reset the idle time of every entry the slots hold (XCLAIM JUSTID: no
-        delivery is counted), so the reaper never takes work from a live worker."""
+        """Reset the idle time of every entry the slots hold, read or with its result
+        waiting for an acknowledgement (XCLAIM JUSTID: no delivery is counted), so the
+        reaper never takes work from a live worker."""
         with self.lock:
             held = [(job, list(ids)) for h in self.holds
-                    for job, ids in h.entries.items() if ids]
+                    for kept in (h.entries, h.acking) for job, ids in kept.items() if ids]
         if not held:
             return
         pipe = self.w.redis.pipeline(transaction=False)

@@ -23,7 +23,7 @@ import redis
 
 from . import config
 from .connection import is_access_error, is_transient, pipelined
-from .entries import Batch, is_suspect
+from .entries import Batch, batch_ids, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
 from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
 from .rates import RATE_DUE, parse_due
@@ -319,6 +319,7 @@ class Slot:
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)
+        w.leases.landed(self.hold, batch_ids(acks))
         finishes.extend((job, r, old) for job, r in acked)
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:
@@ -473,6 +474,7 @@ class Slot:
             # followed jobs rarely complete on this ack: their tokens are released (r)
             # in the same round trip; one that did complete is finished with the settle
             # after, and the read-ahead of it finds its stream gone
+            w.leases.awaiting(self.hold, batch_ids(batches))  # fresh until acknowledged
             return settled, follow, batches
         # acknowledge what is left of every job in one round trip
         completed_now: list[tuple[str, JobReply]] = []

@@ -5,7 +5,9 @@ connection to ``127.0.0.1:port``. Armed with :meth:`drop_next` (or a drop
 probability), it discards the reply Redis sent and closes the client's
 connection instead of forwarding it: the command ran on the server, but the
 client sees a lost connection and resends, which is what a real network
-does to a client at the worst moment. :meth:`cut_all` breaks every open
+does to a client at the worst moment. :meth:`lose_requests_to` loses requests
+instead, before Redis sees them (the command never runs: a stalled link, a
+proxy refusing one client's work). :meth:`cut_all` breaks every open
 connection at once (as ``CLIENT KILL`` or a network blip would).
 
 Only for tests and benchmarks; loopback only, bounded by the test's lifetime.
@@ -31,6 +33,10 @@ class ReplyDropProxy:
         self._lock = threading.Lock()
         self._to_drop = 0
         self._markers: list[bytes] = []
+        #: marker -> requests still to lose before they reach Redis (:meth:`lose_requests_to`)
+        self._losing: dict[bytes, int] = {}
+        #: requests lost so far (each closed its client's connection)
+        self.lost = 0
         #: replies discarded so far (each closed its client's connection)
         self.dropped = 0
         #: connections accepted so far
@@ -63,6 +69,31 @@ class ReplyDropProxy:
         client's handshake, other commands)."""
         with self._lock:
             self._markers.extend([marker] * n)
+
+    def lose_requests_to(self, marker: bytes, n: int = 1) -> None:
+        """Lose the next ``n`` requests whose bytes contain ``marker`` before Redis sees
+        them: the connection is closed instead (the client sees a lost connection and
+        resends). A request is checked as its bytes arrive, so keep it short (one read
+        of the client's socket) for nothing of it to run."""
+        with self._lock:
+            self._losing[marker] = self._losing.get(marker, 0) + n
+
+    def stop_losing(self) -> None:
+        """Forget the requests :meth:`lose_requests_to` still had to lose."""
+        with self._lock:
+            self._losing.clear()
+
+    def _should_lose(self, request: bytearray) -> bool:
+        with self._lock:
+            for marker, left in self._losing.items():
+                if marker in request:
+                    if left > 1:
+                        self._losing[marker] = left - 1
+                    else:
+                        del self._losing[marker]
+                    self.lost += 1
+                    return True
+        return False
 
     def pending_drops(self) -> int:
         with self._lock:
@@ -135,6 +166,8 @@ class ReplyDropProxy:
                         return
                     if s is client:
                         request += data
+                        if self._should_lose(request):
+                            return  # never forwarded: lost with the connection
                         upstream.sendall(data)
                     elif self._should_drop(request):
                         if self.on_drop is not None:

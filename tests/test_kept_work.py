@@ -2,11 +2,12 @@
 
 A slot runs a batch of entries and acknowledges their results later (with its
 next settle, or every ``ack_flush_s``). When a round trip in between fails
-with a transient error (here: a reply lost again and again behind a proxy, so
-the client's own retries run out), the results the slot holds must be kept
-and sent once Redis answers, not left to the reaper to run again after
-``min_idle``. Every scenario runs a real worker and a real reaper against the
-suite's redis-server and counts the handler's runs per sub-request.
+with a transient error (here: a reply, or the request itself, lost again and
+again behind a proxy, so the client's own retries run out), the results the
+slot holds must be kept, and kept fresh, until they are acknowledged once
+Redis answers, not left to the reaper to run again after ``min_idle``. Every
+scenario runs a real worker and a real reaper against the suite's
+redis-server and counts the handler's runs per sub-request.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import settled_completions
+from conftest import settled_completions, wait_until
 from proxy import ReplyDropProxy
 
 from streamq import JobState, Queue, Worker
@@ -114,3 +115,45 @@ def test_results_computed_before_a_failure_whose_report_was_lost_are_kept(
     assert len(q.dead_letters()) == 1
     assert settled_completions(r, queue_name) == {job.id: 1 for job in jobs}
     q.close()
+
+
+@pytest.mark.parametrize("lane", ["small", "job"])
+def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lost(
+    lane: str, r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a worker whose results are acknowledged with its slot's next settle (small
+    # jobs; the first full batch of a big job, read ahead), and whose settles are all
+    # lost on the way to Redis from its first handler run on, while a reaper hands
+    # entries idle past min_idle to other workers
+    q = Queue(queue_name, redis_url)
+    payloads = [f"p{i}" for i in range(3 if lane == "small" else 20)]
+    jobs = _jobs(q, lane, payloads)
+    runs: Counter[str] = Counter()
+    armed = threading.Event()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        if not armed.is_set():
+            proxy.lose_requests_to(q.scripts.function("settle").encode() + b"\r\n", n=10**6)
+            armed.set()
+        return p.upper()
+
+    with reaping(queue_name, redis_url) as reclaimed, \
+            serving(queue_name, handler, proxy.url):
+        try:
+            assert armed.wait(30)
+            # When the settles are lost for several times min_idle (the heartbeat gets
+            # through)
+            wait_until(lambda: proxy.lost >= 8, 60, "settles lost")
+            threading.Event().wait(4 * MIN_IDLE_S)
+        finally:
+            proxy.stop_losing()
+        states = [q.wait(job.id, timeout=60).state for job in jobs]
+    # Then the reaper took nothing from the live worker: each sub-request ran once, and
+    # its result was acknowledged once the settle went through
+    assert runs == Counter(payloads)
+    assert reclaimed == [0]
+    assert states == [JobState.SUCCEEDED] * len(jobs)
+    assert settled_completions(r, queue_name) == {job.id: 1 for job in jobs}
+    q.close()
+
