@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from . import cancels, config
@@ -25,6 +26,14 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 log = logging.getLogger("streamq.worker")
+
+#: How long a job a slot sent a read of stays watched for a cancel, seconds. A read
+#: whose reply was lost delivered entries the worker never sees: they stay pending with
+#: it until the reaper hands them on (after its ``min_idle``), and a cancel meanwhile
+#: waits for this worker to list the job.
+READ_WATCH_S = 2 * config.DEFAULT_MIN_IDLE_S
+#: Jobs watched at most (the least recently read forgotten first).
+READ_WATCH_MAX = 10_000
 
 
 class SlotHold:
@@ -50,6 +59,8 @@ class LeaseKeeper:
         self.w = worker
         self.lock = threading.Lock()
         self.holds = [SlotHold(i) for i in range(worker.slots)]
+        #: job id -> monotonic time a slot last sent a read of it (see READ_WATCH_S)
+        self.reads: dict[str, float] = {}
 
     # -- slot side ----------------------------------------------------------------
 
@@ -77,6 +88,14 @@ class LeaseKeeper:
         """The slot settled (or handed back) every entry it read."""
         with self.lock:
             hold.entries.clear()
+
+    def reading(self, job: str) -> None:
+        """A slot sends a read of ``job``: watched for a cancel for READ_WATCH_S."""
+        with self.lock:
+            self.reads.pop(job, None)
+            self.reads[job] = time.monotonic()
+            if len(self.reads) > READ_WATCH_MAX:
+                del self.reads[next(iter(self.reads))]
 
     def awaiting(self, hold: SlotHold, items: list[tuple[str, list[str]]]) -> None:
         """Entries whose results wait for an acknowledgement (job id or lane stream,
@@ -163,13 +182,21 @@ class LeaseKeeper:
                          ", ".join(lost[:10]))
 
     def see_cancels(self) -> None:
-        """Read the state of every job whose entries the slots hold and note the cancelled
-        ones (:mod:`streamq.cancels`): a slot starts no more of their entries. The beat
-        that follows lists them in the worker's hash (``cancels``), which is what
-        ``Queue.cancel`` waits for."""
+        """Read the state of every job whose entries the slots hold, and of every live
+        job a slot sent a read of lately (a read whose reply was lost left entries
+        pending with this worker that it never saw), and note the cancelled ones
+        (:mod:`streamq.cancels`): a slot starts no more of their entries. The beat that
+        follows lists them in the worker's hash (``cancels``), which is what
+        ``Queue.cancel`` waits for. A watched job found finished or gone is no longer
+        watched (it can no longer be cancelled)."""
         with self.lock:
-            jobs = sorted({job for h in self.holds for job, ids in h.entries.items()
-                           if ids and "{" not in job})  # small-job lanes are keyed by stream
+            held = {job for h in self.holds for job, ids in h.entries.items()
+                    if ids and "{" not in job}  # small-job lanes are keyed by stream
+            cut = time.monotonic() - READ_WATCH_S
+            for job in [j for j, at in self.reads.items() if at < cut]:
+                del self.reads[job]
+            watched = [j for j in self.reads if j not in held and not cancels.seen(j)]
+        jobs = sorted(held) + watched
         if not jobs:
             return
         pipe = self.w.redis.pipeline(transaction=False)
@@ -177,6 +204,12 @@ class LeaseKeeper:
             pipe.hget(JobKeys(job).meta, "state")
         states = pipe.execute(raise_on_error=False)
         cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"])
+        ended = [job for job, state in zip(watched, states[len(held):])
+                 if not isinstance(state, Exception)
+                 and state not in (b"open", b"active", b"cancelled")]  # None: gone
+        with self.lock:
+            for job in ended:
+                self.reads.pop(job, None)
 
     def refresh_entries(self) -> None:
         """Reset the idle time of every entry the slots hold, read or with its result

@@ -384,6 +384,7 @@ class Slot:
 
     def read(self, jk: JobKeys, count: int = 0) -> tuple[Any, ...]:
         """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
+        self.w.leases.reading(jk.job_id)  # watched for a cancel (LeaseKeeper.see_cancels)
         return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", count or self.read_n,
                 "STREAMS", jk.tasks, ">")
 

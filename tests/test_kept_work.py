@@ -5,9 +5,11 @@ next settle, or every ``ack_flush_s``). When a round trip in between fails
 with a transient error (here: a reply, or the request itself, lost again and
 again behind a proxy, so the client's own retries run out), the results the
 slot holds must be kept, and kept fresh, until they are acknowledged once
-Redis answers, not left to the reaper to run again after ``min_idle``. Every
-scenario runs a real worker and a real reaper against the suite's
-redis-server and counts the handler's runs per sub-request.
+Redis answers, not left to the reaper to run again after ``min_idle``. And
+entries a worker never saw (a read whose reply was lost) must not hold up a
+cancel. Every scenario runs a real worker (and a real reaper where one acts)
+against the suite's redis-server and counts the handler's runs per
+sub-request.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from proxy import ReplyDropProxy
 
 from streamq import JobState, Queue, Worker
 from streamq.errors import NonRetryable
+from streamq.keys import JobKeys
 from streamq.reaper import Reaper
 
 #: the reaper's min_idle in these tests: short, so a re-run would show within the test
@@ -157,3 +160,32 @@ def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lo
     assert settled_completions(r, queue_name) == {job.id: 1 for job in jobs}
     q.close()
 
+
+def test_a_cancel_does_not_wait_for_entries_of_a_read_whose_reply_was_lost(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a job of 30 sub-requests whose first read's reply is lost: its 10 entries
+    # are delivered to the worker, which never sees them (the client's resend reads
+    # the next 10), and the worker serves the other 20
+    q = Queue(queue_name, redis_url)
+    payloads = [f"p{i}" for i in range(30)]
+    job = q.submit(payloads)
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        return p
+
+    proxy.drop_reply_to(JobKeys(job.id).tasks.encode() + b"\r\n$1\r\n>\r\n")
+    with serving(queue_name, handler, proxy.url) as w:
+        wait_until(lambda: job.status().done == 20, 60, "the entries the worker saw done")
+        assert proxy.dropped == 1
+        # When the job is cancelled while the worker is alive and holds those entries
+        report = q.cancel(job.id, timeout=20)
+        # Then the cancel completes: the worker listed the job, or it holds nothing
+        # of it any more (it never started those entries, and none starts now)
+        assert (report.state, report.cancelled, report.held) == ("cancelled", True, 10)
+        assert report.waiting == []
+        assert w.fatal is None
+    assert runs == Counter(payloads[10:])
+    q.close()
