@@ -6,8 +6,10 @@ Only the slot itself adds or removes its tokens, so a token released by one
 slot and claimed by another slot of the same worker is never dropped from the
 second slot's hold. The main thread's heartbeat extends every lease a slot
 still owns and resets the idle time of every entry a slot read and has not
-settled (``XCLAIM ... JUSTID``), so the reaper never takes work from a live
-worker.
+settled, or whose result waits for an acknowledgement a later round trip
+carries (``XCLAIM ... JUSTID``), so the reaper never takes work from a live
+worker. It also notes the cancelled jobs among those the slots hold entries
+of or sent reads of lately (:meth:`LeaseKeeper.see_cancels`).
 """
 
 from __future__ import annotations
