@@ -31,7 +31,7 @@ slot at a time on measured throughput:
   (:meth:`backlog`): as many more as entries wait, up to the most;
 - and, without waiting for a window, every serving slot being inside a handler
   that has run SLOW_ENTRY_S (:meth:`timed` notes when each handler started; the
-  next slot in line looks every POLL_S while it waits): one more serves, which
+  next slot in line looks every POLL_S while it waits): every slot serves, and
   claims and reads what waits (the queue empty, it idles on the wake list).
 
 The first trial waits FIRST_TRIAL_S: a short burst of work is served as the
@@ -136,8 +136,10 @@ class Governor:
 
     def wait(self, index: int, stop: threading.Event, timeout: float = 0.5) -> None:
         """Block a slot that does not serve until it does, ``stop`` is set or
-        ``timeout`` passes. The next slot in line waits POLL_S at most, and serves
-        when every serving slot is inside a handler that has run SLOW_ENTRY_S."""
+        ``timeout`` passes. The next slot in line waits POLL_S at most: when every
+        serving slot is inside a handler that has run SLOW_ENTRY_S, every slot serves
+        (handlers that wait that long are served side by side; what is not waiting
+        for a slot leaves the added ones idle on the wake list)."""
         nxt = index == self.active
         with self._cond:
             if index >= self.active and not stop.is_set():
@@ -145,7 +147,7 @@ class Governor:
         if nxt and self._held() and self._lock.acquire(blocking=False):
             try:
                 if index == self.active and self._held():
-                    self._restart_trial(min(self.most, self.active + 1))
+                    self._restart_trial(self.most)
             finally:
                 self._lock.release()
 

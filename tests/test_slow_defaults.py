@@ -15,6 +15,9 @@ from streamq.keys import QueueKeys
 #: worker processes, and slow sub-requests: as many as their slots together
 WORKERS = 2
 N = WORKERS * config.DEFAULT_WORKER_CONCURRENCY
+#: the slow handler's sleep, seconds: longer than the gap between the two worker
+#: processes' starts on a loaded machine (work submitted first meets one worker first)
+SLEEP_S = 2.0
 
 
 def _peak(events: list[bytes]) -> int:
@@ -42,11 +45,11 @@ def _workers(procs: Any, r: redis.Redis, queue: str) -> None:
 def test_slow_handlers_fill_every_slot_with_the_cli_defaults(
         shape: str, first: str, redis_url: str, queue_name: str, procs: Any,
         r: redis.Redis) -> None:
-    # Given N sub-requests of a 1 s handler, N the slots of two default workers
-    # together: one job of concurrency N, or N one-entry jobs
+    # Given N sub-requests of a slow handler (SLEEP_S), N the slots of two default
+    # workers together: one job of concurrency N, or N one-entry jobs
     q = Queue(queue_name, redis_url)
     tag = f"{shape}/{first}"
-    payloads = [{"sleep": 1.0, "n": i, "tag": tag} for i in range(N)]
+    payloads = [{"sleep": SLEEP_S, "n": i, "tag": tag} for i in range(N)]
 
     def submit() -> list[Any]:
         return ([q.submit(payloads, concurrency=N)] if shape == "one job"
@@ -63,7 +66,7 @@ def test_slow_handlers_fill_every_slot_with_the_cli_defaults(
     for job in jobs:
         assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
     # Then every slot ran one at once: the handlers' own start and end records show
-    # all N in progress together (none waited behind another's 1 s)
+    # all N in progress together (none waited behind another's)
     events = r.lrange(f"spans:{tag}", 0, -1)
     assert len(events) == 2 * N
     assert _peak(events) == min(N, WORKERS * config.DEFAULT_WORKER_CONCURRENCY), events
