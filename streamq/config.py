@@ -26,8 +26,9 @@ ADD_CHUNK = 500
 #: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read); 0 adapts it to
 #: the work (see :meth:`streamq.slot.Slot.adapt_batch`).
 DEFAULT_BATCH = 0
-#: The first read of an adapting slot, and its least.
-AUTO_BATCH_START = 10
+#: The first read of an adapting slot: one entry, so a slow first handler holds
+#: nothing that another slot or worker could start (quick rounds double it).
+AUTO_BATCH_START = 1
 #: Most entries an adapting slot reads at once.
 MAX_AUTO_BATCH = 1000
 #: How long an adapting slot aims to spend on one round of entries, in seconds: its

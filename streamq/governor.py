@@ -28,7 +28,11 @@ slot at a time on measured throughput:
   every serving slot busy), or one whose entries took a serving slot SLOW_S or
   more each, adds a slot at once, up to the most;
 - so does a slot that hands back entries which waited behind a slow handler
-  (:meth:`backlog`): as many more as entries wait, up to the most.
+  (:meth:`backlog`): as many more as entries wait, up to the most;
+- and, without waiting for a window, every serving slot being inside a handler
+  that has run SLOW_ENTRY_S (:meth:`timed` notes when each handler started; the
+  next slot in line looks every POLL_S while it waits): every slot serves, and
+  claims and reads what waits (the queue empty, it idles on the wake list).
 
 The first trial waits FIRST_TRIAL_S: a short burst of work is served as the
 worker starts. A worker given ``concurrency`` keeps every slot serving (no
@@ -41,6 +45,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+from .config import SLOW_ENTRY_S
 
 log = logging.getLogger("streamq.worker")
 
@@ -51,6 +58,9 @@ MAX_WINDOW_S = 1.0
 #: a window whose entries took a serving slot this long each, or longer, seconds, adds
 #: a slot at once (slow handlers, which wait on something else, run side by side)
 SLOW_S = 0.1
+#: how often the next slot in line looks whether every serving slot is inside a
+#: handler that has run SLOW_ENTRY_S, seconds
+POLL_S = SLOW_ENTRY_S / 2
 #: one more slot is kept when it served this share more
 GAIN = 0.10
 #: one slot fewer is kept when it served at most this share less
@@ -96,6 +106,9 @@ class Governor:
         self._pause = PAUSE_S
         #: which way the next trial goes (+1 more slots, -1 fewer)
         self._step = 1
+        #: when the handler each thread runs now started (clock), by thread id; inf
+        #: between handlers (see :meth:`timed`)
+        self.running: dict[int, float] = {}
 
     def restart(self) -> None:
         """Start the first window now (the slots start serving)."""
@@ -107,12 +120,41 @@ class Governor:
         """Whether slot ``index`` claims work now."""
         return index < self.active
 
+    def timed(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``handler``, noting in :attr:`running` when each call started, by thread."""
+        running, clock, me = self.running, self._clock, threading.get_ident
+
+        def timed_handler(payload: Any) -> Any:
+            thread = me()
+            running[thread] = clock()
+            try:
+                return handler(payload)
+            finally:
+                running[thread] = float("inf")
+
+        return timed_handler
+
     def wait(self, index: int, stop: threading.Event, timeout: float = 0.5) -> None:
         """Block a slot that does not serve until it does, ``stop`` is set or
-        ``timeout`` passes."""
+        ``timeout`` passes. The next slot in line waits POLL_S at most: when every
+        serving slot is inside a handler that has run SLOW_ENTRY_S, every slot serves
+        (handlers that wait that long are served side by side; what is not waiting
+        for a slot leaves the added ones idle on the wake list)."""
+        nxt = index == self.active
         with self._cond:
             if index >= self.active and not stop.is_set():
-                self._cond.wait(timeout)
+                self._cond.wait(POLL_S if nxt else timeout)
+        if nxt and self._held() and self._lock.acquire(blocking=False):
+            try:
+                if index == self.active and self._held():
+                    self._restart_trial(self.most)
+            finally:
+                self._lock.release()
+
+    def _held(self) -> bool:
+        """Whether every serving slot is inside a handler that has run SLOW_ENTRY_S."""
+        cut = self._clock() - SLOW_ENTRY_S
+        return sum(1 for t in list(self.running.values()) if t <= cut) >= self.active
 
     def wake_all(self) -> None:
         with self._cond:

@@ -206,7 +206,7 @@ def test_the_default_batch_grows_for_quick_entries_and_shrinks_for_slow_ones(
     assert w.batch == 0  # adapt to the work
     quick = q.submit(list(range(20_000)))
     assert quick.wait(timeout=60).done == 20_000
-    # Then its reads grew (10, 20, 40, ...) while a round of full reads stayed short
+    # Then its reads grew (1, 2, 4, ...) while a round of full reads stayed short
     with w.stats.lock:
         grown = w.stats.reads[0]
     assert grown >= 160, grown

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from streamq import JobState, Queue, Worker, inspect
+from streamq.config import SLOW_ENTRY_S
 from streamq.governor import FIRST_TRIAL_S, MAX_WINDOW_S, WINDOW_S, Governor
 from streamq.keys import QueueKeys
 
@@ -109,15 +110,56 @@ def test_a_governor_of_one_slot_never_moves() -> None:
 def test_a_slot_that_does_not_serve_waits_until_it_does_or_the_worker_stops() -> None:
     gov = Governor(4, lambda: 0)
     stop = threading.Event()
-    assert gov.serves(0) and not gov.serves(1)
+    assert gov.serves(0) and not gov.serves(2)
     t0 = time.monotonic()
-    gov.wait(1, stop, timeout=0.2)
-    assert time.monotonic() - t0 >= 0.15  # waited, since slot 1 does not serve
+    gov.wait(2, stop, timeout=0.2)
+    assert time.monotonic() - t0 >= 0.15  # waited, since slot 2 does not serve
     stop.set()
     t0 = time.monotonic()
-    gov.wait(1, stop, timeout=5)
+    gov.wait(2, stop, timeout=5)
     assert time.monotonic() - t0 < 1  # a stopping worker does not wait
     assert WINDOW_S < MAX_WINDOW_S
+
+
+def test_the_next_slot_serves_when_every_serving_slot_is_held_by_a_slow_handler() -> None:
+    # Given a governor of 4 slots, one serving, its clock moved by the test, and the
+    # serving slot's thread inside a handler that started at 0
+    now = [0.0]
+    gov = Governor(4, lambda: 0, clock=lambda: now[0])
+    stop, inside, release = threading.Event(), threading.Event(), threading.Event()
+
+    def handler(p: Any) -> Any:
+        inside.set()
+        release.wait(30)
+        return p
+
+    held = threading.Thread(target=gov.timed(handler), args=(1,))
+    held.start()
+    assert inside.wait(30)
+    # When the next slot in line waits while the handler has run less than SLOW_ENTRY_S
+    now[0] = SLOW_ENTRY_S / 2
+    gov.wait(1, stop)
+    # Then it does not serve yet
+    assert gov.active == 1 and not gov.serves(1)
+    # When it waits again once the handler has run SLOW_ENTRY_S
+    now[0] = SLOW_ENTRY_S
+    gov.wait(1, stop)
+    # Then every slot serves (and claims what waits), without waiting for a window
+    assert gov.active == 4 and gov.serves(1) and gov.serves(3)
+    release.set()
+    held.join(30)
+
+
+def test_a_handler_that_returned_holds_no_slot() -> None:
+    # Given a governor of 4 slots, one serving, whose handler ran and returned
+    now = [0.0]
+    gov = Governor(4, lambda: 0, clock=lambda: now[0])
+    assert gov.timed(lambda p: p)(1) == 1
+    # When the next slot in line waits long after that handler started
+    now[0] = 60.0
+    gov.wait(1, threading.Event())
+    # Then it does not serve: the serving slot is between handlers, not held
+    assert gov.active == 1
 
 
 @pytest.mark.parametrize("explicit", [False, True])
