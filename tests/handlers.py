@@ -218,3 +218,14 @@ def span(payload: Any) -> Any:
     time.sleep(float(payload["sleep"]))
     r.rpush(key, f"-{task.job_id}:{task.index}")
     return payload["n"]
+
+
+def stall_first(payload: Any) -> Any:
+    """Count the start; the first start of a sub-request marks ``started:<job>:<index>``
+    and sleeps a minute (a worker to kill by its pid while it runs); later starts return
+    ``{"n": n * 2}``."""
+    key = _start()
+    if int(_redis().get(f"starts:{key}") or 0) == 1:
+        _redis().set(f"started:{key}", 1)
+        time.sleep(60)
+    return {"n": payload["n"] * 2}
