@@ -221,11 +221,15 @@ def span(payload: Any) -> Any:
 
 
 def stall_first(payload: Any) -> Any:
-    """Count the start; the first start of a sub-request marks ``started:<job>:<index>``
-    and sleeps a minute (a worker to kill by its pid while it runs); later starts return
-    ``{"n": n * 2}``."""
+    """Count the start; the first ``payload["stalls"]`` (default 1) starts of a
+    sub-request set ``started:<job>:<index>`` to their number and sleep a minute (a
+    worker to kill by its pid while it runs); a later start returns ``n * 2`` and the
+    attempt number it was given."""
     key = _start()
-    if int(_redis().get(f"starts:{key}") or 0) == 1:
-        _redis().set(f"started:{key}", 1)
+    n = int(_redis().get(f"starts:{key}") or 0)
+    if n <= int(payload.get("stalls", 1)):
+        _redis().set(f"started:{key}", n)
         time.sleep(60)
-    return {"n": payload["n"] * 2}
+    task = current_task()
+    assert task is not None
+    return {"n": payload["n"] * 2, "attempt": task.attempt}
