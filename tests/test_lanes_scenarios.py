@@ -49,6 +49,7 @@ def dedup_key_twice_is_one_job(c: Ctx) -> dict[str, Any]:
     first = c.submit([{"n": 1}], dedup_key="same")
     again = c.submit([{"n": 2}], dedup_key="same")
     c.worker()
+    assert again.id == first.id and not again.created
     return {"same job": again.id == first.id, "created": (first.created, again.created),
             "seen": seen(c.q, first.id), "starts": dict(c.gate.starts)}
 
@@ -60,6 +61,7 @@ def cancel_while_running(c: Ctx) -> dict[str, Any]:
     c.running(job.id)
     report = c.q.cancel(job.id, wait=False, token="stop-1")
     during = snap(c.q.status(job.id))
+    assert report.cancelled and during["state"] == "cancelled"
     c.gate.release()
     wait_until(lambda: c.q.results(job.id), 30, "the running handler's result")
     return {"report": (report.state, report.cancelled, report.held), "during": during,
@@ -103,6 +105,7 @@ def nothing_starts_while_paused(c: Ctx) -> dict[str, Any]:
     time.sleep(1.5)
     paused = snap(c.q.status(job.id))
     starts = dict(c.gate.starts)
+    assert report.complete and starts == {} and paused["queued"] == 1
     resumed = c.q.resume()
     return {"pause": report.complete, "paused": paused, "starts while paused": starts,
             "resumed": resumed, "then": seen(c.q, job.id), "starts": dict(c.gate.starts)}
@@ -112,7 +115,10 @@ def nothing_starts_while_paused(c: Ctx) -> dict[str, Any]:
 def a_handler_past_its_timeout(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], timeout=0.5, max_deliveries=2)
     c.worker()
-    return {"seen": seen(c.q, job.id), "starts": dict(c.gate.starts)}
+    out = {"seen": seen(c.q, job.id), "starts": dict(c.gate.starts)}
+    # both attempts ran past the timeout: dead-lettered with it as the error
+    assert out["seen"]["state"] == "failed" and out["starts"] == {1: 2}
+    return out
 
 
 @scenario
@@ -126,6 +132,7 @@ def a_client_rate_limit(c: Ctx) -> dict[str, Any]:
     done = wait_until(lambda: [j for j in jobs if c.q.status(j.id).terminal], 30,
                       "the job of the one permit")
     held = [snap(c.q.status(j.id)) for j in jobs if j not in done]
+    assert len(done) == 1 and [h["queued"] for h in held] == [1]
     c.q.set_rate(None, client="slow")
     return {"other": first, "one ran": len(done), "held": held,
             "then": [seen(c.q, j.id) for j in jobs]}
@@ -138,9 +145,9 @@ def a_timed_out_attempt_with_no_delivery_left(c: Ctx) -> dict[str, Any]:
     return {"seen": seen(c.q, job.id), "records": records(c.q, job.id)}
 
 
-#: docs/design.md's intended lane differences, asserted as documented: scenario ->
-#: (small job's value, job lane's value) of the fields that differ, which are then left
-#: out of the comparison
+#: docs/design.md's intended lane differences: scenario -> a check that asserts what
+#: each lane saw of the difference, as documented, and then takes those fields out of
+#: the comparison
 def _meant_reprioritize(small: dict[str, Any], job: dict[str, Any]) -> list[str]:
     # reprioritize refuses a small job (its entry sits in its priority's lane stream)
     assert small["before"] == ("refused", True) and small["during"] == ("refused", True)
