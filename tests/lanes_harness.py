@@ -22,7 +22,8 @@ StartWorker = Callable[..., Worker]
 @dataclass
 class Gate:
     """A handler's gate: payloads with ``"block": true`` note their start and wait for
-    :meth:`release`; every start is counted by the payload's ``n``."""
+    :meth:`release`; ``"fail"`` fails every attempt, ``"fail_first"`` the first; every
+    start is counted by the payload's ``n``."""
 
     entered: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
@@ -33,7 +34,7 @@ class Gate:
         if p.get("block"):
             self.entered.set()
             self.released.wait(60)
-        if p.get("fail"):
+        if p.get("fail") or (p.get("fail_first") and self.starts[p["n"]] == 1):
             raise ValueError(f"no {p['n']}")
         return {"echo": p["n"]}
 

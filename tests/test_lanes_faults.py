@@ -1,5 +1,5 @@
 """One promise, both paths, under faults: a worker SIGKILLed by its pid inside a handler,
-and replies lost after the write ran (a resent submit, a resent ack), seen as a small job
+and replies lost after the write ran (a resent submit, ack or failure), seen as a small job
 and as the same job forced onto the job lane (tests/lanes_harness.py); what a user sees
 must be the same."""
 
@@ -104,6 +104,7 @@ def _marker(q: Queue, script: str) -> bytes:
 #: the script whose reply is lost, on each lane
 SUBMIT = {"small": "lane_submit", "job": "create_job"}
 ACK = {"small": "lane_ack", "job": "ack"}
+FAIL = {"small": "lane_fail", "job": "fail"}
 
 
 def _lost_reply(which: str, proxy: ReplyDropProxy) -> Callable[[Ctx], dict[str, Any]]:
@@ -113,10 +114,10 @@ def _lost_reply(which: str, proxy: ReplyDropProxy) -> Callable[[Ctx], dict[str, 
         dropped = proxy.dropped
         if which == "submit":
             proxy.drop_reply_to(_marker(q, SUBMIT[c.lane]))
-        job = c.submit([{"n": 6}], client="acme")
+        job = c.submit([{"n": 6, "fail_first": which == "fail"}], client="acme")
         created, queued = job.created, snap(q.status(job.id))
-        if which == "ack":
-            proxy.drop_reply_to(_marker(q, ACK[c.lane]))
+        if which in ("ack", "fail"):
+            proxy.drop_reply_to(_marker(q, (ACK if which == "ack" else FAIL)[c.lane]))
         c.worker()
         out = {"created": created, "queued": queued, "seen": seen(q, job.id),
                "starts": dict(c.gate.starts), "lost": proxy.dropped - dropped}
@@ -124,13 +125,14 @@ def _lost_reply(which: str, proxy: ReplyDropProxy) -> Callable[[Ctx], dict[str, 
     return scenario
 
 
-@pytest.mark.parametrize("which", ["submit", "ack"])
+@pytest.mark.parametrize("which", ["submit", "ack", "fail"])
 def test_a_lost_reply_is_seen_the_same_on_both_lanes(
         which: str, redis_url: str, proxy: ReplyDropProxy, proxied: _ProxiedWorkers) -> None:
     got = run_both(_lost_reply(which, proxy), redis_url, proxied.start)
     assert differences(got["small"], got["job"]) == []
-    # the reply was lost once, and the resent write took effect once
+    # the reply was lost once, and the resent write took effect once (a failure: one
+    # retry, which succeeded)
     assert got["job"]["lost"] == 1
-    assert got["job"]["starts"] == {6: 1}
+    assert got["job"]["starts"] == {6: 2 if which == "fail" else 1}
     assert got["job"]["seen"]["records"] == [
         {"state": "succeeded", "total": 1, "done": 1, "failed": 0}]
