@@ -69,6 +69,33 @@ def cancel_while_running(c: Ctx) -> dict[str, Any]:
 
 
 @scenario
+def cancel_while_running_then_the_handler_fails(c: Ctx) -> dict[str, Any]:
+    job = c.submit([{"n": 1, "block": True, "fail": True}], max_deliveries=3)
+    c.worker()
+    c.running(job.id)
+    report = c.q.cancel(job.id, wait=False)
+    c.gate.release()
+    # its failure ends it: no retry, no dead letter
+    wait_until(lambda: c.q.status(job.id).in_flight == 0, 30, "the failure settled")
+    time.sleep(0.5)  # a retry, were one scheduled, would be due by now (retry_base_s 0.01)
+    return {"report": (report.state, report.cancelled, report.held),
+            "after": seen(c.q, job.id), "starts": dict(c.gate.starts)}
+
+
+@scenario
+def cancel_while_a_retry_waits(c: Ctx) -> dict[str, Any]:
+    job = c.submit([{"n": 1, "fail_first": True}], max_deliveries=3)
+    c.worker(retry_base_s=1.0)
+    wait_until(lambda: c.gate.starts.get(1) == 1 and c.q.status(job.id).in_flight == 0, 30,
+               "the first attempt failed")
+    waiting = snap(c.q.status(job.id))
+    report = c.q.cancel(job.id)
+    time.sleep(2.5)  # past the retry's due time: it never starts
+    return {"waiting": waiting, "report": (report.state, report.cancelled, report.held),
+            "after": seen(c.q, job.id), "starts": dict(c.gate.starts)}
+
+
+@scenario
 def cancel_after_it_finished(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1}])
     c.worker()
