@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import Procs, wait_until
 
-from streamq import Job, JobStatus, Queue, Worker
+from streamq import Job, JobStatus, NonRetryable, Queue, RetryLater, Worker, current_task
 
 LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]
@@ -22,8 +22,9 @@ StartWorker = Callable[..., Worker]
 @dataclass
 class Gate:
     """A handler's gate: payloads with ``"block": true`` note their start and wait for
-    :meth:`release`; ``"fail"`` fails every attempt, ``"fail_first"`` the first; every
-    start is counted by the payload's ``n``."""
+    :meth:`release`; ``"fail"`` fails every attempt, ``"fail_first"`` the first,
+    ``"refuse"`` raises NonRetryable, ``"later"`` asks for a retry in 0.2 s on the first;
+    every start is counted by the payload's ``n``; a result says the attempt it was."""
 
     entered: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
@@ -34,9 +35,15 @@ class Gate:
         if p.get("block"):
             self.entered.set()
             self.released.wait(60)
-        if p.get("fail") or (p.get("fail_first") and self.starts[p["n"]] == 1):
+        first = self.starts[p["n"]] == 1
+        if p.get("refuse"):
+            raise NonRetryable(f"never {p['n']}")
+        if p.get("later") and first:
+            raise RetryLater(0.2)
+        if p.get("fail") or (p.get("fail_first") and first):
             raise ValueError(f"no {p['n']}")
-        return {"echo": p["n"]}
+        task = current_task()
+        return {"echo": p["n"], "attempt": task.attempt if task else None}
 
     def release(self) -> None:
         self.released.set()

@@ -139,6 +139,15 @@ def nothing_starts_while_paused(c: Ctx) -> dict[str, Any]:
 
 
 @scenario
+def a_handler_refuses_for_good_or_asks_to_retry_later(c: Ctx) -> dict[str, Any]:
+    refused = c.submit([{"n": 1, "refuse": True}], max_deliveries=5)
+    later = c.submit([{"n": 2, "later": True}], max_deliveries=1)
+    c.worker()
+    return {"refused": seen(c.q, refused.id), "later": seen(c.q, later.id),
+            "starts": dict(c.gate.starts)}
+
+
+@scenario
 def a_handler_past_its_timeout(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], timeout=0.5, max_deliveries=2)
     c.worker()
