@@ -65,6 +65,26 @@ def test_a_worker_killed_mid_handler_is_seen_the_same_on_both_lanes(
     assert [r["in_flight"] for r in got["job"]["running"]] == [1] * stalls
 
 
+def _drained(c: Ctx) -> dict[str, Any]:
+    assert c.procs is not None
+    # Given a worker process running the job's handler (1.5 s)
+    job = c.submit([{"n": 5, "sleep": 1.5}])
+    worker = c.procs.worker(c.q.name, "tests.handlers:count", "--concurrency", "1")
+    wait_until(lambda: _starts(c, job.id), 60, "the handler's start")
+    # When it gets SIGTERM: it finishes what it runs and exits 0
+    worker.send_signal(signal.SIGTERM)
+    code = worker.wait(60)
+    return {"exit": code, "seen": seen(c.q, job.id), "starts": _starts(c, job.id)}
+
+
+def test_a_drained_worker_is_seen_the_same_on_both_lanes(
+        redis_url: str, workers: StartWorker, procs: Procs) -> None:
+    got = run_both(_drained, redis_url, workers, procs)
+    assert differences(got["small"], got["job"]) == []
+    assert (got["job"]["exit"], got["job"]["seen"]["results"], got["job"]["starts"]) == (
+        0, {0: 10}, 1)
+
+
 class _ProxiedWorkers:
     """In-process workers of the proxy's URL (a lost reply makes them resend)."""
 

@@ -139,6 +139,23 @@ def nothing_starts_while_paused(c: Ctx) -> dict[str, Any]:
 
 
 @scenario
+def paused_while_running(c: Ctx) -> dict[str, Any]:
+    first = c.submit([{"n": 1, "block": True}])
+    c.worker()
+    c.running(first.id)
+    report = c.q.pause(timeout=0.5)  # the running slot notes it once its handler returns
+    second = c.submit([{"n": 2}])
+    c.gate.release()
+    held = seen(c.q, first.id)  # what was running finishes
+    time.sleep(1.5)  # the idle worker settles every 0.2 s meanwhile
+    assert c.gate.starts == {1: 1}
+    waiting = snap(c.q.status(second.id))
+    c.q.resume()
+    return {"pause": (report.complete, len(report.waiting)), "held": held,
+            "waiting": waiting, "then": seen(c.q, second.id), "starts": dict(c.gate.starts)}
+
+
+@scenario
 def a_handler_refuses_for_good_or_asks_to_retry_later(c: Ctx) -> dict[str, Any]:
     refused = c.submit([{"n": 1, "refuse": True}], max_deliveries=5)
     later = c.submit([{"n": 2, "later": True}], max_deliveries=1)
