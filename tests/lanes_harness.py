@@ -14,6 +14,7 @@ from typing import Any
 from conftest import Procs, wait_until
 
 from streamq import Job, JobStatus, NonRetryable, Queue, RetryLater, Worker, current_task
+from streamq.keys import JobKeys
 
 LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]
@@ -65,6 +66,10 @@ class Ctx:
         if self.lane == "job":
             kw["job_id"] = f"own-{uuid.uuid4().hex[:8]}"
         return self.q.submit(payloads, **kw)
+
+    def rides(self, job_id: str) -> str:
+        """The lane a job took: "job" (a meta hash of its own) or "small"."""
+        return "job" if self.q.redis.exists(JobKeys(job_id).meta) else "small"
 
     def worker(self, **kw: Any) -> Worker:
         kw.setdefault("concurrency", 1)

@@ -27,6 +27,7 @@ def scenario(fn: Scenario) -> Scenario:
 @scenario
 def status_queued_running_finished(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], priority=4, client="acme")
+    assert c.rides(job.id) == c.lane  # the harness runs each lane it says
     queued = snap(c.q.status(job.id))
     c.worker()
     running = snap(c.running(job.id))
@@ -48,6 +49,8 @@ def wait_times_out_on_an_unfinished_job(c: Ctx) -> dict[str, Any]:
 def dedup_key_twice_is_one_job(c: Ctx) -> dict[str, Any]:
     first = c.submit([{"n": 1}], dedup_key="same")
     again = c.submit([{"n": 2}], dedup_key="same")
+    # meant (docs/design.md): a job with a dedup key takes the job lane
+    assert c.rides(first.id) == "job"
     c.worker()
     assert again.id == first.id and not again.created
     return {"same job": again.id == first.id, "created": (first.created, again.created),
@@ -167,6 +170,8 @@ def a_handler_refuses_for_good_or_asks_to_retry_later(c: Ctx) -> dict[str, Any]:
 @scenario
 def a_handler_past_its_timeout(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], timeout=0.5, max_deliveries=2)
+    # meant (docs/design.md): a job with a timeout takes the job lane
+    assert c.rides(job.id) == "job"
     c.worker()
     out = {"seen": seen(c.q, job.id), "starts": dict(c.gate.starts)}
     # both attempts ran past the timeout: dead-lettered with it as the error
