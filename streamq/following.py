@@ -52,7 +52,9 @@ class Following:
         meta_raw, xlen, retries, has_stream, lane_rec = pipe.execute()
         if not meta_raw:
             if lane_rec is not None:
-                return lane.status(job_id, lane.parse(lane_rec))
+                rec = lane.parse(lane_rec)
+                return lane.status(job_id, rec, lane.held(self.redis, self.lane_shard(job_id),
+                                                           job_id, rec))
             raise JobNotFound(job_id)
         meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
         pending = 0

@@ -23,6 +23,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from . import config
 from .codec import decode_result
 from .keys import QueueKeys, parse_lane_member, shard_queue
@@ -75,16 +77,46 @@ def parse(raw: Any) -> dict[str, Any]:
     return dict(json.loads(raw))
 
 
-def status(job_id: str, rec: dict[str, Any]) -> JobStatus:
-    """A lane job's status from its record."""
+def status(job_id: str, rec: dict[str, Any], held: bool = False) -> JobStatus:
+    """A lane job's status from its record; ``held``: a worker holds its entry (see
+    :func:`held`), which is then in flight rather than queued, as on the job lane."""
     active = rec.get("state") == JobState.ACTIVE.value
     finished = rec.get("finished")
     return JobStatus(
         job_id=job_id, queue=shard_queue(str(rec["queue"])), state=JobState(rec["state"]),
         priority=int(rec["priority"]), concurrency=1, client=str(rec["client"]), total=1,
-        done=int(rec.get("done", 0)), failed=int(rec.get("failed", 0)), in_flight=0,
-        queued=1 if active else 0, created_ms=int(rec.get("created", 0)),
-        finished_ms=int(finished) if finished else None)
+        done=int(rec.get("done", 0)), failed=int(rec.get("failed", 0)),
+        in_flight=1 if held else 0, queued=1 if active and not held else 0,
+        created_ms=int(rec.get("created", 0)), finished_ms=int(finished) if finished else None)
+
+
+def held(client: Client, qk: QueueKeys, job_id: str, rec: dict[str, Any]) -> bool:
+    """Whether a worker holds the entry of small job ``job_id`` (read, not acknowledged).
+
+    Only a job that is active, or cancelled while held, can have one. A lane stream
+    keeps its unsettled entries only (a settled entry is deleted in the settling
+    script, and a retried or reclaimed one is added again at the end), so the
+    entries up to its group's last-delivered id are exactly those workers hold:
+    they are scanned, never the backlog behind them."""
+    if rec.get("state") not in (JobState.ACTIVE.value, JobState.CANCELLED.value):
+        return False
+    stream = qk.lane(int(rec["priority"]), str(rec["client"]))
+    try:
+        groups: Any = client.xinfo_groups(stream)
+    except redis.ResponseError:
+        return False  # no stream: nothing of the lane is held
+    last = next((g["last-delivered-id"] for g in groups
+                 if g["name"] in (config.GROUP, config.GROUP.encode())), None)
+    if last is None:
+        return False
+    me, start = job_id.encode(), "-"
+    while True:
+        got: Any = client.xrange(stream, start, last, count=1000)
+        if any(f.get(b"j") == me for _, f in got):
+            return True
+        if len(got) < 1000:
+            return False
+        start = "(" + (got[-1][0].decode() if isinstance(got[-1][0], bytes) else got[-1][0])
 
 
 def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:

@@ -125,7 +125,29 @@ def set_rate(q: Queue, per_second: float | None, client: str | None = None,
     else:
         rate, b = check_rate(per_second, burst)
         spec = RateLimit(rate, b).spec()
-    return int(q.scripts.run("set_rate", (q.keys.rates, q.keys.buckets), (name, spec))) == 1
+    changed = int(q.scripts.run("set_rate", (q.keys.rates, q.keys.buckets), (name, spec))) == 1
+    if changed:
+        wake_held(q)
+    return changed
+
+
+def wake_held(q: Queue) -> int:
+    """Make every job a limit holds back due now: its ``rate|`` notes in each shard's
+    ``retries`` are moved to Redis's now (``schedule_retry``: ZADD LT), so the next
+    settle unparks its tokens and they ask for permits under the limits as they are
+    (none, once cleared). A small job's lane is read again within ``REFRESH_S`` by
+    itself. A note taken by a worker between the scan and the move comes back due
+    once more: one more unpark of that job, which parks or drops its tokens again when
+    it has nothing to deliver (harmless, as any unpark is). Returns the notes moved."""
+    moved = 0
+    for qk in q.shards:
+        notes = [m.decode() if isinstance(m, bytes) else str(m)
+                 for m, _ in q.redis.zscan_iter(qk.retries, match=f"{RATE_DUE}*", count=1000)]
+        for start in range(0, len(notes), 1000):
+            q.scripts.run_many([q.scripts.schedule_retry_call(qk, n, 0)
+                                for n in notes[start : start + 1000]])
+        moved += len(notes)
+    return moved
 
 
 def parse_rates(raw: dict[Any, Any]) -> RateLimits:
@@ -186,14 +208,18 @@ class Limiter:
             with self._lock:
                 if now - self._read_at >= REFRESH_S:
                     try:
-                        self._limits = read_rates(self.w.redis, self.qk)
+                        limits = read_rates(self.w.redis, self.qk)
                     except Exception as e:
                         # Redis busy or away for a moment: the limits read last hold (the
                         # next call reads again); with none read yet the caller waits it out
                         if not is_transient(e) or self._read_at == -math.inf:
                             raise
                         return self._limits
-                    self._read_at = now
+                    if limits != self._limits:
+                        # a changed limit: small jobs held back under the old one are
+                        # read again now, as set_rate wakes the job lane's (wake_held)
+                        self._throttled.clear()
+                    self._limits, self._read_at = limits, now
         return self._limits
 
     def active(self) -> bool:

@@ -218,3 +218,18 @@ def span(payload: Any) -> Any:
     time.sleep(float(payload["sleep"]))
     r.rpush(key, f"-{task.job_id}:{task.index}")
     return payload["n"]
+
+
+def stall_first(payload: Any) -> Any:
+    """Count the start; the first ``payload["stalls"]`` (default 1) starts of a
+    sub-request set ``started:<job>:<index>`` to their number and sleep a minute (a
+    worker to kill by its pid while it runs); a later start returns ``n * 2`` and the
+    attempt number it was given."""
+    key = _start()
+    n = int(_redis().get(f"starts:{key}") or 0)
+    if n <= int(payload.get("stalls", 1)):
+        _redis().set(f"started:{key}", n)
+        time.sleep(60)
+    task = current_task()
+    assert task is not None
+    return {"n": payload["n"] * 2, "attempt": task.attempt}
