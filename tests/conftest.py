@@ -160,7 +160,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("topology") == "cluster":
             item.add_marker(pytest.mark.system)
-        if item.get_closest_marker("spark") or item.get_closest_marker("chaos"):
+        if (item.get_closest_marker("spark") or item.get_closest_marker("chaos")
+                or "spark" in getattr(item, "fixturenames", ())):
             # one xdist worker runs them (one Spark session, one fault suite at a time)
             item.add_marker(pytest.mark.xdist_group("heavy"))
 
