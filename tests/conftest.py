@@ -125,7 +125,7 @@ CLUSTER_FOR_ALL = os.environ.get("STREAMQ_TEST_CLUSTER", "marked") == "all"
 
 def topologies_of(marks: set[str]) -> list[str]:
     """The topologies one test runs on, given the names of its markers."""
-    if CLUSTER_FOR_ALL or marks & {"cluster_too", "sharded"}:
+    if "standalone" not in marks and (CLUSTER_FOR_ALL or marks & {"cluster_too", "sharded"}):
         return TOPOLOGIES
     return [t for t in TOPOLOGIES if t == "standalone"]
 
