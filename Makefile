@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install module system-packages redis-server test chaos lint type bench demo clean
+.PHONY: help install module system-packages redis-server check test chaos lint type bench demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -32,8 +32,14 @@ $(STAMP): pyproject.toml
 
 install: system-packages $(STAMP) $(MODULE) ## create .venv with streamq, test and dev tools, and the module
 
-test: install ## run the test suite against a private redis-server
-	$(BIN)/python -m pytest -q
+#: parallel test processes: each starts its own servers on its own free ports
+TEST_WORKERS ?= 4
+
+check: install ## the quick tiers: unit (no server) and scripts (one redis-server), in parallel
+	$(BIN)/python -m pytest -q -n 2 tests/unit tests/scripts
+
+test: install ## every tier (unit, scripts, integration, system), in parallel, on private servers
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 chaos: install ## the fault suite: 3 min of kills, Redis restarts and lost replies, then the invariants
 	$(BIN)/python -m tests.chaos --duration 180

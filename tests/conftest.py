@@ -111,14 +111,82 @@ def start_redis(workdir: Path, *extra: str, port: int | None = None,
     return proc, url
 
 
-#: The topologies every test that uses ``redis_url`` runs on (``STREAMQ_TEST_TOPOLOGIES``,
-#: comma-separated, picks some): a standalone redis-server, and a Redis Cluster of three
-#: masters built from the same binary.
+#: The topologies a test that uses ``redis_url`` runs on. Every such test runs on a
+#: standalone redis-server; a test also runs on a Redis Cluster of three masters built
+#: from the same binary when the topology changes what it checks: it is marked
+#: ``cluster_too`` (shards, MOVED, SPUBLISH, cross-slot refusals, a cluster client) or
+#: ``sharded``. ``STREAMQ_TEST_TOPOLOGIES`` (comma-separated) picks the topologies
+#: to run at all; ``STREAMQ_TEST_CLUSTER=all`` runs every such test on the cluster too
+#: (the full matrix).
 TOPOLOGIES = [t for t in os.environ.get("STREAMQ_TEST_TOPOLOGIES",
                                         "standalone,cluster").split(",") if t]
+CLUSTER_FOR_ALL = os.environ.get("STREAMQ_TEST_CLUSTER", "marked") == "all"
 
 
-@pytest.fixture(scope="session", params=TOPOLOGIES)
+def topologies_of(marks: set[str]) -> list[str]:
+    """The topologies one test runs on, given the names of its markers."""
+    if "standalone" not in marks and (CLUSTER_FOR_ALL or marks & {"cluster_too", "sharded"}):
+        return TOPOLOGIES
+    return [t for t in TOPOLOGIES if t == "standalone"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "topology" in metafunc.fixturenames:
+        marks = {m.name for m in metafunc.definition.iter_markers()}
+        metafunc.parametrize("topology", topologies_of(marks), indirect=True,
+                             scope="session")
+
+
+#: The tiers, bottom up: each is a folder of tests/ and a marker of the same name.
+#: unit: no server and no process (checked: a unit test that connects a socket or
+#: starts a process fails); scripts: each Lua function against one redis-server;
+#: integration: workers, reapers and clients on one standalone redis-server;
+#: system: a Redis Cluster, the fault suite, Spark, a browser, compose's services, the
+#: module. A test of another tier that runs on the cluster topology is marked system too.
+TIERS = ("unit", "scripts", "integration", "system")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the folder of tests/ it is in."""
+    parts = path.resolve().relative_to(Path(__file__).resolve().parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = tier_of(Path(str(item.fspath)))
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("topology") == "cluster":
+            item.add_marker(pytest.mark.system)
+        if (item.get_closest_marker("spark") or item.get_closest_marker("chaos")
+                or "spark" in getattr(item, "fixturenames", ())):
+            # one xdist worker runs them (one Spark session, one fault suite at a time)
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
+class _NoServerInAUnitTest(RuntimeError):
+    """Raised when a unit test (tests/unit) connects a socket or starts a process."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_touch_no_server(request: pytest.FixtureRequest,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("unit") is None:
+        return
+    import socket as _socket
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise _NoServerInAUnitTest("a unit test connects to no server and starts no "
+                                   "process: move it to tests/scripts or tests/integration")
+
+    monkeypatch.setattr(_socket.socket, "connect", refused)
+    monkeypatch.setattr(_socket.socket, "connect_ex", refused)
+    monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+
+
+@pytest.fixture(scope="session")
 def topology(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -123,6 +123,7 @@ def test_what_a_user_sees_of_a_job_is_the_same_on_both_lanes(
 
 
 @pytest.mark.parametrize("lane", LANES)
+@pytest.mark.cluster_too
 def test_a_subscriber_gets_one_notice_per_completion_on_both_lanes(
         lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
     import json

@@ -45,6 +45,7 @@ def worker(procs: Procs, queue: str, handler: str = "handlers:count", *args: str
     return procs.worker(queue, f"tests.{handler}", *args)
 
 
+@pytest.mark.cluster_too
 def test_a_cancelled_job_starts_nothing_more_and_keeps_what_ran(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_handler_sees_the_cancel_and_stops_early(
     q.close()
 
 
+@pytest.mark.cluster_too
 def test_cancel_before_any_start_drops_everything_of_both_lanes_and_scheduled_jobs(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:

@@ -513,6 +513,7 @@ def test_health(r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -
     one_error_line(out.stderr, ExitCode.REDIS_UNAVAILABLE, out.returncode, "cannot reach")
 
 
+@pytest.mark.cluster_too
 def test_a_bad_redis_url_is_a_usage_error_that_names_what_is_wrong(
     redis_url: str, queue_name: str, topology: str, tmp_path: Path
 ) -> None:

@@ -20,6 +20,9 @@ from streamq.reaper import Reaper
 from streamq.scripts import JobReply
 from streamq.slot import Slot
 
+pytestmark = pytest.mark.cluster_too
+
+
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
          "created", "retention", "incarnation")
 

@@ -30,7 +30,7 @@ from streamq.cluster import slot_of
 from streamq.connection import connect, pipelined, undecided
 from streamq.errors import ConfigError
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_too]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,6 +10,8 @@ from conftest import start_redis
 
 from streamq.connection import connect, pipelined
 
+pytestmark = pytest.mark.cluster_too
+
 
 def test_replies_in_order_with_errors_in_place(redis_url: str) -> None:
     c = connect(redis_url)

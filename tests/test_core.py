@@ -27,6 +27,7 @@ StartWorker = Callable[..., Worker]
 
 
 @pytest.mark.parametrize("size", [1, 10, 10_000])
+@pytest.mark.cluster_too
 def test_jobs_complete_with_every_result_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker, size: int
 ) -> None:
@@ -53,6 +54,7 @@ def test_jobs_complete_with_every_result_once(
     assert settled_completions(r, queue_name) == {job.id: 1}
 
 
+@pytest.mark.cluster_too
 def test_streaming_job_never_completes_before_finalize(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -247,6 +249,7 @@ def test_a_job_that_completes_on_an_ack_sent_with_the_settle_finishes_once(
     assert completions_of(r, queue_name) == {job.id: 1}
 
 
+@pytest.mark.cluster_too
 def test_concurrency_limit_holds_with_four_workers(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -288,6 +291,7 @@ def test_fairness_across_clients(redis_url: str, queue_name: str, workers: Start
     assert started.index("lone") < 3
 
 
+@pytest.mark.cluster_too
 def test_completion_recorded_and_published_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -341,6 +345,7 @@ def test_late_waiter_returns_at_once(
     assert st.state is JobState.SUCCEEDED and st.done == 1
 
 
+@pytest.mark.cluster_too
 def test_duplicate_submit_returns_the_same_job(r: redis.Redis, redis_url: str, queue_name: str) -> None:
     q = Queue(queue_name, redis_url)
     a = q.submit([1, 2], job_id="job-1")
@@ -395,6 +400,7 @@ def test_async_handler_and_current_task(
 
 
 @pytest.mark.parametrize("lane", ["small", "job"])
+@pytest.mark.cluster_too
 def test_finished_jobs_leave_only_results_and_records(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker,
     monkeypatch: pytest.MonkeyPatch, lane: str,

@@ -143,6 +143,7 @@ def test_two_announcers_racing_add_one_copy_each(
     assert Counter(f[b"job"].decode() for _, f in raw) == {j: 1 for j in jobs}
 
 
+@pytest.mark.cluster_too
 def test_a_dead_letter_is_replayed_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:

@@ -51,6 +51,7 @@ def upper_bound(ms: float) -> float:
     return min(b for b in BOUNDS_MS if b >= ms)
 
 
+@pytest.mark.cluster_too
 def test_the_totals_are_exactly_what_the_workers_did(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:

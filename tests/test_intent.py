@@ -26,6 +26,9 @@ StartWorker = Callable[..., Worker]
 
 
 
+pytestmark = pytest.mark.cluster_too
+
+
 def dying_producer(queue: str, proxy: ReplyDropProxy) -> Queue:
     """A producer whose connection breaks after the create's reply and that never
     retries: what a producer killed right after its create leaves behind."""

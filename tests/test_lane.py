@@ -42,6 +42,7 @@ def assert_each_done_once(q: Queue, r: redis.Redis, jobs: list[str], n_of: Any) 
     assert r.zcard(QueueKeys(q.name).lactive) == 0
 
 
+@pytest.mark.cluster_too
 def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -143,6 +144,7 @@ def test_a_lane_submit_is_one_round_trip_and_one_script(
     q.close()
 
 
+@pytest.mark.cluster_too
 def test_a_lane_submit_sent_twice_enqueues_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -234,6 +236,7 @@ def test_a_lane_ack_deletes_exactly_what_it_acknowledged_in_any_order(
     q.close()
 
 
+@pytest.mark.cluster_too
 def test_lane_jobs_of_many_submitters_and_a_big_job_all_complete(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -379,6 +382,7 @@ def test_finished_small_jobs_are_forgotten_after_their_retention(
 # -- crashes ------------------------------------------------------------------------------
 
 
+@pytest.mark.cluster_too
 def test_sigkill_mid_run_loses_no_small_job_and_counts_each_once(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:

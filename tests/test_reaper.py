@@ -17,6 +17,9 @@ from streamq.reaper import Reaper
 StartWorker = Callable[..., Worker]
 
 
+pytestmark = pytest.mark.cluster_too
+
+
 @pytest.fixture
 def reaper_loop(redis_url: str) -> Iterator[Callable[..., None]]:
     """Run reapers in threads (a pass every 0.1 s); all stopped at teardown."""

@@ -46,6 +46,7 @@ def assert_all_done_once(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:
     assert r.exists(JobKeys(job_id).tasks) == 0
 
 
+@pytest.mark.cluster_too
 def test_sigkill_mid_job_loses_nothing_and_counts_once(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:
@@ -434,6 +435,7 @@ def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
         server.wait(10)
 
 
+@pytest.mark.cluster_too
 def test_dead_worker_leases_freed_and_consumers_deleted(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:

@@ -37,6 +37,7 @@ def stamping(r: Any, starts: dict[int, int]) -> Callable[[Any], Any]:
     return handler
 
 
+@pytest.mark.cluster_too
 def test_a_scheduled_job_waits_for_its_time_then_runs_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:

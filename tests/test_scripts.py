@@ -18,6 +18,7 @@ from streamq.scripts import Call, CreateReply, JobReply, Scripts
 SCRIPTS = load_all()
 
 
+@pytest.mark.cluster_too
 def test_every_script_loads_into_redis(r: redis.Redis) -> None:
     assert len(SCRIPTS) >= 10
     for name, lua in SCRIPTS.items():
@@ -25,6 +26,7 @@ def test_every_script_loads_into_redis(r: redis.Redis) -> None:
         assert r.script_exists(sha) == [True], name
 
 
+@pytest.mark.cluster_too
 def test_the_library_loads_every_script_as_a_function(r: redis.Redis) -> None:
     # Given the functions library built from every script
     lib = library()
@@ -56,6 +58,7 @@ def test_header_declares_exactly_the_keys(name: str) -> None:
     assert '"sq:' not in body and "'sq:" not in body
 
 
+@pytest.mark.cluster_too
 def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
     s = Scripts(r)
     qk, jk = QueueKeys("images"), JobKeys("job-1")
@@ -264,6 +267,7 @@ def test_ack_counts_only_what_it_acknowledged_when_some_were_settled_before(
     assert r.xpending(jk.tasks, "workers")["pending"] == 0
 
 
+@pytest.mark.cluster_too
 def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url: str) -> None:
     # Given a job of concurrency 3 whose tokens are one parked, one leased (with an
     # owner and a kick) and one ready

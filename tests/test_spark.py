@@ -292,6 +292,7 @@ def test_dataframe_of_100k_rows_becomes_one_job_covering_every_row_once(
         assert by_index[int(index)]["id"] // 25_000 == int(partition)
 
 
+@pytest.mark.cluster_too
 def test_results_read_back_equal_the_handler_applied_to_every_row(
         spark: SparkSession, r: redis.Redis, redis_url: str, queue_name: str,
         workers: StartWorker) -> None:
@@ -384,6 +385,7 @@ def test_empty_dataframe_still_completes(
     assert events_of(r, queue_name) == {job: 1}
 
 
+@pytest.mark.cluster_too
 def test_stream_reader_drains_settled_results_incrementally(
         spark: SparkSession, r: redis.Redis, redis_url: str, queue_name: str,
         tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ def text(page: Any, selector: str) -> str:
     return str(page.locator(selector).first.inner_text()).strip()
 
 
+@pytest.mark.cluster_too
 def test_every_view_opens_and_its_screenshot_is_not_blank(
         web_server: WebServer, data: Data, queue_name: str, browser_page: Any,
         tmp_path: Path) -> None:

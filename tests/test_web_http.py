@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote, urljoin, urlparse
 
 import httpx
+import pytest
 import redis
 from conftest import ROOT, module_args, start_redis, wait_until
 from web_fixtures import Data, WebServer, WorkerProcs, csrf_of, populate, routes, start_web
@@ -81,6 +82,7 @@ def actions(q: str, d: Data) -> list[tuple[str, dict[str, Any]]]:
 
 # -- every route -------------------------------------------------------------------------
 
+@pytest.mark.cluster_too
 def test_every_view_answers_with_its_view_and_unknown_things_get_a_404_page(
         web_server: WebServer, data: Data, queue_name: str) -> None:
     q = queue_name
