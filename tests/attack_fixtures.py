@@ -1,4 +1,4 @@
-"""The harness of the attack suite (tests/test_attacks.py).
+"""The harness of the attack suite (tests/system/test_attacks.py).
 
 - :func:`standalone_arena` / :func:`cluster_arena`: a server (or a Redis Cluster) with
   streamq's library, the runtime roles' ACL users (:func:`streamq.roles.acl_line`), a

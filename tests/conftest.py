@@ -230,7 +230,7 @@ def _one_shard_on_the_cluster(request: pytest.FixtureRequest,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The scenario tests read and write one queue shard's keys directly, so on the
     cluster their queues get one shard (``STREAMQ_SHARDS=1``, also for the processes
-    they start); tests/test_shards.py runs queues of many shards (marked ``sharded``)."""
+    they start); tests/system/test_shards.py runs queues of many shards (marked ``sharded``)."""
     if ("topology" in request.fixturenames and not request.node.get_closest_marker("sharded")
             and request.getfixturevalue("topology") == "cluster"):
         monkeypatch.setenv("STREAMQ_SHARDS", "1")

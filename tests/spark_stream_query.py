@@ -1,5 +1,5 @@
 """A streaming query from JSON files into the streamq sink, run as its own process by
-tests/test_spark_sink.py (so that the test can SIGKILL it and start it again).
+tests/system/test_spark_sink.py (so that the test can SIGKILL it and start it again).
 
     python tests/spark_stream_query.py URL QUEUE INPUT_DIR CHECKPOINT [--stall] [--one-job NAME]
 

@@ -17,7 +17,7 @@ import redis
 from streamq import JobState, PayloadError, Queue, Worker
 from streamq.keys import JobKeys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested 100,000 deep
 
 

@@ -32,7 +32,7 @@ from streamq.errors import ConfigError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.cluster_too]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import redis
 from streamq import JobState, Queue
 from streamq.keys import JobKeys, QueueKeys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn_worker(url: str, queue: str, handler: str, *args: str) -> subprocess.Popen[bytes]:

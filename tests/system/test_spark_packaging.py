@@ -39,7 +39,7 @@ from streamq.spark.helpers import (
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 StartWorker = Callable[..., Worker]
 
 
@@ -50,7 +50,7 @@ def java_or_skip() -> None:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    # the same session as tests/test_spark.py's (one SparkContext per process: the second
+    # the same session as tests/system/test_spark.py's (one SparkContext per process: the second
     # fixture to run gets the first one's session)
     java_or_skip()
     log = tmp_path_factory.mktemp("spark") / "spark.log"

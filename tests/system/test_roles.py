@@ -565,7 +565,7 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
 
 def test_the_operations_doc_lists_each_roles_writes_without_the_module() -> None:
     # Given docs/operations.md's table of the writes each role holds on the plain ACL
-    text = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     table = text.split("| role | write commands it holds without the module |", 1)[1]
     rows = {m[1]: m[2] for m in re.finditer(r"^\| (\w+) \| (.*) \|$", table, re.M)}
     reads = {*roles._READS, *roles._CONNECT, *roles._SUBSCRIBE, "info"}
@@ -587,7 +587,7 @@ def _client(url: str) -> Any:
 
 # What each leaked credential still allows (docs/operations.md, row by row): each row
 # holds on the shipped roles, and nothing of it reaches a key outside sq: or runs a
-# command the caller picks (tests/test_attacks.py).
+# command the caller picks (tests/system/test_attacks.py).
 
 def test_a_producer_credential_still_cancels_any_job_and_names_new_queues(
         acl: dict[str, str]) -> None:

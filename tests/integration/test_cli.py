@@ -26,7 +26,7 @@ from streamq.cli import ExitCode, app
 from streamq.config import GROUP
 from streamq.keys import JobKeys, QueueKeys, owner_worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

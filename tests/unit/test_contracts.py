@@ -15,7 +15,7 @@ from streamq.luaload import build_library, bundled
 from streamq.replies import ScriptErrorCode
 
 SCRIPTS = bundled()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _header(name: str) -> str:

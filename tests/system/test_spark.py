@@ -38,7 +38,7 @@ from streamq.spark.writer import StreamqWriter, abort_job
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 StartWorker = Callable[..., Worker]
 
 

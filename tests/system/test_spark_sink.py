@@ -23,7 +23,7 @@ from streamq.spark import finalize_job
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES, ROWS_PER_FILE, BATCHES = 8, 1_000, 4
 ROWS_PER_BATCH = 2 * ROWS_PER_FILE
 

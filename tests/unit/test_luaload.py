@@ -23,7 +23,7 @@ from streamq.luaload import (
     parse_filename,
 )
 
-ROOT = Path(__file__).parent / "fixtures" / "scripts"
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "scripts"
 BROKEN = ROOT / "broken"
 
 

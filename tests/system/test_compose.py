@@ -487,7 +487,7 @@ def test_the_cluster_profile_forms_a_cluster_and_runs_jobs(tmp_path: Path) -> No
             assert job.wait(timeout=90).state is JobState.SUCCEEDED
             assert job.results() == {i: handle(x) for i, x in enumerate(p)}
         # and on every master the producer's credential runs no code and no other role's
-        # function (tests/test_roles.py has the whole matrix on one server)
+        # function (tests/system/test_roles.py has the whole matrix on one server)
         for node in q.redis.get_primaries():
             for command in (("EVAL", "while true do end", "0"), ("FUNCTION", "FLUSH"),
                             ("FCALL", "sq_ack", "1", "sq:{x}:tasks"), ("FLUSHALL",)):

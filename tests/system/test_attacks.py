@@ -63,7 +63,7 @@ from streamq.luaload import build_library, bundled
 from streamq.roles import FUNCTIONS
 
 #: mutated calls per function, per role and setup (and one valid call); a deeper run:
-#: STREAMQ_ATTACKS_PER_FUNCTION=1000 STREAMQ_ATTACKS_SEED=<any text> pytest -s tests/test_attacks.py
+#: STREAMQ_ATTACKS_PER_FUNCTION=1000 STREAMQ_ATTACKS_SEED=<any text> pytest -s tests/system/test_attacks.py
 PER_FUNCTION = int(os.environ.get("STREAMQ_ATTACKS_PER_FUNCTION", "25"))
 SEED = os.environ.get("STREAMQ_ATTACKS_SEED", "streamq-attacks-1")
 #: the producer last: its aborts and cancels finish the attacker's jobs

@@ -132,7 +132,7 @@ def test_setup_acl_writes_fresh_secrets_and_the_acl_of_their_hashes(tmp_path: Pa
 
 def cluster_node_conf(workdir: Path, port: int, acl: Path) -> Path:
     """deploy/redis-cluster.conf on loopback, a free port, a private directory, the
-    module built here and ``acl`` (what compose mounts), as tests/test_compose.py does."""
+    module built here and ``acl`` (what compose mounts), as tests/system/test_compose.py does."""
     lines = []
     for line in (ROOT / "deploy" / "redis-cluster.conf").read_text().splitlines():
         words = line.split()
