@@ -208,14 +208,18 @@ class Limiter:
             with self._lock:
                 if now - self._read_at >= REFRESH_S:
                     try:
-                        self._limits = read_rates(self.w.redis, self.qk)
+                        limits = read_rates(self.w.redis, self.qk)
                     except Exception as e:
                         # Redis busy or away for a moment: the limits read last hold (the
                         # next call reads again); with none read yet the caller waits it out
                         if not is_transient(e) or self._read_at == -math.inf:
                             raise
                         return self._limits
-                    self._read_at = now
+                    if limits != self._limits:
+                        # a changed limit: small jobs held back under the old one are
+                        # read again now, as set_rate wakes the job lane's (wake_held)
+                        self._throttled.clear()
+                    self._limits, self._read_at = limits, now
         return self._limits
 
     def active(self) -> bool:

@@ -197,6 +197,21 @@ def a_client_rate_limit(c: Ctx) -> dict[str, Any]:
 
 
 @scenario
+def a_queue_rate_limit_raised(c: Ctx) -> dict[str, Any]:
+    # one permit for the whole queue, then a rate that serves the rest
+    c.q.set_rate(0.001, burst=1)
+    jobs = [c.submit([{"n": n}], client=f"c{n}") for n in range(3)]
+    c.worker()
+    done = wait_until(lambda: [j for j in jobs if c.q.status(j.id).terminal], 30,
+                      "the job of the one permit")
+    time.sleep(1.0)  # the worker settles every 0.2 s meanwhile: nothing more starts
+    held = sorted(c.q.status(j.id).queued for j in jobs if j not in done)
+    assert len(done) == 1 and held == [1, 1]
+    c.q.set_rate(100, burst=10)
+    return {"one ran": len(done), "held": held, "then": [seen(c.q, j.id) for j in jobs]}
+
+
+@scenario
 def a_timed_out_attempt_with_no_delivery_left(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], timeout=0.3, max_deliveries=1)
     c.worker()
