@@ -76,8 +76,9 @@ def cancel_waiting_for_a_running_handler(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}])
     c.worker()
     c.running(job.id)
-    # the wait ends at its timeout: the running handler's worker still holds the entry
-    report = c.q.cancel(job.id, timeout=0.5)
+    # the holding worker's heartbeat (every 0.5 s) notes the cancel well within the
+    # wait; the running handler still holds the entry when it ends
+    report = c.q.cancel(job.id, timeout=5)
     c.gate.release()
     wait_until(lambda: c.q.status(job.id).in_flight == 0, 30, "the handler's result")
     again = c.q.cancel(job.id, timeout=30)
