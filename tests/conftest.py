@@ -294,24 +294,82 @@ def queue_name() -> str:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def subscribers(client: Any, channels: list[str]) -> list[int]:
+    """How many subscribers each of ``channels`` has: PUBSUB NUMSUB on a server,
+    PUBSUB SHARDNUMSUB on the node owning the channel's slot on a cluster (where
+    completions go out with SPUBLISH)."""
+    from streamq.cluster import is_cluster
+
+    if not is_cluster(client):
+        return [int(n) for _, n in client.pubsub_numsub(*channels)]
+    counts = []
+    for ch in channels:
+        node = client.get_node_from_key(ch)
+        reply = client.execute_command("PUBSUB SHARDNUMSUB", ch, target_nodes=node)
+        counts += [int(n) for _, n in reply]
+    return counts
+
+
 class Subscriber:
     """``streamq subscribe QUEUE --json`` in a process of its own, subscribed once made
-    (``env``: more of its environment)."""
+    (``env``: more of its environment): made once the server counts one more
+    subscriber on every channel the process listens to."""
 
     def __init__(self, url: str, queue: str, **env: str) -> None:
+        from streamq.connection import connect
+        from streamq.shards import expected_shards
+
         full_env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT), **env)
+        client = connect(url)
+        # the channels the process subscribes to, found as it finds them (its environment
+        # may ask for a shard count)
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            channels = [qk.channel for qk in expected_shards(client, queue)]
+        before = subscribers(client, channels)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamq", "subscribe", queue, "--json", "--timeout", "60"],
             env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)  # subscribed by now (a refusal would have exited)
-        assert self.proc.poll() is None, self.proc.communicate()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+        def subscribed() -> bool:
+            # a refusal exits: fail at once, with its message
+            assert self.proc.poll() is None, self.proc.communicate()
+            return all(n > b for n, b in zip(subscribers(client, channels), before))
+
+        try:
+            wait_until(subscribed, 30, f"the subscriber of {queue} to subscribe to {channels}")
+        finally:
+            client.close()
         self.stderr = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def heard(self) -> set[str]:
+        """The jobs whose completion it printed so far (one JSON object per line)."""
+        return {json.loads(line)["job_id"] for line in list(self.lines) if line.strip()}
+
+    def wait_heard(self, jobs: set[str], timeout: float = 30) -> None:
+        """Wait until it printed the completion of every job of ``jobs``."""
+        wait_until(lambda: jobs <= self.heard(), timeout,
+                   f"the subscriber to print {sorted(jobs - self.heard())}")
 
     def stop(self) -> set[str]:
         """Stop it; the jobs whose completion it printed (one JSON object per line)."""
         self.proc.terminate()
-        out, self.stderr = self.proc.communicate(timeout=20)
-        return {json.loads(line)["job_id"] for line in out.splitlines()}
+        self.proc.wait(timeout=20)
+        self._reader.join(20)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.proc.stdout.close()
+        self.stderr = self.proc.stderr.read()
+        self.proc.stderr.close()
+        return self.heard()
 
 
 class Procs:

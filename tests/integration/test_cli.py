@@ -449,7 +449,7 @@ def test_subscribe_before_the_queue_was_ever_used(redis_url: str, queue_name: st
         procs.worker(queue_name, "tests.handlers:echo")
         for j in jobs:
             assert j.wait(timeout=30).state is JobState.SUCCEEDED
-        time.sleep(0.5)
+        sub.wait_heard({j.id for j in jobs})
     finally:
         heard = sub.stop()
     # Then the subscriber printed each completion, one JSON object per line

@@ -65,7 +65,7 @@ def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     assert st.finished_ms is not None and st.finished_ms >= st.created_ms
     assert q.results(job.id) == {0: {"got": {"x": 1}}}
     assert completions_of(r, queue_name) == {job.id: 1}
-    time.sleep(0.5)
+    sub.wait_heard({job.id})
     assert sub.stop() == {job.id}
     # and its acknowledged entry is gone from the lane
     assert r.xlen(qk.lane(50, "default")) == 0

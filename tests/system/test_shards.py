@@ -261,7 +261,7 @@ def test_a_subscriber_started_before_the_first_use_hears_every_shard(
         workers(queue_name, lambda p: p, shards=asked(topology))
         for jid in jobs:
             assert q.wait(jid, timeout=30).state is JobState.SUCCEEDED
-        time.sleep(0.5)
+        sub.wait_heard(set(jobs))
     finally:
         heard = sub.stop()
     # Then it heard the completion of the job on every shard
