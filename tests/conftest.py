@@ -63,6 +63,82 @@ def settled_completions(r: redis.Redis, queue: str, timeout: float = 30) -> Coun
     return completions_of(r, queue)
 
 
+def live_beats(r: Any, queue: str) -> dict[tuple[str, bytes], float]:
+    """The heartbeat deadline of every worker registered live on ``queue`` (each beat
+    moves it: the queue's ``workers`` set holds worker id -> deadline), by (shard, id)."""
+    from streamq.connection import server_ms
+    from streamq.keys import QueueKeys
+    from streamq.shards import read_shards
+
+    out: dict[tuple[str, bytes], float] = {}
+    for qk in read_shards(r, queue) or [QueueKeys(queue)]:
+        now = server_ms(r, qk.workers)
+        for w, deadline in r.zrangebyscore(qk.workers, now, "+inf", withscores=True):
+            out[(qk.workers, w)] = deadline
+    return out
+
+
+class Beats:
+    """Counts the heartbeats of the workers registered live on ``queue`` when made.
+
+    A worker whose registration lapses meanwhile (killed: no beat for three periods)
+    is no longer counted; at least one worker must go on beating."""
+
+    def __init__(self, r: Any, queue: str) -> None:
+        self.r, self.queue = r, queue
+        self.last = live_beats(r, queue)
+        assert self.last, f"no live worker on {queue}"
+        self.counted = dict.fromkeys(self.last, 0)
+
+    def at_least(self, beats: int) -> bool:
+        """Look again; true once every counted worker beat ``beats`` times since."""
+        now = live_beats(self.r, self.queue)
+        for k in list(self.counted):
+            if k not in now:
+                del self.counted[k]
+            elif now[k] != self.last[k]:
+                self.counted[k] += 1
+                self.last[k] = now[k]
+        return bool(self.counted) and all(n >= beats for n in self.counted.values())
+
+
+def wait_beats(r: Any, queue: str, beats: int, timeout: float = 60) -> None:
+    """Wait until every worker registered live on ``queue`` when called has sent
+    ``beats`` more heartbeats: proof that its slots had that long to act (a test that
+    checks nothing happened asks for as many beats as fit in the time it used to sleep)."""
+    counter = Beats(r, queue)
+    wait_until(lambda: counter.at_least(beats), timeout,
+               f"{beats} heartbeats of every live worker of {queue}")
+
+
+def reaper_passes(port: int) -> int | None:
+    """How many passes the reaper serving metrics on ``port`` ran (its
+    ``streamq_reaper_passes_total``); None while it does not answer yet."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("streamq_reaper_passes_total{")))
+
+
+class Passes:
+    """Counts the passes of the reaper serving metrics on ``port`` (``--metrics-port``)."""
+
+    def __init__(self, port: int, timeout: float = 30) -> None:
+        self.port = port
+        self.start: int = wait_until(lambda: [n] if (n := reaper_passes(port)) is not None
+                                     else None, timeout, "the reaper's metrics")[0]
+
+    def at_least(self, passes: int) -> bool:
+        """True once the reaper ran ``passes`` passes since this was made."""
+        return (reaper_passes(self.port) or 0) >= self.start + passes
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
