@@ -139,6 +139,21 @@ class Passes:
         return (reaper_passes(self.port) or 0) >= self.start + passes
 
 
+def wait_stalled(r: Any, streams: list[str], idle_s: float, timeout: float = 60) -> None:
+    """Wait until every entry pending in ``streams`` (their ``workers`` group) has been
+    idle ``idle_s`` (XPENDING's idle time: the clock a reaper's min idle is checked on),
+    so a reaper with a min idle below that takes each one. Some entry must be pending."""
+    from streamq.config import GROUP
+
+    def stalled() -> bool:
+        idle = [e["time_since_delivered"] for st in streams if r.exists(st)
+                for e in r.xpending_range(st, GROUP, "-", "+", 100_000)]
+        assert idle, f"no entry pending in {streams}"
+        return min(idle) >= idle_s * 1000
+
+    wait_until(stalled, timeout, f"the entries pending in {streams} to be idle {idle_s} s")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

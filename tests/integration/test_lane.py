@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, Subscriber, completions_of, wait_until
+from conftest import Procs, Subscriber, completions_of, wait_stalled, wait_until
 
 from streamq import JobState, Queue, Worker, current_task
 from streamq.keys import JobKeys, QueueKeys
@@ -441,7 +441,8 @@ def test_reaper_killed_mid_lane_pass_then_another_finishes(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
                            env={"STREAMQ_FAULT": "after_read:2"})
     assert crasher.wait(30) == -signal.SIGKILL
-    time.sleep(2.2)  # the dead worker's entries are now stalled
+    # the dead worker's entries are now stalled: idle 2.2 s, past the reapers' min idle (2 s)
+    wait_stalled(r, [qk.lane(50, c) for qk in q.shards for c in ("a", "b")], 2.2)
     # When a reaper is killed in the middle of its pass over the lanes
     reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert reaper.wait(30) == -signal.SIGKILL

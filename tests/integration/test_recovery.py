@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, settled_completions, start_redis
+from conftest import Procs, settled_completions, start_redis, wait_stalled
 
 from streamq import JobState, NonRetryable, Queue, RetryLater, Worker, deadletters
 from streamq.keys import JobKeys, QueueKeys
@@ -95,7 +95,8 @@ def test_reaper_killed_mid_pass(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
                            env={"STREAMQ_FAULT": "after_read:4"})
     assert crasher.wait(30) == -signal.SIGKILL
-    time.sleep(2.2)  # the dead worker's entries are now stalled
+    # the dead worker's entries are now stalled: idle 2.2 s, past the reapers' min idle (2 s)
+    wait_stalled(r, [JobKeys(j.id).tasks for j in jobs], 2.2)
     reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert reaper.wait(30) == -signal.SIGKILL
     procs.reaper(queue_name)
