@@ -18,6 +18,7 @@ import redis
 from conftest import Procs, Subscriber, completions_of, wait_stalled, wait_until
 
 from streamq import JobState, Queue, Worker, current_task
+from streamq.connection import server_ms
 from streamq.keys import JobKeys, QueueKeys
 from streamq.reaper import Reaper
 
@@ -369,8 +370,10 @@ def test_finished_small_jobs_are_forgotten_after_their_retention(
         q.wait(j.id, timeout=30)
     qk = q.shards[0]
     assert r.hlen(qk.ljobs) == 50 and r.hlen(qk.lresults) == 50
-    # When their retention passed and the reaper ran
-    time.sleep(1.2)
+    # When their retention passed (real time: Redis's clock passes the latest time after
+    # which a job is forgotten) and the reaper ran
+    forget_ms = max(score for _, score in r.zrange(qk.ldone, 0, -1, withscores=True))
+    wait_until(lambda: server_ms(r, qk.ldone) > forget_ms, 30, "the retention to pass")
     Reaper(queue_name, redis_url, retention_s=1).run_once()
     # Then nothing of them is left: no record, result, registry entry or key
     assert r.exists(qk.ljobs, qk.lresults, qk.lerrors, qk.ldone, qk.lactive) == 0
