@@ -437,8 +437,8 @@ def _survive(state: str, url: str, tmp: Path, queue_name: str) -> None:
                 Queue(queue_name, url).submit([{"n": 0}, {"n": 0}])
         else:
             wait_until(met, 30, f"the worker to meet {state}")
-        # several heartbeats and idle rounds in that state (real time: the state refuses
-        # the beats that would show them, so none can be counted)
+        # several heartbeats and idle rounds in that state (real time: most of these
+        # states refuse the beats that would show them, so they cannot be counted)
         time.sleep(1.0)
         assert worker.poll() is None, log.read_text()[-3000:]
         states.leave(state)
