@@ -185,8 +185,18 @@ def start_redis(workdir: Path, *extra: str, port: int | None = None,
          "--dir", str(workdir), "--protected-mode", "yes", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
-    if not ping:  # TLS-only or ACL-protected: the caller checks readiness
-        time.sleep(0.3)
+    if not ping:  # TLS-only or ACL-protected: the caller checks readiness once it listens
+        listening = int(extra[extra.index("--tls-port") + 1]) if "--tls-port" in extra else port
+
+        def accepts() -> bool:
+            assert proc.poll() is None, "redis-server exited"
+            try:
+                socket.create_connection(("127.0.0.1", listening), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(accepts, 10, f"redis-server to listen on port {listening}")
         return proc, url
     client = redis.Redis.from_url(url)
     for _ in range(200):
