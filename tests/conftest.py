@@ -63,6 +63,97 @@ def settled_completions(r: redis.Redis, queue: str, timeout: float = 30) -> Coun
     return completions_of(r, queue)
 
 
+def live_beats(r: Any, queue: str) -> dict[tuple[str, bytes], float]:
+    """The heartbeat deadline of every worker registered live on ``queue`` (each beat
+    moves it: the queue's ``workers`` set holds worker id -> deadline), by (shard, id)."""
+    from streamq.connection import server_ms
+    from streamq.keys import QueueKeys
+    from streamq.shards import read_shards
+
+    out: dict[tuple[str, bytes], float] = {}
+    for qk in read_shards(r, queue) or [QueueKeys(queue)]:
+        now = server_ms(r, qk.workers)
+        for w, deadline in r.zrangebyscore(qk.workers, now, "+inf", withscores=True):
+            out[(qk.workers, w)] = deadline
+    return out
+
+
+class Beats:
+    """Counts the heartbeats of the workers registered live on ``queue`` when made.
+
+    A worker whose registration lapses meanwhile (killed: no beat for three periods)
+    is no longer counted; at least one worker must go on beating."""
+
+    def __init__(self, r: Any, queue: str) -> None:
+        self.r, self.queue = r, queue
+        self.last = live_beats(r, queue)
+        assert self.last, f"no live worker on {queue}"
+        self.counted = dict.fromkeys(self.last, 0)
+
+    def at_least(self, beats: int) -> bool:
+        """Look again; true once every counted worker beat ``beats`` times since."""
+        now = live_beats(self.r, self.queue)
+        for k in list(self.counted):
+            if k not in now:
+                del self.counted[k]
+            elif now[k] != self.last[k]:
+                self.counted[k] += 1
+                self.last[k] = now[k]
+        return bool(self.counted) and all(n >= beats for n in self.counted.values())
+
+
+def wait_beats(r: Any, queue: str, beats: int, timeout: float = 60) -> None:
+    """Wait until every worker registered live on ``queue`` when called has sent
+    ``beats`` more heartbeats: proof that its slots had that long to act (a test that
+    checks nothing happened asks for as many beats as fit in the time it used to sleep)."""
+    counter = Beats(r, queue)
+    wait_until(lambda: counter.at_least(beats), timeout,
+               f"{beats} heartbeats of every live worker of {queue}")
+
+
+def reaper_passes(port: int) -> int | None:
+    """How many passes the reaper serving metrics on ``port`` ran (its
+    ``streamq_reaper_passes_total``); None while it does not answer yet."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("streamq_reaper_passes_total{")))
+
+
+class Passes:
+    """Counts the passes of the reaper serving metrics on ``port`` (``--metrics-port``)."""
+
+    def __init__(self, port: int, timeout: float = 30) -> None:
+        self.port = port
+        self.start: int = wait_until(lambda: [n] if (n := reaper_passes(port)) is not None
+                                     else None, timeout, "the reaper's metrics")[0]
+
+    def at_least(self, passes: int) -> bool:
+        """True once the reaper ran ``passes`` passes since this was made."""
+        return (reaper_passes(self.port) or 0) >= self.start + passes
+
+
+def wait_stalled(r: Any, streams: list[str], idle_s: float, timeout: float = 60) -> None:
+    """Wait until every entry pending in ``streams`` (their ``workers`` group) has been
+    idle ``idle_s`` (XPENDING's idle time: the clock a reaper's min idle is checked on),
+    so a reaper with a min idle below that takes each one. Some entry must be pending."""
+    from streamq.config import GROUP
+
+    def stalled() -> bool:
+        idle = [e["time_since_delivered"] for st in streams if r.exists(st)
+                for e in r.xpending_range(st, GROUP, "-", "+", 100_000)]
+        assert idle, f"no entry pending in {streams}"
+        return min(idle) >= idle_s * 1000
+
+    wait_until(stalled, timeout, f"the entries pending in {streams} to be idle {idle_s} s")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,8 +185,18 @@ def start_redis(workdir: Path, *extra: str, port: int | None = None,
          "--dir", str(workdir), "--protected-mode", "yes", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
-    if not ping:  # TLS-only or ACL-protected: the caller checks readiness
-        time.sleep(0.3)
+    if not ping:  # TLS-only or ACL-protected: the caller checks readiness once it listens
+        listening = int(extra[extra.index("--tls-port") + 1]) if "--tls-port" in extra else port
+
+        def accepts() -> bool:
+            assert proc.poll() is None, "redis-server exited"
+            try:
+                socket.create_connection(("127.0.0.1", listening), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(accepts, 10, f"redis-server to listen on port {listening}")
         return proc, url
     client = redis.Redis.from_url(url)
     for _ in range(200):
@@ -294,24 +395,82 @@ def queue_name() -> str:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def subscribers(client: Any, channels: list[str]) -> list[int]:
+    """How many subscribers each of ``channels`` has: PUBSUB NUMSUB on a server,
+    PUBSUB SHARDNUMSUB on the node owning the channel's slot on a cluster (where
+    completions go out with SPUBLISH)."""
+    from streamq.cluster import is_cluster
+
+    if not is_cluster(client):
+        return [int(n) for _, n in client.pubsub_numsub(*channels)]
+    counts = []
+    for ch in channels:
+        node = client.get_node_from_key(ch)
+        reply = client.execute_command("PUBSUB SHARDNUMSUB", ch, target_nodes=node)
+        counts += [int(n) for _, n in reply]
+    return counts
+
+
 class Subscriber:
     """``streamq subscribe QUEUE --json`` in a process of its own, subscribed once made
-    (``env``: more of its environment)."""
+    (``env``: more of its environment): made once the server counts one more
+    subscriber on every channel the process listens to."""
 
     def __init__(self, url: str, queue: str, **env: str) -> None:
+        from streamq.connection import connect
+        from streamq.shards import expected_shards
+
         full_env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT), **env)
+        client = connect(url)
+        # the channels the process subscribes to, found as it finds them (its environment
+        # may ask for a shard count)
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in env.items():
+                mp.setenv(k, v)
+            channels = [qk.channel for qk in expected_shards(client, queue)]
+        before = subscribers(client, channels)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamq", "subscribe", queue, "--json", "--timeout", "60"],
             env=full_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)  # subscribed by now (a refusal would have exited)
-        assert self.proc.poll() is None, self.proc.communicate()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+        def subscribed() -> bool:
+            # a refusal exits: fail at once, with its message
+            assert self.proc.poll() is None, self.proc.communicate()
+            return all(n > b for n, b in zip(subscribers(client, channels), before))
+
+        try:
+            wait_until(subscribed, 30, f"the subscriber of {queue} to subscribe to {channels}")
+        finally:
+            client.close()
         self.stderr = ""
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def heard(self) -> set[str]:
+        """The jobs whose completion it printed so far (one JSON object per line)."""
+        return {json.loads(line)["job_id"] for line in list(self.lines) if line.strip()}
+
+    def wait_heard(self, jobs: set[str], timeout: float = 30) -> None:
+        """Wait until it printed the completion of every job of ``jobs``."""
+        wait_until(lambda: jobs <= self.heard(), timeout,
+                   f"the subscriber to print {sorted(jobs - self.heard())}")
 
     def stop(self) -> set[str]:
         """Stop it; the jobs whose completion it printed (one JSON object per line)."""
         self.proc.terminate()
-        out, self.stderr = self.proc.communicate(timeout=20)
-        return {json.loads(line)["job_id"] for line in out.splitlines()}
+        self.proc.wait(timeout=20)
+        self._reader.join(20)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.proc.stdout.close()
+        self.stderr = self.proc.stderr.read()
+        self.proc.stderr.close()
+        return self.heard()
 
 
 class Procs:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -184,7 +183,9 @@ def test_a_stopping_async_worker_hands_back_what_it_did_not_start(
     wait_until(lambda: q.status(job.id).done >= 8, 30, "a first round")
     # When it is stopped mid-run
     w.stop()
-    time.sleep(1.0)
+    # (stopped: it handed back what it had not started and deregistered)
+    wait_until(lambda: all(q.redis.zscore(qk.workers, w.id) is None for qk in q.shards), 30,
+               "the worker to stop")
     # Then another worker finishes the job: nothing was lost with the first
     workers(queue_name, handler, batch=5)
     assert job.wait(timeout=60).done == 40

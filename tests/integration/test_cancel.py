@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, Procs, completions_of, settled_completions, wait_until
+from conftest import (
+    ROOT,
+    Beats,
+    Passes,
+    Procs,
+    completions_of,
+    free_port,
+    settled_completions,
+    wait_beats,
+    wait_until,
+)
 
 from streamq import JobNotFound, JobState, Queue
 from streamq.keys import JobKeys
@@ -64,7 +74,7 @@ def test_a_cancelled_job_starts_nothing_more_and_keeps_what_ran(
     at_cancel = starts(r, job, n)
     other = q.submit([{"n": i, "sleep": 0} for i in range(10)], concurrency=2).id
     assert q.wait(other, timeout=60).state is JobState.SUCCEEDED  # workers go on
-    time.sleep(1.5)
+    wait_beats(r, queue_name, 5)  # as many beats (0.3 s) as in the 1.5 s it used to wait
     assert starts(r, job, n) == at_cancel
     ran = {i for i, v in at_cancel.items() if v}
     assert 0 < len(ran) < n and set(at_cancel.values()) <= {0, 1}
@@ -100,7 +110,7 @@ def test_a_handler_sees_the_cancel_and_stops_early(
     wait_until(lambda: len(q.results(job)) == 2, 20, "the running handlers stopped")
     assert time.monotonic() - t0 < 20
     assert all(v["cancelled"] for v in q.results(job).values()), q.results(job)
-    time.sleep(1.0)
+    wait_beats(r, queue_name, 4)  # as many beats (0.3 s) as in the 1 s it used to wait
     assert len(started(r, job, 4)) == 2
     q.close()
 
@@ -113,6 +123,7 @@ def test_cancel_before_any_start_drops_everything_of_both_lanes_and_scheduled_jo
     q = Queue(queue_name, redis_url)
     big = q.submit([{"n": i, "sleep": 0} for i in range(30)], concurrency=3).id
     later = q.submit([{"n": i, "sleep": 0} for i in range(3)], delay=1.0).id
+    later_due = time.monotonic() + 1.0
     small = [q.submit([{"n": i, "sleep": 0}]).id for i in range(5)]
     keep = q.submit([{"n": 99, "sleep": 0}]).id
     # When they are cancelled (a small one twice)
@@ -123,7 +134,10 @@ def test_cancel_before_any_start_drops_everything_of_both_lanes_and_scheduled_jo
     # Then with workers running none of them ever starts, the job kept runs
     worker(procs, queue_name, "handlers:count", "--concurrency", "3")
     assert q.wait(keep, timeout=60).state is JobState.SUCCEEDED
-    time.sleep(2.0)  # (past the scheduled job's time)
+    # (real time: the scheduled job's time must come) then the workers beat (0.3 s) as
+    # often as they did past that time in the old wait of 2 s at the least (1 s)
+    time.sleep(max(0.0, later_due - time.monotonic()))
+    wait_beats(r, queue_name, 4)
     assert not started(r, big, 30) and not started(r, later, 3)
     assert not any(started(r, job, 1) for job in small)
     for job in (big, later, *small):
@@ -150,13 +164,22 @@ def test_a_worker_killed_holding_a_cancelled_job_loses_nothing_and_runs_none_of_
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     at_kill = starts(r, job, 12)
+    stalled_at = time.monotonic() + 1.0  # the reaper's min idle after the kill
     # and another worker and the reaper come
     worker(procs, queue_name, "handlers:count", "--concurrency", "2")
-    procs.reaper(queue_name, "--min-idle", "1")
+    port = free_port()
+    procs.reaper(queue_name, "--min-idle", "1", "--metrics-port", str(port),
+                 "--metrics-addr", "127.0.0.1")
     # Then the other job completes and none of the cancelled job runs again (the dead
     # worker's held entries stay pending until the stream expires with the job)
     assert q.wait(other, timeout=90).state is JobState.SUCCEEDED
-    time.sleep(3.0)  # (past the reaper's min idle: several passes)
+    # (real time: the dead worker's entries, idle since the kill at the latest, pass the
+    # reaper's min idle of 1 s) then the reaper passes (0.5 s) and the workers beat
+    # (0.3 s) at least as often as in the 2 s the old wait of 3 s left past it at the least
+    time.sleep(max(0.0, stalled_at - time.monotonic()))
+    passes, beats = Passes(port), Beats(r, queue_name)
+    wait_until(lambda: passes.at_least(4) & beats.at_least(7), 60,
+               "4 reaper passes and 7 beats of every worker")
     assert starts(r, job, 12) == at_kill
     assert 0 < r.pttl(JobKeys(job).tasks) <= q.retention_ms
     assert q.status(job).state is JobState.CANCELLED

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, Subscriber
+from conftest import Procs, Subscriber, free_port, reaper_passes
 from typer.testing import CliRunner, Result
 
 from streamq import JobState, NonRetryable, Queue, Worker
@@ -449,7 +449,7 @@ def test_subscribe_before_the_queue_was_ever_used(redis_url: str, queue_name: st
         procs.worker(queue_name, "tests.handlers:echo")
         for j in jobs:
             assert j.wait(timeout=30).state is JobState.SUCCEEDED
-        time.sleep(0.5)
+        sub.wait_heard({j.id for j in jobs})
     finally:
         heard = sub.stop()
     # Then the subscriber printed each completion, one JSON object per line
@@ -539,8 +539,11 @@ def test_worker_and_reaper_log_json(r: redis.Redis, redis_url: str, queue_name: 
     worker = procs.worker(queue_name, "tests.handlers:echo", "--log-level", "INFO",
                           "--log-format", "json")
     until(lambda: r.zcard(QueueKeys(queue_name).workers), what="worker")
-    reaper = procs.reaper(queue_name, "--log-level", "INFO", "--log-format", "json")
-    time.sleep(1.5)
+    port = free_port()
+    reaper = procs.reaper(queue_name, "--log-level", "INFO", "--log-format", "json",
+                          "--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
+    # both have logged by now: the worker registered, the reaper ran a pass
+    until(lambda: (reaper_passes(port) or 0) >= 1, 60, "a reaper pass")
     for proc in (worker, reaper):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
@@ -554,9 +557,14 @@ def test_worker_and_reaper_log_json(r: redis.Redis, redis_url: str, queue_name: 
 def test_the_reaper_keeps_the_schedulers_lines_for_debug(redis_url: str, queue_name: str,
                                                            procs: Procs) -> None:
     Queue(queue_name, redis_url).submit([1])
-    quiet = procs.reaper(queue_name, "--log-level", "INFO")
-    loud = procs.reaper(queue_name, "--log-level", "DEBUG")
-    time.sleep(2.0)  # a few passes at --interval 0.5
+    ports = [free_port(), free_port()]
+    quiet = procs.reaper(queue_name, "--log-level", "INFO", "--metrics-port", str(ports[0]),
+                         "--metrics-addr", "127.0.0.1")
+    loud = procs.reaper(queue_name, "--log-level", "DEBUG", "--metrics-port", str(ports[1]),
+                        "--metrics-addr", "127.0.0.1")
+    # a few passes at --interval 0.5: 3 of each (the 2 s this used to wait, the processes'
+    # start included, left fewer)
+    until(lambda: all((reaper_passes(p) or 0) >= 3 for p in ports), 60, "3 passes of each")
     errs = []
     for proc in (quiet, loud):
         proc.send_signal(signal.SIGTERM)

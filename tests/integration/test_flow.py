@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, settled_completions, wait_until
+from conftest import (
+    ROOT,
+    Beats,
+    Passes,
+    free_port,
+    settled_completions,
+    wait_beats,
+    wait_until,
+)
 from web_fixtures import WorkerProcs
 
 from streamq import ConfigError, JobNotFound, JobState, Queue, current_task
@@ -74,7 +82,8 @@ def test_a_paused_queue_starts_nothing_until_resumed_and_loses_nothing(
     assert report.complete and len(report.acknowledged) == 6, report
     assert again.pause_id == report.pause_id and again.complete
     at_pause = starts(r, jobs)
-    time.sleep(2.0)
+    # every worker beats (0.3 s) as often as it did in the 2 s this test used to wait
+    wait_beats(r, queue_name, 7)
     assert starts(r, jobs) == at_pause
     assert q.is_paused()
     out = streamq(redis_url, "status", queue_name)
@@ -107,16 +116,26 @@ def test_a_worker_killed_while_paused_loses_nothing_and_nothing_starts_before_re
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     killed_at = starts(r, jobs)
+    stalled_at = time.monotonic() + 1.0  # the reaper's min idle after the kill
     procs.start("--concurrency", "2")
+    port = free_port()
     reaper = subprocess.Popen(
         [sys.executable, "-m", "streamq", "reaper", queue_name, "--interval", "0.5",
-         "--min-idle", "1", "--log-level", "WARNING"], cwd=ROOT,
+         "--min-idle", "1", "--log-level", "WARNING", "--metrics-port", str(port),
+         "--metrics-addr", "127.0.0.1"], cwd=ROOT,
         env=dict(os.environ, STREAMQ_REDIS_URL=redis_url, PYTHONPATH=ENV_PATH),
         stderr=subprocess.DEVNULL)
     procs.procs.append(reaper)
     # Then while paused nothing starts, though the reaper recovers the dead worker's work
     wait_until(lambda: q.pause(timeout=5).complete, 30, "the new worker saw the pause")
-    time.sleep(3.0)
+    # (real time: the dead worker's entries, idle since the kill at the latest, pass the
+    # reaper's min idle of 1 s)
+    time.sleep(max(0.0, stalled_at - time.monotonic()))
+    # then the reaper passes (0.5 s) and the workers beat (0.3 s) at least as often as
+    # in the 2 s the old wait of 3 s left past that min idle at the least
+    passes, beats = Passes(port), Beats(r, queue_name)
+    wait_until(lambda: passes.at_least(4) & beats.at_least(7), 60,
+               "4 reaper passes and 7 beats of every worker")
     assert starts(r, jobs) == killed_at
     # and once resumed every job completes, once
     q.resume()
@@ -138,7 +157,7 @@ def test_pause_and_resume_from_the_cli(
     doc = json.loads(out.stdout)
     assert doc["complete"] and doc["shards"] >= 1 and doc["acknowledged"]
     held = q.submit([{"n": 2, "sleep": 0}])
-    time.sleep(1.5)
+    wait_beats(r, queue_name, 5)  # as many beats (0.3 s) as in the 1.5 s it used to wait
     assert q.status(held.id).done == 0
     assert streamq(redis_url, "resume", queue_name).stdout.startswith("resumed")
     assert q.wait(held.id, timeout=60).state is JobState.SUCCEEDED

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, Subscriber, completions_of, wait_until
+from conftest import Procs, Subscriber, completions_of, wait_stalled, wait_until
 
 from streamq import JobState, Queue, Worker, current_task
+from streamq.connection import server_ms
 from streamq.keys import JobKeys, QueueKeys
 from streamq.reaper import Reaper
 
@@ -65,7 +66,7 @@ def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     assert st.finished_ms is not None and st.finished_ms >= st.created_ms
     assert q.results(job.id) == {0: {"got": {"x": 1}}}
     assert completions_of(r, queue_name) == {job.id: 1}
-    time.sleep(0.5)
+    sub.wait_heard({job.id})
     assert sub.stop() == {job.id}
     # and its acknowledged entry is gone from the lane
     assert r.xlen(qk.lane(50, "default")) == 0
@@ -369,8 +370,10 @@ def test_finished_small_jobs_are_forgotten_after_their_retention(
         q.wait(j.id, timeout=30)
     qk = q.shards[0]
     assert r.hlen(qk.ljobs) == 50 and r.hlen(qk.lresults) == 50
-    # When their retention passed and the reaper ran
-    time.sleep(1.2)
+    # When their retention passed (real time: Redis's clock passes the latest time after
+    # which a job is forgotten) and the reaper ran
+    forget_ms = max(score for _, score in r.zrange(qk.ldone, 0, -1, withscores=True))
+    wait_until(lambda: server_ms(r, qk.ldone) > forget_ms, 30, "the retention to pass")
     Reaper(queue_name, redis_url, retention_s=1).run_once()
     # Then nothing of them is left: no record, result, registry entry or key
     assert r.exists(qk.ljobs, qk.lresults, qk.lerrors, qk.ldone, qk.lactive) == 0
@@ -441,7 +444,8 @@ def test_reaper_killed_mid_lane_pass_then_another_finishes(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
                            env={"STREAMQ_FAULT": "after_read:2"})
     assert crasher.wait(30) == -signal.SIGKILL
-    time.sleep(2.2)  # the dead worker's entries are now stalled
+    # the dead worker's entries are now stalled: idle 2.2 s, past the reapers' min idle (2 s)
+    wait_stalled(r, [qk.lane(50, c) for qk in q.shards for c in ("a", "b")], 2.2)
     # When a reaper is killed in the middle of its pass over the lanes
     reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert reaper.wait(30) == -signal.SIGKILL

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import wait_beats, wait_until
 from lanes_harness import Ctx, StartWorker, records, run_both, seen, snap
 
 from streamq.errors import ConfigError, WaitTimeout
@@ -98,7 +98,9 @@ def cancel_while_running_then_the_handler_fails(c: Ctx) -> dict[str, Any]:
     c.gate.release()
     # its failure ends it: no retry, no dead letter
     wait_until(lambda: c.q.status(job.id).in_flight == 0, 30, "the failure settled")
-    time.sleep(0.5)  # a retry, were one scheduled, would be due by now (retry_base_s 0.01)
+    # a retry, were one scheduled, would be due by now (retry_base_s 0.01) and promoted:
+    # the worker beats (0.5 s) twice, past the 0.5 s this used to wait
+    wait_beats(c.q.redis, c.q.name, 2)
     return {"report": (report.state, report.cancelled, report.held),
             "after": seen(c.q, job.id), "starts": dict(c.gate.starts)}
 
@@ -109,9 +111,13 @@ def cancel_while_a_retry_waits(c: Ctx) -> dict[str, Any]:
     c.worker(retry_base_s=1.0)
     wait_until(lambda: c.gate.starts.get(1) == 1 and c.q.status(job.id).in_flight == 0, 30,
                "the first attempt failed")
+    retry_due = time.monotonic() + 1.0  # at the latest: retry_base_s, less some jitter
     waiting = snap(c.q.status(job.id))
     report = c.q.cancel(job.id)
-    time.sleep(2.5)  # past the retry's due time: it never starts
+    # (real time: the retry's due time must come) then the worker beats (0.5 s) as often
+    # as it did past that time in the old wait of 2.5 s at the least (1.5 s): it never starts
+    time.sleep(max(0.0, retry_due - time.monotonic()))
+    wait_beats(c.q.redis, c.q.name, 3)
     return {"waiting": waiting, "report": (report.state, report.cancelled, report.held),
             "after": seen(c.q, job.id), "starts": dict(c.gate.starts)}
 
@@ -149,8 +155,9 @@ def nothing_starts_while_paused(c: Ctx) -> dict[str, Any]:
     c.worker()
     report = c.q.pause()
     job = c.submit([{"n": 1}])
-    # the worker, idle, settles every 0.2 s: it has looked several times when this ends
-    time.sleep(1.5)
+    # the worker, idle, settles every 0.2 s: it has looked several times when it has
+    # beaten (0.5 s) as often as in the 1.5 s this used to wait
+    wait_beats(c.q.redis, c.q.name, 3)
     paused = snap(c.q.status(job.id))
     starts = dict(c.gate.starts)
     assert report.complete and starts == {} and paused["queued"] == 1
@@ -168,7 +175,9 @@ def paused_while_running(c: Ctx) -> dict[str, Any]:
     second = c.submit([{"n": 2}])
     c.gate.release()
     held = seen(c.q, first.id)  # what was running finishes
-    time.sleep(1.5)  # the idle worker settles every 0.2 s meanwhile
+    # the idle worker settles every 0.2 s meanwhile: as long as it beats (0.5 s) as
+    # often as in the 1.5 s this used to wait
+    wait_beats(c.q.redis, c.q.name, 3)
     assert c.gate.starts == {1: 1}
     waiting = snap(c.q.status(second.id))
     c.q.resume()
@@ -222,7 +231,9 @@ def a_queue_rate_limit_raised(c: Ctx) -> dict[str, Any]:
     c.worker()
     done = wait_until(lambda: [j for j in jobs if c.q.status(j.id).terminal], 30,
                       "the job of the one permit")
-    time.sleep(1.0)  # the worker settles every 0.2 s meanwhile: nothing more starts
+    # the worker settles every 0.2 s meanwhile: nothing more starts while it beats
+    # (0.5 s) as often as in the 1 s this used to wait
+    wait_beats(c.q.redis, c.q.name, 2)
     held = sorted(c.q.status(j.id).queued for j in jobs if j not in done)
     assert len(done) == 1 and held == [1, 1]
     c.q.set_rate(100, burst=10)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+from conftest import wait_until
 
 from streamq import JobState, Queue, Worker
 from streamq.keys import JobKeys, QueueKeys
@@ -43,6 +43,12 @@ def reaper_loop(redis_url: str) -> Iterator[Callable[..., None]]:
         t.join(30)
 
 
+def consumer_idle_ms(r: Any, stream: str, name: str) -> int:
+    """How long the consumer ``name`` of the workers group has been idle (XINFO CONSUMERS)."""
+    return next(int(c["idle"]) for c in r.xinfo_consumers(stream, "workers")
+                if c["name"] == name.encode())
+
+
 def test_entries_read_between_the_reapers_check_and_its_delete_are_kept(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker,
     reaper_loop: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
@@ -53,7 +59,9 @@ def test_entries_read_between_the_reapers_check_and_its_delete_are_kept(
     job = q.submit([{"n": i} for i in range(5)])
     jk = JobKeys(job.id)
     r.xgroup_createconsumer(jk.tasks, "workers", "late-worker")
-    time.sleep(0.3)
+    # (past the reaper's min idle of 0.1 s: XINFO CONSUMERS' idle time, what it checks)
+    wait_until(lambda: consumer_idle_ms(r, jk.tasks, "late-worker") >= 300, 30,
+               "the consumer to be idle 0.3 s")
     reaper = Reaper(queue_name, redis_url, min_idle_s=0.1)
     # When a worker under that name reads every entry right after the reaper has
     # listed the consumers (seeing 0 pending), before it deletes any
@@ -89,7 +97,9 @@ def test_idle_consumers_are_deleted_only_when_empty_and_idle(
     jk = JobKeys(job.id)
     r.xreadgroup("workers", "holder", {jk.tasks: ">"}, count=1)
     r.xgroup_createconsumer(jk.tasks, "workers", "idle")
-    time.sleep(1.2)
+    # (past the min idle of 1 s: XINFO CONSUMERS' idle time, what the script checks)
+    wait_until(lambda: consumer_idle_ms(r, jk.tasks, "idle") >= 1200, 30,
+               "the consumer to be idle 1.2 s")
     r.xgroup_createconsumer(jk.tasks, "workers", "fresh")
     reaper = Reaper(queue_name, redis_url, min_idle_s=1)
     # When the script is asked to delete all three (and one that does not exist)

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import Procs, settled_completions, start_redis
+from conftest import Procs, settled_completions, start_redis, wait_stalled
 
 from streamq import JobState, NonRetryable, Queue, RetryLater, Worker, deadletters
+from streamq.connection import server_ms
 from streamq.keys import JobKeys, QueueKeys
 from streamq.reaper import Reaper
 from streamq.scripts import JobReply
@@ -95,7 +96,8 @@ def test_reaper_killed_mid_pass(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2",
                            env={"STREAMQ_FAULT": "after_read:4"})
     assert crasher.wait(30) == -signal.SIGKILL
-    time.sleep(2.2)  # the dead worker's entries are now stalled
+    # the dead worker's entries are now stalled: idle 2.2 s, past the reapers' min idle (2 s)
+    wait_stalled(r, [JobKeys(j.id).tasks for j in jobs], 2.2)
     reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert reaper.wait(30) == -signal.SIGKILL
     procs.reaper(queue_name)
@@ -379,7 +381,7 @@ def test_redis_restart_with_aof_loses_nothing(tmp_path: Path, queue_name: str) -
         # When Redis restarts on the same port and data directory
         server.terminate()
         server.wait(10)
-        time.sleep(1.0)
+        time.sleep(1.0)  # (real time: Redis stays down a while, as in a restart)
         server, url2 = start_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always",
                                    port=int(port))
         assert url2 == url
@@ -413,7 +415,7 @@ def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
         q.close()
         server.terminate()
         server.wait(10)
-        time.sleep(0.5)
+        time.sleep(0.5)  # (real time: both have been without Redis a while when told to stop)
         # When both are told to stop
         t0 = time.monotonic()
         worker.send_signal(signal.SIGTERM)
@@ -446,9 +448,13 @@ def test_dead_worker_leases_freed_and_consumers_deleted(
     claimed = q.scripts.settle(qk, "ghost-worker", 0, 1, 600_000, 1).claimed
     assert [t for t, _ in claimed] == [f"{job.id}#0"]
     sec, usec = r.time()  # heartbeat deadlines are Redis's clock
-    r.zadd(qk.workers, {"ghost-worker": sec * 1000 + usec // 1000 + 300})
+    deadline = sec * 1000 + usec // 1000 + 300
+    r.zadd(qk.workers, {"ghost-worker": deadline})
     r.xreadgroup("workers", "ghost-worker", {jk.tasks: ">"}, count=3)
-    time.sleep(0.5)
+    # (real time: its deadline passes by Redis's clock, and its entries are idle past the
+    # reaper's min idle of 0.2 s)
+    wait_until(lambda: server_ms(r, qk.workers) > deadline, 30, "the ghost's deadline")
+    wait_stalled(r, [jk.tasks], 0.2)
     reaper = Reaper(queue_name, redis_url, min_idle_s=0.2)
     # When the reaper passes
     report = reaper.run_once()

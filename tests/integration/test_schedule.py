@@ -197,7 +197,7 @@ def test_a_worker_killed_around_a_scheduled_job_loses_nothing(
     try:
         wait_until(lambda: any(q.status(j.id).state is not JobState.SCHEDULED for j in jobs),
                    30, "a job comes due")
-        time.sleep(0.4)
+        time.sleep(0.4)  # (real time: killed while the other jobs come due, 0.1 s apart)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         # When another worker and the reaper take over

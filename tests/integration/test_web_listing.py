@@ -42,7 +42,7 @@ def test_pages_show_every_job_once_and_filters_hold(
     for j in finished:
         j.wait(timeout=30)
     w.stop()
-    time.sleep(1.2)
+    time.sleep(1.2)  # (real time: "a second later", the jobs' own times are a second apart)
     waiting = []
     for p in (10, 20, 30):
         waiting += q.submit_many([[{"n": i}, {"n": i}] for i in range(30)], priority=p,

@@ -7,6 +7,7 @@ own, or a private one that the test puts into the state it needs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from typer.testing import CliRunner
 
 from streamq import JobState, Queue, Worker, current_task
 from streamq.cli import ExitCode, app
-from streamq.connection import connect
+from streamq.connection import connect, server_ms
 from streamq.keys import QueueKeys
 from streamq.scripts import Scripts
 
@@ -384,7 +385,7 @@ def test_a_busy_worker_of_a_rate_limited_queue_survives_a_busy_redis(
         states = _State(r, tmp_path)
         states.url = url
         states.enter("BUSY")
-        time.sleep(1.5)
+        time.sleep(1.5)  # (real time: how long the fault lasts is the scenario)
         states.leave("BUSY")
         # Then the worker goes on and, with a reaper for the entries whose acks Redis
         # refused, the job completes, with no error in the worker's log
@@ -436,7 +437,9 @@ def _survive(state: str, url: str, tmp: Path, queue_name: str) -> None:
                 Queue(queue_name, url).submit([{"n": 0}, {"n": 0}])
         else:
             wait_until(met, 30, f"the worker to meet {state}")
-        time.sleep(1.0)  # several heartbeats and idle rounds in that state
+        # several heartbeats and idle rounds in that state (real time: most of these
+        # states refuse the beats that would show them, so they cannot be counted)
+        time.sleep(1.0)
         assert worker.poll() is None, log.read_text()[-3000:]
         states.leave(state)
         # Then the worker is still there, and serves a job submitted afterwards
@@ -497,7 +500,17 @@ def test_worker_health_follows_its_own_heartbeat(
         assert code == ExitCode.OK, out
         # When its process is stopped (its loop makes no progress) past three beats
         worker.send_signal(signal.SIGSTOP)
-        time.sleep(1.5)
+        # (real time: three of its 0.2 s periods pass since its last beat, by Redis's clock)
+        me = json.loads(id_file.read_text())
+        qk, wid = QueueKeys(queue_name), str(me["worker_id"])
+        assert float(me["heartbeat_s"]) == 0.2
+        rc = connect(redis_url)
+        try:
+            wait_until(lambda: server_ms(rc, qk.workers)
+                       - int(rc.hget(qk.worker(wid), "beat") or 0) > 3 * 200, 30,
+                       "three heartbeat periods since the stopped worker's last beat")
+        finally:
+            rc.close()
         # Then the check fails with UNHEALTHY
         code, out = health(redis_url, id_file)
         assert code == ExitCode.UNHEALTHY, out

@@ -230,7 +230,7 @@ def test_a_failed_slot_range_is_one_line_and_workers_wait_it_out(
         code, out = run_cli("status", "down", "--redis-url", f"redis://{live.addr}/0")
         assert code in (ExitCode.REDIS_UNAVAILABLE, ExitCode.FAILURE), out
         assert len(out.strip().splitlines()) == 1 and "Traceback" not in out, out
-        time.sleep(2)
+        time.sleep(2)  # (real time: the worker lives on a while with the cluster down)
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, TOPOLOGIES, module_args, start_redis, wait_until
+from conftest import ROOT, TOPOLOGIES, module_args, start_redis, subscribers, wait_until
 from redis.cluster import RedisCluster
 
 from streamq import JobState, Queue, Worker, roles
@@ -528,7 +528,14 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)  # (it subscribed)
+        # (it subscribed: the server counts a subscriber on each of the queue's channels)
+        watcher = Queue(queue_name, acl["admin"])
+        channels = [shard.channel for shard in producer.shards]
+        try:
+            wait_until(lambda: sub.poll() is None and min(subscribers(watcher.redis, channels)),
+                       30, "the subscriber to subscribe")
+        finally:
+            watcher.close()
         # When a credential that may publish on the queue's channels forges its completion
         # (no runtime role may: only the admin)
         from streamq.keys import QueueKeys

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Subscriber
+from conftest import Subscriber, wait_until
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from typer.testing import CliRunner
 
@@ -144,13 +145,24 @@ def test_urgent_work_on_any_shard_starts_before_background_work(
     assert background_first <= w.concurrency * w.prefetch, order
 
 
+def blocked_clients(r: Any) -> int:
+    """Clients blocked in a command (BLPOP here), on every node (INFO clients)."""
+    if isinstance(r, RedisCluster):
+        return sum(int(info["blocked_clients"]) for info in
+                   r.info("clients", target_nodes=RedisCluster.ALL_NODES).values())
+    return int(r.info("clients")["blocked_clients"])
+
+
 def test_an_idle_worker_wakes_for_work_on_any_shard(
     r: Any, redis_url: str, topology: str, queue_name: str, workers: StartWorker
 ) -> None:
     # Given a worker idle on every shard, whose idle wait is long (9 s)
     q = Queue(queue_name, redis_url, shards=asked(topology))
     workers(queue_name, lambda p: p, concurrency=2, idle_wait_s=9.0, shards=asked(topology))
-    time.sleep(1.0)
+    # (idle: blocked in BLPOP on the wake lists, each slot on the one shard's, or a
+    # waker thread on each shard's)
+    wait_until(lambda: blocked_clients(r) >= (len(q.shards) if len(q.shards) > 1 else 2),
+               30, "the worker to block in its idle wait")
     # When a job comes to each shard in turn
     for k in range(len(q.shards)):
         jid = job_on(q, k, "wake")
@@ -261,7 +273,7 @@ def test_a_subscriber_started_before_the_first_use_hears_every_shard(
         workers(queue_name, lambda p: p, shards=asked(topology))
         for jid in jobs:
             assert q.wait(jid, timeout=30).state is JobState.SUCCEEDED
-        time.sleep(0.5)
+        sub.wait_heard(set(jobs))
     finally:
         heard = sub.stop()
     # Then it heard the completion of the job on every shard

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import wait_stalled
 from test_shards import asked, expected, job_on, settled
 
 from streamq import JobState, Queue, Worker
@@ -118,7 +119,8 @@ def test_reapers_killed_mid_pass_and_two_at_once_recover_every_shard(
     assert crasher.wait(60) == -signal.SIGKILL
     pending = sum(r.xpending(JobKeys(j).tasks, "workers")["pending"] for j in ids)
     assert pending > 0
-    time.sleep(2.2)  # past the reapers' min idle: the entries are stalled
+    # past the reapers' min idle (2 s): the entries are stalled, idle 2.2 s
+    wait_stalled(r, [JobKeys(j).tasks for j in ids], 2.2)
     # When one reaper is SIGKILLed in the middle of a pass, then two run at once
     first = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert first.wait(60) == -signal.SIGKILL
