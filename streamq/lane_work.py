@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 
+from . import cancels
 from .codec import decode, encode_result
 from .config import GROUP, SLOW_ENTRY_S
 from .connection import is_transient, pipelined
@@ -148,6 +149,7 @@ class LaneWork:
                      ) -> tuple[Any, ...]:
         """XREADGROUP of ``per`` new entries of each of ``lanes``."""
         streams = [qk.lane(p, c) for p, c in lanes]
+        self.w.leases.unseen.reading(qk, streams)  # its entries held unseen: lane_unseen
         return ("XREADGROUP", "GROUP", GROUP, self.w.id, "COUNT", per,
                 "STREAMS", *streams, *(">" for _ in streams))
 
@@ -308,11 +310,16 @@ class LaneWork:
     def _prepare(self, qk: QueueKeys, e: LaneEntry, unacked: dict[str, set[str]]
                  ) -> tuple[str, bytes, bytes, int, Any] | None:
         """(job, type, payload, attempt, decoded payload) of an entry, or None when it
-        was dead-lettered as malformed."""
+        was dead-lettered as malformed or dropped unstarted (its job seen cancelled)."""
         job, kind, raw, attempt = _lane_fields(e.flat)
         try:
             if not job or kind is None or raw is None:
                 raise PayloadError("missing job 'j', type 't' or payload 'p' field")
+            if cancels.seen(job):
+                # dropped by the beat as held unseen (lane_unseen): never started
+                self._requeue(qk, [e])
+                unacked[e.stream].discard(e.eid)
+                return None
             return job, kind, raw, attempt, decode(kind, raw)
         except PayloadError as err:
             log.error("small job %s entry %s is malformed: %s", job or "?", e.eid, err)

@@ -9,7 +9,9 @@ still owns and resets the idle time of every entry a slot read and has not
 settled, or whose result waits for an acknowledgement a later round trip
 carries (``XCLAIM ... JUSTID``), so the reaper never takes work from a live
 worker. It also notes the cancelled jobs among those the slots hold entries
-of or sent reads of lately (:meth:`LeaseKeeper.see_cancels`).
+of or sent reads of lately (:meth:`LeaseKeeper.see_cancels`), and drops the
+entries of cancelled small jobs pending with the worker that no slot saw
+(:mod:`streamq.lane_unseen`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import cancels, config
 from .keys import JobKeys, QueueKeys
+from .lane_unseen import UnseenLaneEntries
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -63,6 +66,8 @@ class LeaseKeeper:
         self.holds = [SlotHold(i) for i in range(worker.slots)]
         #: job id -> monotonic time a slot last sent a read of it (see READ_WATCH_S)
         self.reads: dict[str, float] = {}
+        #: the lane streams the slots read lately, and their entries held unseen
+        self.unseen = UnseenLaneEntries(self)
 
     # -- slot side ----------------------------------------------------------------
 
@@ -151,6 +156,7 @@ class LeaseKeeper:
         stats = w.activity.batch()
         try:
             self.see_cancels()
+            self.unseen.drop_cancelled()
             for qk, held in by_shard.items():
                 first = qk == w.keys
                 lost += w.scripts.heartbeat(

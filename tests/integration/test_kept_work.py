@@ -14,7 +14,9 @@ sub-request.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +27,8 @@ import redis
 from conftest import settled_completions, wait_until
 from proxy import ReplyDropProxy
 
-from streamq import JobState, Queue, Worker
+from streamq import JobState, Queue, Worker, cancels, functions
+from streamq.config import GROUP
 from streamq.errors import NonRetryable
 from streamq.keys import JobKeys
 from streamq.reaper import Reaper
@@ -188,4 +191,107 @@ def test_a_cancel_does_not_wait_for_entries_of_a_read_whose_reply_was_lost(
         assert report.waiting == []
         assert w.fatal is None
     assert runs == Counter(payloads[10:])
+    q.close()
+
+
+def test_a_small_job_cancel_does_not_wait_for_its_entry_of_a_read_whose_reply_was_lost(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a small job whose lane read's reply is lost: its entry is delivered to the
+    # worker, which never sees it (the client's resend reads the next entries), and two
+    # small jobs submitted after it that the worker serves
+    q = Queue(queue_name, redis_url)
+    lost = q.submit(["lost"])
+    rec = json.loads(r.hget(q.lane_shard(lost.id).ljobs, lost.id) or b"{}")
+    stream = q.lane_shard(lost.id).lane(int(rec["priority"]), str(rec["client"]))
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        return p
+
+    proxy.drop_reply_to(stream.encode() + b"\r\n$1\r\n>\r\n")
+    with serving(queue_name, handler, proxy.url) as w:
+        wait_until(lambda: proxy.dropped == 1, 60, "the lane read's reply dropped")
+        served = [q.submit([p]) for p in ("b", "c")]
+        assert [q.wait(job.id, timeout=60).state for job in served] == \
+            [JobState.SUCCEEDED] * 2
+        # When the small job is cancelled while the worker is alive and holds its entry
+        report = q.cancel(lost.id, timeout=10)
+        # Then the cancel completes: the worker never started that entry, and none of it
+        # starts now
+        assert (report.state, report.cancelled, report.held) == ("cancelled", True, 1)
+        assert report.waiting == []
+        assert w.fatal is None
+        assert lost.status().state == JobState.CANCELLED
+    assert runs == Counter(["b", "c"])
+    assert r.xlen(stream) == 0
+    q.close()
+
+
+def test_a_beat_drops_only_untracked_held_entries_of_cancelled_small_jobs(
+    r: redis.Redis, redis_url: str, queue_name: str,
+) -> None:
+    # Given three small jobs of one lane whose entries a worker's consumer was delivered
+    # (one read), of which a slot tracks the first (it may be about to run it), and the
+    # first two cancelled
+    functions.load(r)
+    q = Queue(queue_name, redis_url)
+    jobs = [q.submit([p]).id for p in ("tracked", "unseen", "active")]
+    qk = q.lane_shard(jobs[0])
+    rec = json.loads(r.hget(qk.ljobs, jobs[0]) or b"{}")
+    stream = qk.lane(int(rec["priority"]), str(rec["client"]))
+    w = Worker(queue_name, lambda p: p, redis_url, concurrency=1, heartbeat_s=0.2)
+    got = r.xreadgroup(GROUP, w.id, {stream: ">"}, count=10)
+    ids = [eid.decode() for eid, _ in got[0][1]]
+    w.leases.track(w.leases.holds[0], [(stream, ids[:1])])
+    w.leases.unseen.reading(qk, [stream])
+    for job in jobs[:2]:
+        report = q.cancel(job, wait=False)
+        assert (report.state, report.held) == ("cancelled", 1)
+    # When a beat's pass runs once the entries were idle a beat long
+    time.sleep(0.5)
+    w.leases.unseen.drop_cancelled()
+    # Then only the untracked entry of a cancelled job is gone, its job noted cancelled
+    # (a slot that tracks it from now on never starts it); the tracked one waits for its
+    # slot, the active job's for the reaper
+    pending = [row["message_id"].decode()
+               for row in r.xpending_range(stream, GROUP, "-", "+", 10, consumername=w.id)]
+    assert pending == [ids[0], ids[2]]
+    assert [eid.decode() for eid, _ in r.xrange(stream)] == [ids[0], ids[2]]
+    assert (cancels.seen(jobs[0]), cancels.seen(jobs[1]), cancels.seen(jobs[2])) == \
+        (False, True, False)
+    assert q.status(jobs[2]).state == JobState.ACTIVE
+    w.redis.close()
+    q.close()
+
+
+def test_a_slot_starts_no_entry_of_a_small_job_noted_cancelled(
+    r: redis.Redis, redis_url: str, queue_name: str,
+) -> None:
+    # Given two small jobs of one lane read in one batch, the second cancelled while the
+    # first runs and noted cancelled in the worker's process, as a beat notes a job
+    # before it drops an entry of it that no slot tracked (the slot may track it later)
+    q = Queue(queue_name, redis_url)
+    first, second = q.submit(["first"]), q.submit(["second"])
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        if p == "first":
+            assert q.cancel(second.id, wait=False).held == 1
+            cancels.add([second.id])
+        return p
+
+    # When the worker runs the batch
+    with serving(queue_name, handler, redis_url):
+        assert q.wait(first.id, timeout=60).state == JobState.SUCCEEDED
+        qk = q.lane_shard(second.id)
+        wait_until(lambda: r.xpending(qk.lane(50, "default"), GROUP)["pending"] == 0, 60,
+                   "the second entry settled")
+    # Then the second entry never started: dropped, its job cancelled with nothing done
+    assert runs == Counter(["first"])
+    st = q.status(second.id)
+    assert (st.state, st.done, st.failed) == (JobState.CANCELLED, 0, 0)
+    assert r.xlen(qk.lane(50, "default")) == 0
     q.close()
