@@ -70,6 +70,9 @@ FIRST_TRIAL_S = 2.0
 #: the wait before the next trial after one that changed nothing, seconds: first, most
 PAUSE_S, MAX_PAUSE_S = 2.0, 30.0
 
+#: a thread's :attr:`Governor.running` value between handlers
+_BETWEEN = float("inf")
+
 #: the phases of a trial: measuring the count serving (A), the other count (B), the
 #: first again (A')
 _BASE, _TRIAL, _CHECK = "A", "B", "A'"
@@ -122,7 +125,7 @@ class Governor:
 
     def timed(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``handler``, noting in :attr:`running` when each call started, by thread."""
-        running, clock, me = self.running, self._clock, threading.get_ident
+        running, clock, me, between = self.running, self._clock, threading.get_ident, _BETWEEN
 
         def timed_handler(payload: Any) -> Any:
             thread = me()
@@ -130,7 +133,7 @@ class Governor:
             try:
                 return handler(payload)
             finally:
-                running[thread] = float("inf")
+                running[thread] = between
 
         return timed_handler
 

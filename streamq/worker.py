@@ -188,7 +188,7 @@ class Worker:
         self.tracer = worker_tracer(tracing, self.id)
         if self.tracer is not None:
             self.handler = self.tracer.wrap(handler)
-        if self.governor is not None:  # it adds a slot when every serving one is held
+        if self.governor is not None:  # all slots serve when slow handlers hold those serving
             self.handler = self.governor.timed(self.handler)
         self.stats = _Stats()
         #: what the slots did, for the queue's stats stream (:mod:`streamq.history`)

@@ -210,13 +210,17 @@ def refuse_while_flagged(payload: Any) -> Any:
 
 def span(payload: Any) -> Any:
     """Record the start and the end of each run in Redis's list ``spans:<tag>`` (in
-    the order Redis received them: no clock), sleeping ``payload["sleep"]`` between."""
+    the order Redis received them: no clock), as ``+job:index@pid`` and
+    ``-job:index@pid``, sleeping ``payload["sleep"]`` between (after the key
+    ``payload["gate"]`` exists, when given)."""
     task = current_task()
     assert task is not None
-    r, key = _redis(), f"spans:{payload['tag']}"
-    r.rpush(key, f"+{task.job_id}:{task.index}")
+    r, key, run = _redis(), f"spans:{payload['tag']}", f"{task.job_id}:{task.index}@{os.getpid()}"
+    r.rpush(key, f"+{run}")
+    while payload.get("gate") and not r.exists(payload["gate"]):
+        time.sleep(0.01)
     time.sleep(float(payload["sleep"]))
-    r.rpush(key, f"-{task.job_id}:{task.index}")
+    r.rpush(key, f"-{run}")
     return payload["n"]
 
 

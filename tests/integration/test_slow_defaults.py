@@ -15,9 +15,6 @@ from streamq.keys import QueueKeys
 #: worker processes, and slow sub-requests: as many as their slots together
 WORKERS = 2
 N = WORKERS * config.DEFAULT_WORKER_CONCURRENCY
-#: the slow handler's sleep, seconds: longer than the gap between the two worker
-#: processes' starts on a loaded machine (work submitted first meets one worker first)
-SLEEP_S = 2.0
 
 
 def _peak(events: list[bytes]) -> int:
@@ -45,11 +42,14 @@ def _workers(procs: Any, r: redis.Redis, queue: str) -> None:
 def test_slow_handlers_fill_every_slot_with_the_cli_defaults(
         shape: str, first: str, redis_url: str, queue_name: str, procs: Any,
         r: redis.Redis) -> None:
-    # Given N sub-requests of a slow handler (SLEEP_S), N the slots of two default
-    # workers together: one job of concurrency N, or N one-entry jobs
+    # Given N sub-requests of a 1 s handler, N the slots of two default workers
+    # together: one job of concurrency N, or N one-entry jobs (each run sleeps once
+    # both workers are up: work submitted first may meet one worker alone for a
+    # while, on a loaded machine, as the other process starts)
     q = Queue(queue_name, redis_url)
     tag = f"{shape}/{first}"
-    payloads = [{"sleep": SLEEP_S, "n": i, "tag": tag} for i in range(N)]
+    gate = f"gate:{tag}"
+    payloads = [{"sleep": 1.0, "n": i, "tag": tag, "gate": gate} for i in range(N)]
 
     def submit() -> list[Any]:
         return ([q.submit(payloads, concurrency=N)] if shape == "one job"
@@ -59,10 +59,12 @@ def test_slow_handlers_fill_every_slot_with_the_cli_defaults(
     # the work is submitted (idle, on the wake list) or after it
     if first == "workers first":
         _workers(procs, r, queue_name)
+        r.set(gate, 1)
         jobs = submit()
     else:
         jobs = submit()
         _workers(procs, r, queue_name)
+        r.set(gate, 1)
     for job in jobs:
         assert q.wait(job.id, timeout=60).state is JobState.SUCCEEDED
     # Then every slot ran one at once: the handlers' own start and end records show
