@@ -267,6 +267,27 @@ def test_ack_counts_only_what_it_acknowledged_when_some_were_settled_before(
     assert r.xpending(jk.tasks, "workers")["pending"] == 0
 
 
+def test_an_ack_or_failure_sent_again_after_it_completed_the_job_changes_nothing(
+        r: redis.Redis) -> None:
+    # Given a one-entry job whose ack completed it (the ack deletes the whole stream)
+    s, jk = _open_job(r, "j-gone", 1)
+    s.finalize_job(jk)
+    entries = _read(r, jk, "a", 1)
+    first = s.parse_ack(s.run("ack", *_args(s.ack_call(jk, [(e, i, b"ok") for e, i in entries]))))
+    assert first.acked == 1 and first.job.completed and not r.exists(jk.tasks)
+    # When the same ack, and a failure of the same entry, are sent again (their
+    # replies were lost)
+    again = s.parse_ack(s.run("ack", *_args(s.ack_call(jk, [(e, i, b"ok") for e, i in entries]))))
+    outcome, job = s.parse_fail(s.run("fail", *_args(s.fail_call(
+        jk, entry_id=entries[0][0], index=0, attempts=1, delay_ms=0, error="late",
+        kind=b"s", payload=b"x"))))
+    # Then they acknowledge nothing and complete nothing, and fail on no missing group
+    # (the stream is gone): the job keeps its one result
+    assert (again.acked, again.job.completed) == (0, False)
+    assert outcome == 0
+    assert r.hgetall(jk.results) == {b"0": b"ok"}
+
+
 @pytest.mark.cluster_too
 def test_finish_job_removes_every_token_wherever_it_is(r: redis.Redis, redis_url: str) -> None:
     # Given a job of concurrency 3 whose tokens are one parked, one leased (with an
