@@ -31,7 +31,8 @@ KINDS: dict[str, KeyKind] = {
     **_kinds("job", "SET", "unannounced"),
     **_kinds("shard", "ZSET", "ready leased parked active finished dedupx creating workers "
              "retries owed lanes lactive ldone"),
-    **_kinds("shard", "HASH", "tokens owners kick fair dedup ljobs lresults lerrors lstarts"),
+    **_kinds("shard", "HASH", "tokens owners kick fair dedup ljobs lresults lerrors lstarts "
+             "reaping"),
     **_kinds("shard", "STREAM", "stats events dead"),
     **_kinds("shard", "LIST", "wake"),
     **_kinds("shard", "STRING", "paused reaper-lock"),
@@ -259,8 +260,10 @@ _LIST = [
              _k("retry tasks meta"), (i("most"),), reply="{moved, next due}",
              roles=("worker", "reaper"), flags=("allow-oom",)),
     Contract("reap_leases", "return lapsed leases to ready", _k(
-        "workers leased owners tokens ready wake"), (WAKE_CAP, i("most")),
-             reply="leases returned", roles=_R, flags=("allow-oom",)),
+        "workers leased owners tokens ready wake reaping"),
+             (WAKE_CAP, i("most"), ms("watched gap"), ms("grace")),
+             reply="{leases returned, unwatched ms, dead workers...}", roles=_R,
+             flags=("allow-oom",)),
     Contract("reclaim", "hand stalled entries to others or dead-letter them", _k(
         "tasks meta results errors inflight dlq unannounced"),
              (GROUP_ARG, tok("consumer"), ms("min idle"), Arg("cursor", "entry"),

@@ -196,11 +196,11 @@ class EntryRunner:
                         # a job with a timeout: in the slot's handler thread, given up at
                         # the deadline (HandlerTimeout, a failed attempt)
                         value = (handler(payload) if limit is None
-                                 else w.watchdog.call(handler, payload, limit))
+                                 else w.watchdog.call(handler, payload, limit, started + limit))
                     finally:
                         _current.reset(reset)
                 else:
-                    value = self.call_async(task, payload, limit)
+                    value = self.call_async(task, payload, limit, started)
                 result = encode_result(value)
             except Exception as e:
                 took = clock() - started
@@ -304,10 +304,11 @@ class EntryRunner:
                 continue
             if w.fault_at is not None:
                 w.fault("in_handler")
-            _current.set(task if limit is None else (*task, time.time() + limit))
             started = clock()
+            _current.set(task if limit is None else (*task, time.time() + limit))
             try:
-                value = await guarded(w.handler(payload), limit)
+                value = await guarded(w.handler(payload), limit,
+                                      None if limit is None else started + limit)
                 outcomes.append((True, value, started, clock()))
             except Exception as e:  # noqa: BLE001 - reported as a failed attempt
                 outcomes.append((False, e, started, clock()))
@@ -426,14 +427,18 @@ class EntryRunner:
                 steady(w, "clearing a job's debt", w.scripts.clear_owed, shard, job)
         return reply.completed
 
-    def call_async(self, task: tuple[Any, ...], payload: Any, limit: float | None = None
-                   ) -> Any:
+    def call_async(self, task: tuple[Any, ...], payload: Any, limit: float | None = None,
+                   started: float | None = None) -> Any:
         """Run an ``async def`` handler on the worker's event loop; wait for its result.
         (Sync handlers are called inline in :meth:`run_entries`.) With a ``limit`` the
-        handler is cancelled then (HandlerTimeout); one that ignores its cancellation is
-        given up a little later."""
+        handler is cancelled ``limit`` after ``started`` (time.perf_counter; default now:
+        the deadline its task tells it) with HandlerTimeout; one that ignores its
+        cancellation is given up a little later."""
         assert self.w.loop is not None
-        fut = asyncio.run_coroutine_threadsafe(self._acall(task, payload, limit), self.w.loop)
+        deadline = None if limit is None else (
+            time.perf_counter() if started is None else started) + limit
+        fut = asyncio.run_coroutine_threadsafe(self._acall(task, payload, limit, deadline),
+                                               self.w.loop)
         if limit is None:
             return fut.result()
         # (not fut.result(timeout): a TimeoutError of the handler's own would look the same)
@@ -442,9 +447,10 @@ class EntryRunner:
             raise HandlerTimeout(limit)
         return fut.result()
 
-    async def _acall(self, task: tuple[Any, ...], payload: Any, limit: float | None) -> Any:
+    async def _acall(self, task: tuple[Any, ...], payload: Any, limit: float | None,
+                     deadline: float | None) -> Any:
         _current.set(task)
-        return await guarded(self.w.handler(payload), limit)
+        return await guarded(self.w.handler(payload), limit, deadline)
 
     def ack_many(self, batches: list[Batch],
                  finishes: list[tuple[str, JobReply]] | None = None, *,

@@ -190,6 +190,13 @@ class QueueKeys:
         return self._k("events")
 
     @cached_property
+    def reaping(self) -> str:
+        """HASH of the reapers' watch: ``last`` (ms of the last ``reap_leases``), ``from``
+        and ``to`` (ms: the last gap no reaper watched, when Redis or every reaper was
+        away); deaths and lapses are judged on watched time only."""
+        return self._k("reaping")
+
+    @cached_property
     def reaper_lock(self) -> str:
         """STRING holder id with a TTL: one reaper pass at a time."""
         return self._k("reaper-lock")

@@ -42,7 +42,7 @@ def recover_lanes(reaper: Reaper, report: PassReport) -> None:
         cursor = "0-0"
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
             cursor, readded, dead = scripts.lane_reclaim(
-                qk, lane, ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=reaper.min_idle_ms,
+                qk, lane, ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=reaper.idle_ms,
                 cursor=cursor, count=config.RECLAIM_COUNT, max_deliveries=reaper.max_deliveries)
             report.reclaimed += readded
             report.dead_lettered += dead

@@ -188,11 +188,16 @@ class QueueScripts(ScriptsBase):
         return s(self.run("reserve_dedup", (qk.dedup, qk.dedup_expiry, qk.creating),
                            (dedup_key, job_id)))
 
-    def reap_leases(self, qk: QueueKeys, limit: int = 1000) -> tuple[int, list[str]]:
-        """Return expired leases and dead workers' leases; return (count, dead worker ids)."""
+    def reap_leases(self, qk: QueueKeys, watched_gap_ms: int, grace_ms: int,
+                    limit: int = 1000) -> tuple[int, int, list[str]]:
+        """Return expired leases and dead workers' leases, judged on the time the reapers
+        watched (a gap between two calls longer than ``watched_gap_ms`` was unwatched: its
+        deadlines are spared for ``grace_ms`` after it); return (count, the unwatched
+        gap's ms while its grace runs or 0, dead worker ids)."""
         r = self.run("reap_leases", (qk.workers, qk.leased, qk.owners, qk.tokens, qk.ready,
-                                     qk.wake), (WAKE_CAP, limit))
-        return int(r[0]), [s(w) for w in r[1:]]
+                                     qk.wake, qk.reaping),
+                     (WAKE_CAP, limit, watched_gap_ms, grace_ms))
+        return int(r[0]), int(r[1]), [s(w) for w in r[2:]]
 
     def forget_job(self, qk: QueueKeys, job_id: str) -> int:
         """Remove an orphan (registered job whose keys are gone) and its tokens."""

@@ -79,6 +79,7 @@ class Reaper:
         max_deliveries: int = 0,
         retention_s: float = config.DEFAULT_RETENTION_S,
         intent_grace_s: float = config.DEFAULT_INTENT_GRACE_S,
+        interval_s: float = config.DEFAULT_REAPER_INTERVAL_S,
         lock_ttl_s: float = 60.0,
         exclusive: bool = True,
         metrics_port: int | None = None,
@@ -89,6 +90,13 @@ class Reaper:
         self.scripts = self.q.scripts
         self.keys = self.q.keys
         self.min_idle_ms = int(min_idle_s * 1000)
+        #: the idle time past which this shard pass reclaims an entry: min_idle, plus the
+        #: last gap no reaper watched (Redis away) while its grace runs
+        self.idle_ms = self.min_idle_ms
+        #: the longest time between two passes (of any reaper) that counts as watched: a
+        #: longer one means Redis (or every reaper) was away, and deadlines that fell in
+        #: it are spared for min_idle after it (``reap_leases``)
+        self.watched_gap_ms = max(1, int(interval_s * 1500))
         self.max_deliveries = max_deliveries
         self.intent_grace_ms = int(intent_grace_s * 1000)
         self.lock_ttl_ms = int(lock_ttl_s * 1000)
@@ -137,7 +145,9 @@ class Reaper:
         if self.exclusive and not self._lock():
             return False
         try:
-            returned, dead = self.scripts.reap_leases(self.keys)
+            returned, unwatched, dead = self.scripts.reap_leases(
+                self.keys, self.watched_gap_ms, self.min_idle_ms)
+            self.idle_ms = self.min_idle_ms + unwatched
             report.leases_returned += returned
             report.dead_workers = sorted({*report.dead_workers, *dead})
             self.recover_intents(report)
@@ -260,7 +270,7 @@ class Reaper:
         cursor, dead, completed = "0-0", 0, False
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
             cursor, readded, d, job_reply = self.scripts.reclaim(
-                jk, consumer=REAPER_CONSUMER, min_idle_ms=self.min_idle_ms, cursor=cursor,
+                jk, consumer=REAPER_CONSUMER, min_idle_ms=self.idle_ms, cursor=cursor,
                 count=config.RECLAIM_COUNT, max_deliveries=self.max_deliveries)
             report.reclaimed += readded
             dead += d

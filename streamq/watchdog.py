@@ -117,13 +117,15 @@ class Timeouts:
 class _Box:
     """One call handed to a handler thread, and its outcome."""
 
-    __slots__ = ("args", "done", "error", "value")
+    __slots__ = ("args", "done", "ended", "error", "value")
 
     def __init__(self, args: tuple[contextvars.Context, Callable[[Any], Any], Any]) -> None:
         self.args = args
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        #: when the call returned or raised (time.perf_counter)
+        self.ended = 0.0
 
 
 def _serve(inbox: queue.SimpleQueue[_Box | None]) -> None:
@@ -134,6 +136,7 @@ def _serve(inbox: queue.SimpleQueue[_Box | None]) -> None:
             box.value = ctx.run(fn, arg)
         except BaseException as e:  # noqa: BLE001 - handed to the waiting slot
             box.error = e
+        box.ended = time.perf_counter()
         box.done.set()
 
 
@@ -147,11 +150,17 @@ class Watchdog:
         #: threads given up at a deadline (their handler still running, or finished late)
         self.abandoned: list[threading.Thread] = []
 
-    def call(self, fn: Callable[[Any], Any], arg: Any, limit_s: float) -> Any:
+    def call(self, fn: Callable[[Any], Any], arg: Any, limit_s: float,
+             deadline: float | None = None) -> Any:
         """``fn(arg)`` in the calling slot's handler thread, with the caller's context
         variables; its value, or its exception raised here. HandlerTimeout when it did
-        not return within ``limit_s``: the thread is given up (it stops once the call
-        returns, its outcome unread) and the slot's next call gets a fresh one."""
+        not return by ``deadline`` (``time.perf_counter``; default ``limit_s`` from now:
+        the run's deadline as its task tells the handler, however late the slot gets to
+        wait): a call still running is given up (its thread stops once the call returns,
+        its outcome unread) and the slot's next call gets a fresh thread; one that
+        returned after the deadline is a timeout too, its outcome unread."""
+        if deadline is None:
+            deadline = time.perf_counter() + limit_s
         local = self._local
         inbox: queue.SimpleQueue[_Box | None] | None = getattr(local, "inbox", None)
         if inbox is None:
@@ -162,7 +171,10 @@ class Watchdog:
             local.thread.start()
         box = _Box((contextvars.copy_context(), fn, arg))
         inbox.put(box)
-        if not box.done.wait(limit_s):
+        if box.done.wait(max(0.0, deadline - time.perf_counter())):
+            if box.ended > deadline:
+                raise HandlerTimeout(limit_s)  # returned late: the thread is free again
+        else:
             inbox.put(None)  # the thread ends when the late call returns
             with self._lock:
                 self.abandoned = [t for t in self.abandoned if t.is_alive()]
@@ -190,26 +202,42 @@ class Watchdog:
 CANCEL_GRACE_S = 1.0
 
 
-async def guarded(coro: Awaitable[Any], limit_s: float | None) -> Any:
-    """Await an ``async def`` handler's coroutine, bounded by its timeout ``limit_s``:
-    cancelled at the deadline and HandlerTimeout raised; one that swallows its
-    cancellation and returns later still fails with HandlerTimeout (what it returned
-    after its deadline is not kept), and one that goes on running is given up
-    ``CANCEL_GRACE_S`` later. A TimeoutError of the handler's own is its own failure."""
+async def guarded(coro: Awaitable[Any], limit_s: float | None,
+                  deadline: float | None = None) -> Any:
+    """Await an ``async def`` handler's coroutine, bounded by its timeout ``limit_s``,
+    which ends at ``deadline`` (``time.perf_counter``; default ``limit_s`` from now: the
+    deadline its task tells the handler): cancelled at the deadline and HandlerTimeout
+    raised; one that swallows its cancellation and returns later still fails with
+    HandlerTimeout, and so does one that ended after its deadline though the loop saw
+    it done first (a loop held up past the deadline): what a handler returned after its
+    deadline is never kept. One that goes on running is given up ``CANCEL_GRACE_S``
+    after its deadline. A TimeoutError of the handler's own is its own failure."""
     if limit_s is None:
         return await coro
-    task = asyncio.ensure_future(coro)
+    if deadline is None:
+        deadline = time.perf_counter() + limit_s
+    ended: list[float] = []
+    task = asyncio.ensure_future(_timed(coro, ended))
     try:
-        done, _ = await asyncio.wait({task}, timeout=limit_s)
-        if done:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.perf_counter()))
+        if done and ended and ended[0] <= deadline:
             return task.result()
-        task.cancel()
-        await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
     except asyncio.CancelledError:
         task.cancel()
         raise
     task.add_done_callback(_forget)
     raise HandlerTimeout(limit_s)
+
+
+async def _timed(coro: Awaitable[Any], ended: list[float]) -> Any:
+    """``coro``'s outcome, noting in ``ended`` when it came (time.perf_counter)."""
+    try:
+        return await coro
+    finally:
+        ended.append(time.perf_counter())
 
 
 def _forget(task: asyncio.Future[Any]) -> None:

@@ -95,6 +95,17 @@ class ReplyDropProxy:
                     return True
         return False
 
+    def armed(self, marker: bytes) -> bool:
+        """Whether a :meth:`drop_reply_to` of ``marker`` still waits for its request."""
+        with self._lock:
+            return marker in self._markers
+
+    def disarm(self, marker: bytes) -> None:
+        """Forget a :meth:`drop_reply_to` of ``marker`` that is still waiting."""
+        with self._lock:
+            if marker in self._markers:
+                self._markers.remove(marker)
+
     def pending_drops(self) -> int:
         with self._lock:
             return self._to_drop + len(self._markers)

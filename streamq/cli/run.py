@@ -180,7 +180,8 @@ def reaper(
     # Redis unreachable, or a cluster not serving yet: wait, then connect as it says
     client = connect_when_ready(redis_url, logging.getLogger("streamq.reaper"),
                                 max_wait_s=redis_wait)
-    r = Reaper(queue, client=client, min_idle_s=min_idle, max_deliveries=max_deliveries,
+    r = Reaper(queue, client=client, min_idle_s=min_idle, interval_s=interval,
+               max_deliveries=max_deliveries,
                retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
                intent_grace_s=intent_grace,
                metrics_port=metrics_port, metrics_addr=metrics_addr)

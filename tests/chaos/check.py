@@ -19,7 +19,15 @@ jobs of the lane) and every job a producer confirmed:
 - each dead letter announced in the queue's ``dead`` stream exactly once (none
   when it was replayed into another job);
 - no key of the job without a TTL; no token of it left in the queue slot;
-- a dedup key made one job.
+- a dedup key made one job;
+- no job ever ran more handlers at once than its concurrency in force, by the
+  handlers' own start and end records, outside the design's exceptions
+  (``cap exceeded``: overlap.py);
+- a run that went on past its job's timeout never had its late value stored
+  (``late results stored``);
+- a cancel resent after its lost reply reports what the first call did: the job
+  ends cancelled exactly when it says it cancelled it, in the state it reports
+  (``cancel misreported``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from streamq.keys import JobKeys, QueueKeys, owner_worker, token_job
 
 from .handler import expected
 from .load import Ledger, Subscriber
+from .overlap import Caps, Liveness, check_caps, read_records
 
 TERMINAL = {"succeeded", "partial", "failed", "aborted", "cancelled"}
 #: states in which a sub-request may end with neither a result nor a dead letter
@@ -51,12 +60,14 @@ class Runs:
     starts: int = 0
     ok: int = 0
     raised: int = 0
+    late: int = 0  # returned past the job's timeout (the worker had given them up)
     by_attempt: Counter[int] = field(default_factory=Counter)  # starts per attempt number
 
     def describe(self) -> str:
         per = ", ".join(f"attempt {a}: {n}" for a, n in sorted(self.by_attempt.items()))
         return (f"starts by attempt ({per}); {self.raised} raised, {self.ok} returned, "
-                f"{self.starts - self.ok - self.raised} cut short by a process death")
+                f"{self.late} returned late, "
+                f"{self.starts - self.ok - self.raised - self.late} cut short by a process death")
 
 
 def read_runs(workdir: Path) -> dict[tuple[str, int], Runs]:
@@ -77,6 +88,8 @@ def read_runs(workdir: Path) -> dict[tuple[str, int], Runs]:
                 r.ok += 1
             elif parts[0] == "F":
                 r.raised += 1
+            elif parts[0] == "L":
+                r.late += 1
     return runs
 
 
@@ -85,11 +98,25 @@ class Findings:
     counts: Counter[str] = field(default_factory=Counter)
     violations: Counter[str] = field(default_factory=Counter)
     details: list[str] = field(default_factory=list)
+    #: each job's concurrency over time (overlap.Caps spans), kept for findings.json
+    caps: dict[str, Any] = field(default_factory=dict)
 
     def bad(self, kind: str, detail: str, n: int = 1) -> None:
         self.violations[kind] += n
         if len(self.details) < 400:
             self.details.append(f"{kind}: {detail}")
+
+
+def late_value(value: Any) -> bool:
+    """Whether a stored result is what a run returned past its timeout (handler.late)."""
+    return isinstance(value, dict) and bool(value.get("late"))
+
+
+def cancel_misreported(cancelled: bool, said: str, ended: str) -> bool:
+    """Whether a cancel's report (``cancelled``, state ``said``) contradicts how its job
+    ``ended``: the one cancel sent to the job cancelled it exactly when the job ended
+    cancelled, and the state it reports is the job's last."""
+    return cancelled != (ended == "cancelled") or said != ended
 
 
 def _s(v: Any) -> str:
@@ -177,7 +204,11 @@ def _stuck_detail(r: redis.Redis, qk: QueueKeys, jid: str, meta: dict[str, str])
 
 
 def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subscriber,
-          workdir: Path) -> Findings:
+          workdir: Path, deaths: dict[int, list[int]] | None = None,
+          outages: list[tuple[int, int]] | None = None,
+          lifetime_ns: int = 900_000_000) -> Findings:
+    """Every invariant; ``deaths`` (pid -> ns of deaths), ``outages`` (Redis away for everyone,
+    ns) and ``lifetime_ns`` (a worker's registration) for the concurrency check."""
     f = Findings()
     shards = [QueueKeys(queue, t) for t in tags]
     metas = job_ids_in_redis(r, queue, tags)
@@ -240,6 +271,12 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
                                    f"{len(results)} results, {len(errors)} dead letters")
         if state == "cancelled" and (rec is None or not rec.cancel_sent):
             f.bad("unexpected cancels", f"job {jid} ended cancelled; no cancel was sent")
+        if rec is not None and rec.cancel_report is not None:
+            stage, cancelled, said = rec.cancel_report
+            if cancel_misreported(cancelled, said, state):
+                f.bad("cancel misreported", f"job {jid} ({stage}, resent after a lost reply) "
+                                            f"reported cancelled={cancelled} state {said}; "
+                                            f"it ended {state}")
         if state not in STOPPED and done + failed != total:
             f.bad("double counts", f"job {jid}: done {done} + failed {failed} != total {total}")
         if rec is not None:
@@ -251,6 +288,11 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
                 f.bad("double counts", f"{rec.kind} job {jid}: total {total}, the producer "
                                        f"added {len(rec.payloads)}; sub-requests stored twice "
                                        f"under two indexes: {twice}")
+            for i, got in list(decoded.items()):
+                if late_value(got):
+                    f.bad("late results stored", f"job {jid} sub-request {i}: {got!r}, "
+                                                 "returned after its timeout")
+                    del decoded[i]
             for i, got in decoded.items():
                 # by index when the totals agree, else by the payload's uid
                 p = rec.payloads[i] if total == len(rec.payloads) and i < len(rec.payloads) \
@@ -358,7 +400,34 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         if len(made) != 1:
             f.bad("dedup made two jobs", f"key {key}: jobs {sorted(made)}")
     f.counts["dedup keys"] = len(ledger.dedup_ids)
+    check_concurrency(f, metas, ledger, workdir, deaths or {}, outages or [], lifetime_ns)
     return f
+
+
+def check_concurrency(f: Findings, metas: dict[str, dict[str, str]], ledger: Ledger,
+                      workdir: Path, deaths: dict[int, list[int]],
+                      outages: list[tuple[int, int]],
+                      lifetime_ns: int) -> None:
+    """Invariant 5 on the handlers' records (overlap.py): ``cap exceeded``."""
+    rec = read_records(workdir, deaths)
+    caps: dict[str, Caps] = {}
+    totals: dict[str, int] = {}
+    for jid, meta in metas.items():
+        job = ledger.jobs.get(jid)
+        first = (job.concurrency if job is not None and job.concurrency
+                 else int(meta.get("concurrency") or 1))
+        caps[jid] = c = Caps(first)
+        for to, sent, returned in (job.caps if job is not None else []):
+            c.change(to, sent, returned)
+        totals[jid] = int(meta.get("total") or 0) or 1 << 30
+    f.caps = {j: c.spans for j, c in caps.items()}
+    alive = Liveness(rec.beats, lifetime_ns, outages)
+    f.counts["timed runs"] = len(rec.runs)
+    excused: Counter[str] = Counter()
+    for line in check_caps(rec.runs, caps, totals, alive, excused):
+        f.bad("cap exceeded", line)
+    for why, n in excused.items():
+        f.counts[f"overlaps excused: {why}"] = n
 
 
 def summarize_unexpected(detail: str, tail: str) -> str:
@@ -370,4 +439,5 @@ def summarize_unexpected(detail: str, tail: str) -> str:
 def dump(path: Path, findings: Findings, extra: dict[str, Any]) -> None:
     """Write every finding (not only the first screen) as JSON for later reading."""
     path.write_text(json.dumps({"counts": findings.counts, "violations": findings.violations,
-                                "details": findings.details, **extra}, indent=1, default=str))
+                                "details": findings.details, **extra, "caps": findings.caps},
+                               indent=1, default=str))

@@ -23,6 +23,7 @@ from streamq.errors import StreamqError
 from tests.proxy import ReplyDropProxy
 
 from .fleet import Fleet, RedisServer
+from .handler import now_ns
 
 #: occurrences per minute of each scheduled fault kind
 RATES = {
@@ -79,6 +80,8 @@ class Faults:
     clients_killed: int = 0
     #: (epoch seconds at the start, at the end, kind): to date findings against
     timeline: list[tuple[float, float, str]] = field(default_factory=list)
+    #: spells when Redis answered no one (restarts, BUSY scripts), CLOCK_MONOTONIC ns
+    outages: list[tuple[int, int]] = field(default_factory=list)
 
     def fire(self, kind: str) -> None:
         start = time.time()
@@ -97,7 +100,11 @@ class Faults:
         self.fleet.kill_random("reaper")
 
     def redis_restart(self) -> None:
-        self.server.restart(self.rng)
+        t0 = now_ns()
+        try:
+            self.server.restart(self.rng)
+        finally:
+            self.outages.append((t0, now_ns()))
         self.fleet.redis_port = self.server.port
 
     def client_kill(self) -> None:
@@ -143,6 +150,7 @@ class Faults:
                 done.set()
 
         t = threading.Thread(target=hold, name="chaos-busy", daemon=True)
+        t0 = now_ns()
         t.start()
         # sometimes the script runs out its time, sometimes it is killed
         if not done.wait(ms / 1000 * self.rng.uniform(0.6, 1.3)):
@@ -154,6 +162,7 @@ class Faults:
             finally:
                 c.close()
         done.wait(5)
+        self.outages.append((t0, now_ns()))
         busy_client.close()
 
     def pause(self) -> None:

@@ -21,9 +21,14 @@ import redis
 
 from tests.conftest import ROOT, module_args, start_redis
 
+from .handler import now_ns
+
 #: worker fault points (worker._fault) and the reaper's (reaper.py)
 WORKER_FAULTS = ("after_claim", "after_read", "in_handler", "after_ack")
 REAPER_FAULT = "reaper_mid_pass"
+#: the workers' heartbeat period and lease: a worker whose beats stop for three
+#: periods is presumed dead (its registration lapses) and its tokens go back
+HEARTBEAT_S, LEASE_MS = 0.3, 3000
 
 
 class RedisServer:
@@ -104,6 +109,7 @@ class Proc:
     skew: float = 0.0
     proxied: bool = False
     killed: bool = False  # SIGKILLed by the harness
+    dead_noted: bool = False  # its death is in Fleet.deaths
 
     @property
     def alive(self) -> bool:
@@ -138,10 +144,17 @@ class Fleet:
     unexpected: list[tuple[Proc, int]] = field(default_factory=list)
     #: (epoch seconds, event): kills, deaths and starts, to date findings against
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    #: pid -> when processes of that pid died (CLOCK_MONOTONIC ns, the handlers' clock):
+    #: at the kill, or when supervise saw it gone (a fault point's own SIGKILL), later
+    deaths: dict[int, list[int]] = field(default_factory=dict)
     skewed: int = 0
     proxied: int = 0
     #: workers started without --concurrency (slots moved by their governor)
     governed: int = 0
+    #: workers started with the async def handler
+    asynchronous: int = 0
+    #: the workers' lease (--sabotage lease: 100 ms, shorter than a heartbeat period)
+    lease_ms: int = LEASE_MS
     _next_fault: int = 0
     _reaper_faults: int = 0
 
@@ -188,14 +201,18 @@ class Fleet:
             if self.rng.random() < 0.4 and "proxy" in self.kinds:
                 proxied = True
                 self.proxied += 1
-        # half the workers are given no --concurrency: their governor moves how many
-        # slots serve (streamq.governor) while faults strike
-        governed = self.rng.random() < 0.5
+        # slot w1's workers and a third of the others run the async def handler (two
+        # slots, two tokens in flight); half the sync ones are given no --concurrency:
+        # their governor moves how many slots serve (streamq.governor) while faults strike
+        asynchronous = slot == "w1" or self.rng.random() < 1 / 3
+        governed = not asynchronous and self.rng.random() < 0.5
         self.governed += governed
-        args = ["--handler", "tests.chaos.handler:run",
+        self.asynchronous += asynchronous
+        handler = "run_async" if asynchronous else "run"
+        args = ["--handler", f"tests.chaos.handler:{handler}",
                 *([] if governed else ["--concurrency", "2"]), "--batch", "4",
-                "--heartbeat", "0.3", "--lease-ms", "3000", "--retry-base", "0.2",
-                "--stop-retry", "2", "--log-level", "WARNING"]
+                "--heartbeat", str(HEARTBEAT_S), "--lease-ms", str(self.lease_ms),
+                "--retry-base", "0.2", "--stop-retry", "2", "--log-level", "WARNING"]
         return self._spawn(slot, "worker", args, fault=fault, skew=skew, proxied=proxied)
 
     def spawn_reaper(self, slot: str) -> Proc:
@@ -221,11 +238,21 @@ class Fleet:
         if not live:
             return None
         p = self.rng.choice(live)
-        p.killed = True
-        os.kill(p.popen.pid, signal.SIGKILL)
-        p.popen.wait(10)
+        self._kill(p)
         self.kills[kind] += 1
         return p
+
+    def _kill(self, p: Proc) -> None:
+        p.killed = True
+        os.kill(p.popen.pid, signal.SIGKILL)
+        self.died(p)
+        p.popen.wait(10)
+
+    def died(self, p: Proc) -> None:
+        """Note when ``p`` died (once: at its kill, or when first seen gone)."""
+        if not p.dead_noted:
+            p.dead_noted = True
+            self.deaths.setdefault(p.popen.pid, []).append(now_ns())
 
     def supervise(self) -> None:
         """Replace every process that ended; note the ones that ended unexpectedly."""
@@ -233,6 +260,7 @@ class Fleet:
             code = p.popen.poll()
             if code is None:
                 continue
+            self.died(p)
             self.timeline.append((time.time(), f"ended {p.name} pid {p.popen.pid} code {code}"
                                                f"{' (killed)' if p.killed else ''}"))
             if p.killed:
@@ -252,9 +280,7 @@ class Fleet:
         self.faulty = False
         for p in list(self.slots.values()):
             if p.fault and p.alive:
-                p.killed = True
-                os.kill(p.popen.pid, signal.SIGKILL)
-                p.popen.wait(10)
+                self._kill(p)
         self.supervise()
 
     def dead(self) -> list[tuple[Proc, int]]:
@@ -267,6 +293,7 @@ class Fleet:
             if p.popen.poll() is None:
                 try:
                     os.kill(p.popen.pid, signal.SIGKILL)
+                    self.died(p)
                 except ProcessLookupError:
                     pass
         for p in self.all:

@@ -1,5 +1,11 @@
 """``python -m tests.chaos [--duration S] [--seed N] [--workers N]``: run the fault suite.
 
+``--sabotage lease|timeout|cancel`` breaks one thing on purpose (workers whose leases
+lapse between their beats, workers that keep values returned past a timeout, a
+resent cancel without its token) to show that the check meant to catch it fires:
+such a run must FAIL with ``cap exceeded``, ``late results stored`` or ``cancel
+misreported``.
+
 Phases: faults and load for ``--duration`` seconds (the producers stop at 85 %
 of it, the faults go on to the end); then calm (no more faults, processes with a
 fault point replaced) and settle until every job is terminal and nothing is
@@ -33,7 +39,7 @@ from tests.proxy import ReplyDropProxy
 
 from .check import TERMINAL, Findings, check, dump, job_ids_in_redis, summarize_unexpected
 from .faults import RATES, START_KINDS, Faults, plan
-from .fleet import Fleet, RedisServer
+from .fleet import HEARTBEAT_S, LEASE_MS, Fleet, RedisServer
 from .load import Ledger, Producer, Subscriber, replay_dead
 
 #: violation kinds, in the order the report lists them
@@ -42,7 +48,8 @@ VIOLATIONS = ("losses", "double counts", "premature completions", "missing compl
               "keys without TTL", "stuck jobs", "tokens left", "lost jobs",
               "result and dead letter", "wrong results", "dedup made two jobs",
               "dead letters unannounced", "dead letters twice", "processes died",
-              "producer gave up", "producer crashed")
+              "producer gave up", "producer crashed", "cap exceeded", "late results stored",
+              "cancel misreported")
 
 
 #: a settling fleet that finishes nothing for this long has stuck jobs (min_idle is 2 s,
@@ -67,6 +74,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="load streamq's Redis module (make module): every function call is "
                          "SQ.FCALL")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
+    ap.add_argument("--sabotage", choices=("lease", "timeout", "cancel"), default=None,
+                    help="break one thing on purpose, to show a check fires (the run must "
+                         "FAIL): lease: workers' leases (0.1 s) lapse between their beats, "
+                         "so their tokens go to other slots while they run (cap exceeded); "
+                         "timeout: values returned past a timeout are kept (late results "
+                         "stored); cancel: a resent cancel draws a new token (cancel "
+                         "misreported)")
     ap.add_argument("--calm", action="store_true",
                     help="no faults at all: the same load and checks, to tell a fault's "
                          "effect from the harness's")
@@ -115,6 +129,8 @@ class Run:
         # stored as the queue's configuration, and in every process's environment: a
         # restart that lost the stored count would have it stored again the same
         os.environ["STREAMQ_SHARDS"] = str(self.args.shards)
+        if self.args.sabotage:
+            os.environ["CHAOS_SABOTAGE"] = self.args.sabotage
         q = Queue(self.queue, server.url, shards=self.args.shards)
         self.tags = [qk.tag for qk in q.shards]
         q.close()
@@ -128,7 +144,8 @@ class Run:
         self.fleet = Fleet(self.queue, self.workdir, server.port, wp.port,
                            random.Random(self.rng.random()), self.args.workers,
                            self.args.reapers, faulty=not self.args.calm,
-                           kinds=self.args.kinds)
+                           kinds=self.args.kinds,
+                           lease_ms=100 if self.args.sabotage == "lease" else LEASE_MS)
         self.fleet.start()
         now = time.monotonic()
         load_end = now + 0.85 * self.args.duration
@@ -136,7 +153,9 @@ class Run:
         for i, url in enumerate((server.url, pp.url)):
             self.producers.append(Producer(f"p{i}", url, self.queue, self.ledger,
                                            random.Random(self.rng.random()), load_end,
-                                           give_up, big=i == 0))
+                                           give_up, big=i == 0, proxy=pp,
+                                           workdir=str(self.workdir),
+                                           sabotage=self.args.sabotage == "cancel"))
         for p in self.producers:
             p.start()
         return Faults(server, self.fleet, self.proxies, random.Random(self.rng.random()))
@@ -209,7 +228,8 @@ class Run:
     def report(self, f: Findings, faults: Faults, took: float, settled: bool) -> list[str]:
         assert self.fleet is not None and self.server is not None
         fl, c, v = self.fleet, f.counts, f.violations
-        kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay", "cancel")
+        kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay", "cancel",
+                 "reprioritize", "timeout")
         jobs = ", ".join(f"{k} {c[f'jobs {k}']}" for k in kinds)
         drops = [p.dropped for p in self.proxies]
         restarts = self.server.restarts
@@ -219,7 +239,8 @@ class Run:
             f"{fl.n_workers} workers, {fl.n_reapers} reapers, queue {self.queue}"
             + (f" ({len(self.tags)} shards)" if len(self.tags) > 1 else "")
             + ("" if self.args.calm or self.args.kinds >= {*RATES, *START_KINDS} else
-               f"; only {','.join(sorted(self.args.kinds))}"),
+               f"; only {','.join(sorted(self.args.kinds))}")
+            + (f"; SABOTAGED ({self.args.sabotage})" if self.args.sabotage else ""),
             f"jobs        {c['jobs']} ({jobs}, unknown {c['unknown jobs']}); "
             f"sub-requests {c['sub-requests']}"
             + (f"; per shard {'/'.join(str(c[f'jobs on {t}']) for t in self.tags)}"
@@ -237,8 +258,9 @@ class Run:
             f"queue pauses {faults.counts['pause']}",
             f"network     dropped replies {sum(drops)} (workers {drops[0]}, producers "
             f"{drops[1]}); proxied workers {fl.proxied}, skewed clocks {fl.skewed}, "
-            f"governed workers {fl.governed}, "
+            f"governed workers {fl.governed}, async workers {fl.asynchronous}, "
             f"processes started {len(fl.all)}",
+            f"steering    {_fmt(self.ledger.steering)}",
             f"runs        handler runs {c['handler runs']}, cut short {c['runs cut short']}, "
             f"duplicates run {c['duplicates run']}, publications missed while resubscribing "
             f"{c['publications missed while resubscribing']}",
@@ -249,11 +271,17 @@ class Run:
             f"{v['keys without TTL']}, stuck jobs {v['stuck jobs']}, tokens left "
             f"{v['tokens left']}, processes died {v['processes died']}, still alive "
             f"{sum(p.alive for p in fl.slots.values())}/{len(fl.slots)}",
+            f"            cap exceeded {v['cap exceeded']} ({c['timed runs']} timed runs; not "
+            f"counted: {c['overlaps excused: process presumed dead']} of processes presumed "
+            f"dead, {c['overlaps excused: past its timeout']} past their timeout), "
+            f"late results stored {v['late results stored']}, cancel misreported "
+            f"{v['cancel misreported']}",
         ]
         others = {k: n for k, n in v.items() if k not in (
             "losses", "double counts", "premature completions", "missing completions",
             "double completions", "past max_deliveries", "keys without TTL", "stuck jobs",
-            "tokens left", "processes died")}
+            "tokens left", "processes died", "cap exceeded", "late results stored",
+            "cancel misreported")}
         if others:
             lines.append(f"            also: {_fmt(others)}")
         if self.args.module:
@@ -282,7 +310,9 @@ class Run:
         assert self.fleet is not None and self.server is not None and self.sub is not None
         r = self.server.client()
         try:
-            f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir)
+            f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir,
+                      deaths=self.fleet.deaths, outages=faults.outages,
+                      lifetime_ns=int(3 * HEARTBEAT_S * 1e9))
             if self.args.module:  # (the default user may not FCALL: fleet.RedisServer)
                 stats = r.info("commandstats")
                 via = int(stats.get("cmdstat_sq.fcall", {}).get("calls", 0))
@@ -304,7 +334,9 @@ class Run:
         dump(self.workdir / "findings.json", f, {
             "seed": self.seed, "report": lines, "producer errors": self.ledger.errors,
             "notes": self.notes, "faults": faults.timeline, "kills": self.fleet.timeline,
-            "subscriber gaps": self.sub.gaps})
+            "subscriber gaps": self.sub.gaps, "deaths (monotonic ns)": self.fleet.deaths,
+            "outages (monotonic ns)": faults.outages,
+            "pids": {p.popen.pid: p.name for p in self.fleet.all}})
         self.out("\n".join(lines))
         return 1 if f.violations else 0
 

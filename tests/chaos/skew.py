@@ -3,7 +3,8 @@
 ``python -m tests.chaos.skew -3.5 worker QUEUE ...`` runs ``streamq worker QUEUE
 ...`` with ``time.time`` and ``time.time_ns`` 3.5 s behind, as a host whose clock
 drifted would. Monotonic clocks are left alone (they do not drift across hosts
-in a way a process can see). Test-only: nothing in streamq knows about it.
+in a way a process can see): the handlers' records time runs with CLOCK_MONOTONIC,
+one clock for every process of the machine. Test-only: nothing in streamq knows about it.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -163,3 +164,56 @@ def test_trim_forgets_by_redis_clock_and_is_bounded(r: redis.Redis, redis_url: s
     assert set(r.zrange(qk.dedup_expiry, 0, -1)) == {b"held", b"later"}
     assert r.zrange(qk.finished, 0, -1) == [b"f-later"]
     assert [f[b"job"] for _, f in r.xrange(qk.events)] == [b"new"]
+
+
+def _holder(q: Queue, job_id: str, lifetime_ms: int) -> tuple[QueueKeys, str]:
+    """Worker A's slot 0 claims the job's only token, and A beats (registration alive
+    for ``lifetime_ms``, lease 30 s)."""
+    qk = q.job_shard(job_id)
+    claimed = q.scripts.settle(qk, "worker-a", 0, 1, 30_000, 1).claimed
+    token = f"{job_id}#0"
+    assert [t for t, _ in claimed] == [token]
+    assert q.scripts.heartbeat(qk, "worker-a", heartbeat_ttl_ms=lifetime_ms, lease_ms=30_000,
+                               info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
+    return qk, token
+
+
+def test_a_worker_silent_only_while_no_reaper_could_pass_keeps_its_tokens(
+        r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    # Given worker A holding the only token of a job of concurrency 1 (its lease runs
+    # 30 s, its registration 0.3 s), and a reaper pass that saw it alive
+    q = Queue(queue_name, redis_url)
+    job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
+    qk, token = _holder(q, job.id, 300)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
+    reaper.run_once()
+    # When Redis answers no one for 1 s (a restart, a long script): A cannot beat and no
+    # reaper can pass
+    time.sleep(1.0)
+    # Then the first pass after it does not presume A dead: nothing says A stalled, and
+    # its lease has 29 s to run; another slot claims nothing (it would run a second
+    # sub-request of the job while A runs one)
+    assert reaper.run_once().dead_workers == []
+    assert q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed == []
+    # And A's next beat finds its token still its own
+    assert q.scripts.heartbeat(qk, "worker-a", heartbeat_ttl_ms=300, lease_ms=30_000,
+                               info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
+
+
+def test_a_worker_silent_while_the_reapers_pass_is_presumed_dead(
+        r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    # Given worker A holding the only token of a job, and reapers passing every 0.1 s
+    q = Queue(queue_name, redis_url)
+    job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
+    qk, token = _holder(q, job.id, 300)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
+    # When A stays silent past its registration while the passes go on
+    dead: list[str] = []
+    deadline = time.monotonic() + 5
+    while not dead and time.monotonic() < deadline:
+        dead = reaper.run_once().dead_workers
+        time.sleep(0.1)
+    # Then it is presumed dead (the lease-expiry window of invariant 5) and its token
+    # goes to another slot
+    assert dead == ["worker-a"]
+    assert [t for t, _ in q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed] == [token]

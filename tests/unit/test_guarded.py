@@ -1,13 +1,15 @@
-"""An ``async def`` handler's timeout bounds what is kept (no server)."""
+"""A handler's timeout bounds what is kept, async (``guarded``) or sync (``Watchdog``);
+no server."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from streamq.errors import HandlerTimeout
-from streamq.watchdog import guarded
+from streamq.watchdog import Watchdog, guarded
 
 
 async def _stubborn(total_s: float) -> str:
@@ -52,3 +54,32 @@ def test_a_handler_within_its_timeout_keeps_its_result_and_own_errors() -> None:
     assert asyncio.run(guarded(ok(), 1.0)) == "ok"
     with pytest.raises(TimeoutError, match="its own"):
         asyncio.run(guarded(own_timeout(), 1.0))
+
+
+def test_what_a_handler_returned_after_its_deadline_is_not_kept_however_late_the_loop_saw_it(
+) -> None:
+    # Given an async handler that holds the event loop past its 0.1 s deadline (a busy
+    # machine: the loop's timer fires late), then returns
+    async def held() -> str:
+        time.sleep(0.3)
+        return "late"
+
+    # When it is awaited with its timeout, the loop seeing it done before its timer
+    # Then what it returned after its deadline is a timeout, not a success
+    with pytest.raises(HandlerTimeout):
+        asyncio.run(guarded(held(), 0.1))
+
+
+def test_a_sync_run_times_out_at_its_own_deadline_however_late_its_slot_waits() -> None:
+    w = Watchdog()
+    # Given a run with a 0.1 s timeout whose slot is held up 0.15 s before it waits
+    # (the deadline is the run's, as its task tells the handler, not the wait's)
+    started = time.perf_counter()
+    time.sleep(0.15)
+    # When its handler returns at once, after that deadline
+    # Then it is a timeout and its value is not kept
+    with pytest.raises(HandlerTimeout):
+        w.call(lambda p: p, "late", 0.1, started + 0.1)
+    # And a run within its deadline keeps its value
+    assert w.call(lambda p: p, "ok", 1.0, time.perf_counter() + 1.0) == "ok"
+    w.stop()
