@@ -75,8 +75,10 @@ class Slot:
         else:
             self.claim_n = worker.prefetch or 1
         #: entries each read asks for: the worker's batch, or, when that is 0, adapted
-        #: to the work by :meth:`adapt_batch`
-        self.read_n = worker.batch or config.AUTO_BATCH_START
+        #: to the work by :meth:`adapt_batch`; an async slot runs what it read at once,
+        #: so a slow entry holds none of the others: it reads its share from the start
+        self.read_n = worker.batch or (worker.slot_share if worker.is_async
+                                       else config.AUTO_BATCH_START)
         #: the small-job lane's reads, runs and acknowledgements (:mod:`streamq.lane_work`)
         self.lane = LaneWork(self)
         #: the last lane read filled a batch, or found a lane it did not cover
@@ -119,7 +121,7 @@ class Slot:
             if w.entries.recently_slow():
                 # slow handlers lately: one at a time, so no slot holds entries that
                 # another slot or worker could start now
-                self.read_n = self.read_n if w.batch else 1
+                self.read_n = self.read_n if w.batch or w.is_async else 1
                 self.claim_n = self.claim_n if w.prefetch or w.is_async else 1
             try:
                 if spec and w.rates.active():
@@ -224,8 +226,9 @@ class Slot:
         batch doubles, up to MAX_AUTO_BATCH (fewer, larger round trips); a round that
         took twice that halves it, down to one, so a more urgent job waits about that
         long, or one slow entry, for the round in progress. Otherwise it keeps its size."""
+        least = self.w.slot_share if self.w.is_async else 1
         if took > 2 * config.AUTO_BATCH_ROUND_S:
-            return max(1, self.read_n // 2)
+            return max(least, self.read_n // 2)
         if followed and took < config.AUTO_BATCH_ROUND_S:
             return min(config.MAX_AUTO_BATCH, self.read_n * 2)
         return self.read_n
