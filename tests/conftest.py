@@ -263,8 +263,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.system)
         if (item.get_closest_marker("spark") or item.get_closest_marker("chaos")
                 or "spark" in getattr(item, "fixturenames", ())):
-            # one xdist worker runs them (one Spark session, one fault suite at a time)
+            # one xdist worker runs them (one Spark session, one fault suite at a time);
+            # the first to take the session waits for its JVMs to start too
             item.add_marker(pytest.mark.xdist_group("heavy"))
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(300))
 
 
 class _NoServerInAUnitTest(RuntimeError):
