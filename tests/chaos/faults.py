@@ -82,6 +82,9 @@ class Faults:
     timeline: list[tuple[float, float, str]] = field(default_factory=list)
     #: spells when Redis answered no one (restarts, BUSY scripts), CLOCK_MONOTONIC ns
     outages: list[tuple[int, int]] = field(default_factory=list)
+    #: when Redis was SIGKILLed (epoch seconds, Redis's clock too): with appendfsync
+    #: everysec it may lose the writes of the moment before (docs/design.md, known limits)
+    crashes: list[float] = field(default_factory=list)
 
     def fire(self, kind: str) -> None:
         start = time.time()
@@ -102,7 +105,8 @@ class Faults:
     def redis_restart(self) -> None:
         t0 = now_ns()
         try:
-            self.server.restart(self.rng)
+            if self.server.restart(self.rng) == "sigkill":
+                self.crashes.append(self.server.killed_at)
         finally:
             self.outages.append((t0, now_ns()))
         self.fleet.redis_port = self.server.port

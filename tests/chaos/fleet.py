@@ -43,6 +43,8 @@ class RedisServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.restarts: Counter[str] = Counter()
+        #: when it was last SIGKILLed (epoch seconds)
+        self.killed_at = 0.0
         self.start()
 
     @property
@@ -84,6 +86,7 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 how = "sigkill"
         if self.proc.poll() is None:
+            self.killed_at = time.time()
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
         time.sleep(rng.uniform(0.3, 1.5))  # processes see connection refused meanwhile

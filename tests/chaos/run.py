@@ -263,7 +263,8 @@ class Run:
             f"steering    {_fmt(self.ledger.steering)}",
             f"runs        handler runs {c['handler runs']}, cut short {c['runs cut short']}, "
             f"duplicates run {c['duplicates run']}, publications missed while resubscribing "
-            f"{c['publications missed while resubscribing']}",
+            f"{c['publications missed while resubscribing']}, published again after a Redis "
+            f"crash {c['completions published again after a Redis crash']}",
             f"invariants  losses {v['losses']}, double counts {v['double counts']}, "
             f"premature {v['premature completions']}, missing completions "
             f"{v['missing completions']}, double completions {v['double completions']}",
@@ -312,7 +313,7 @@ class Run:
         try:
             f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir,
                       deaths=self.fleet.deaths, outages=faults.outages,
-                      lifetime_ns=int(3 * HEARTBEAT_S * 1e9))
+                      lifetime_ns=int(3 * HEARTBEAT_S * 1e9), crashes=faults.crashes)
             if self.args.module:  # (the default user may not FCALL: fleet.RedisServer)
                 stats = r.info("commandstats")
                 via = int(stats.get("cmdstat_sq.fcall", {}).get("calls", 0))
@@ -335,7 +336,7 @@ class Run:
             "seed": self.seed, "report": lines, "producer errors": self.ledger.errors,
             "notes": self.notes, "faults": faults.timeline, "kills": self.fleet.timeline,
             "subscriber gaps": self.sub.gaps, "deaths (monotonic ns)": self.fleet.deaths,
-            "outages (monotonic ns)": faults.outages,
+            "outages (monotonic ns)": faults.outages, "crashes": faults.crashes,
             "pids": {p.popen.pid: p.name for p in self.fleet.all}})
         self.out("\n".join(lines))
         return 1 if f.violations else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos.check import cancel_misreported, late_value
+from tests.chaos.check import cancel_misreported, late_value, redone_after_crash
 from tests.chaos.overlap import HOLD_S, NS, Caps, HandlerRun, Liveness, check_caps, read_records
 
 MS = 1_000_000
@@ -142,3 +142,14 @@ def test_a_late_value_and_a_misreported_cancel_are_caught() -> None:
     assert not cancel_misreported(False, "succeeded", "succeeded")
     assert cancel_misreported(False, "cancelled", "cancelled")  # cancelled by whom, then?
     assert cancel_misreported(False, "active", "succeeded")  # the state read before the call
+
+
+def test_a_completion_published_again_only_across_a_redis_crash_is_excused() -> None:
+    crash = 1_000.0  # epoch seconds of a SIGKILL of Redis
+    # published 50 ms before the crash, its writes lost, recorded again after it
+    assert redone_after_crash(999_950, 1_000_400, [crash])
+    # not when the surviving record is from before the crash (nothing was lost), when
+    # the first publication came long before it, or when Redis never crashed
+    assert not redone_after_crash(999_950, 999_960, [crash])
+    assert not redone_after_crash(990_000, 1_000_400, [crash])
+    assert not redone_after_crash(999_950, 1_000_400, [])
