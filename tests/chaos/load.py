@@ -444,8 +444,13 @@ class Producer(threading.Thread):
                    + [self.scheduled] * 2 + [self.cancelled] * 2
                    + [self.aside(self.reprioritized)] * 2 + [self.aside(self.cancel_resent)] * 2
                    + [self.timed] * 2)
+        # every steering scenario once, first, so that a short run has each of them too
+        first = [self.aside(self.reprioritized), self.aside(self.cancel_resent), self.timed]
         try:
             while time.monotonic() < self.load_end and not self.stop.is_set():
+                if first:
+                    first.pop(0)()
+                    continue
                 if self.big:  # one job past ADD_CHUNK: the fenced multi-call submit
                     self.big = False
                     pl = [{"u": f"{self.tag}-big-{i}", "n": i, "m": "ok", "k": 0, "s": 0}

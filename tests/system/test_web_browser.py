@@ -59,6 +59,7 @@ def text(page: Any, selector: str) -> str:
 
 
 @pytest.mark.cluster_too
+@pytest.mark.timeout(300)  # every view in Chromium, on a machine shared with other tests
 def test_every_view_opens_and_its_screenshot_is_not_blank(
         web_server: WebServer, data: Data, queue_name: str, browser_page: Any,
         tmp_path: Path) -> None:
