@@ -181,17 +181,17 @@ def _holder(q: Queue, job_id: str, lifetime_ms: int) -> tuple[QueueKeys, str]:
 def test_a_worker_silent_only_while_no_reaper_could_pass_keeps_its_tokens(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given worker A holding the only token of a job of concurrency 1 (its lease runs
-    # 30 s, its registration 0.3 s), and a reaper pass that saw it alive
+    # 30 s, its registration 1.5 s), and a reaper pass that saw it alive
     q = Queue(queue_name, redis_url)
     job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
-    qk, token = _holder(q, job.id, 300)
     reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
-    reaper.run_once()
-    # When Redis answers no one for 1 s (a restart, a long script): A cannot beat and no
-    # reaper can pass
-    time.sleep(1.0)
+    qk, token = _holder(q, job.id, 1500)
+    assert reaper.run_once().dead_workers == []
+    # When Redis answers no one for 2.5 s (a restart, a long script): A cannot beat and
+    # no reaper can pass
+    time.sleep(2.5)
     # Then the first pass after it does not presume A dead: nothing says A stalled, and
-    # its lease has 29 s to run; another slot claims nothing (it would run a second
+    # its lease has 27 s to run; another slot claims nothing (it would run a second
     # sub-request of the job while A runs one)
     assert reaper.run_once().dead_workers == []
     assert q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed == []

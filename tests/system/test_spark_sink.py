@@ -56,7 +56,11 @@ def input_files(src: Path) -> None:
     for f in range(FILES):
         lines = [json.dumps({"id": f * ROWS_PER_FILE + i, "name": f"n{i}"})
                  for i in range(ROWS_PER_FILE)]
-        (src / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        path = src / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        # a second apart: the file source takes files in modification-time order, and
+        # files written within one clock tick would tie
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
 
 
 def kill_in_third_batch(r: redis.Redis, proc: subprocess.Popen[bytes], pattern: str,
@@ -64,14 +68,18 @@ def kill_in_third_batch(r: redis.Redis, proc: subprocess.Popen[bytes], pattern: 
     """Wait until a job matching ``pattern`` is open with at least ``least`` sub-requests
     (the stalled third batch adding), SIGKILL the query; return the job id."""
     try:
-        deadline, victim = time.monotonic() + 180, None
-        while time.monotonic() < deadline and victim is None and proc.poll() is None:
+        started, victim, seen = time.monotonic(), None, {}
+        while time.monotonic() < started + 360 and victim is None and proc.poll() is None:
+            for key in r.scan_iter("sq:{*}:meta"):
+                meta = r.hgetall(key)
+                seen[key.decode()] = (meta.get(b"state"), meta.get(b"total"))
             for key in r.scan_iter(pattern):
                 meta = r.hgetall(key)
                 if meta.get(b"state") == b"open" and int(meta.get(b"total", 0)) >= least:
                     victim = key.decode()[4:-6]
             time.sleep(0.05)
-        assert victim is not None, log.read_text()[-3000:]
+        assert victim is not None, (f"after {time.monotonic() - started:.0f} s, exit "
+                                    f"{proc.poll()}, jobs {seen}\n{log.read_text()[-3000:]}")
         kill(proc)
     finally:
         if proc.poll() is None:
@@ -85,7 +93,7 @@ def forget_last_commit(checkpoint: Path) -> None:
         (checkpoint / "commits" / name).unlink(missing_ok=True)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_query_killed_mid_batch_and_restarted_submits_each_batch_once(
         tmp_path: Path, r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given eight input files, two per micro-batch
@@ -124,7 +132,7 @@ def test_query_killed_mid_batch_and_restarted_submits_each_batch_once(
     assert not r.exists(JobKeys(f"{query_id}-{BATCHES}").meta)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_one_long_job_query_killed_and_restarted_adds_each_row_once(
         tmp_path: Path, r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given eight input files and a query adding every micro-batch to the one job "feed"
