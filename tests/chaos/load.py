@@ -55,6 +55,8 @@ class JobRecord:
     max_deliveries: int = MAX_DELIVERIES
     dedup: str = ""
     confirmed: bool = False  # the call that makes it returned (else it may not exist)
+    #: when it was confirmed (epoch s): a SIGKILL of Redis soon after may lose it
+    confirmed_at: float = 0.0
     finalized: bool = True
     cancel_sent: bool = False  # a cancel of it was sent (it may end cancelled)
     concurrency: int = 0  # as submitted (0: not known here; its meta says)
@@ -63,6 +65,13 @@ class JobRecord:
     #: a cancel resent after its lost reply: (stage, what the resend reported: cancelled,
     #: state); the job must end as it says
     cancel_report: tuple[str, bool, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.confirmed and not self.confirmed_at:
+            self.confirmed_at = time.time()
+
+    def confirm(self) -> None:
+        self.confirmed, self.confirmed_at = True, time.time()
 
 
 @dataclass
@@ -156,7 +165,7 @@ class Producer(threading.Thread):
         opts = self.options()
         rec.concurrency = opts["concurrency"]
         self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, **opts))
-        rec.confirmed = True
+        rec.confirm()
 
     def scheduled(self) -> None:
         """A plain job scheduled up to 3 s ahead (its sub-requests wait in its retry set
@@ -169,7 +178,7 @@ class Producer(threading.Thread):
         delay = self.rng.uniform(0.1, 3.0)
         self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, delay=delay,
                                                    **opts))
-        rec.confirmed = True
+        rec.confirm()
 
     def cancelled(self) -> None:
         """A job (one sub-request: a small job, or several) cancelled a moment after its
@@ -189,7 +198,7 @@ class Producer(threading.Thread):
             self.ledger.add(rec)
         else:
             self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, **opts))
-        rec.confirmed = True
+        rec.confirm()
         time.sleep(self.rng.uniform(0.0, 0.6))
         rec.cancel_sent = True
         wait = self.rng.random() < 0.5
@@ -238,7 +247,7 @@ class Producer(threading.Thread):
             rec = JobRecord(jid, "reprioritize", self.payloads(1, 1, sleeps=sleeps),
                             concurrency=opts["concurrency"])
             rec.job_id = self.retry("submit", lambda: self.q.submit(rec.payloads, **opts)).id
-            rec.confirmed = True
+            rec.confirm()
             self.ledger.add(rec)
             self.reprioritize(rec, priority=self.rng.randint(0, 99))
             return
@@ -257,7 +266,7 @@ class Producer(threading.Thread):
             rec.payloads.extend(chunk)
         else:
             self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, **opts))
-        rec.confirmed = True
+        rec.confirm()
         steps: list[dict[str, int]] = [
             {"priority": self.rng.randint(0, 20)}, {"priority": self.rng.randint(70, 99)},
             {"concurrency": 1}, {"concurrency": opts["concurrency"]}]
@@ -313,7 +322,7 @@ class Producer(threading.Thread):
             self.ledger.add(rec)
             self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, delay=delay,
                                                        **opts))
-        rec.confirmed = True
+        rec.confirm()
         self.ledger.add(rec)
         if stage == "running":
             self._watch(rec.job_id, "S", 1, 5.0)
@@ -350,7 +359,7 @@ class Producer(threading.Thread):
         timeout = self.rng.choice((0.4, 0.8))
         self.retry("submit", lambda: self.q.submit(rec.payloads, job_id=jid, timeout=timeout,
                                                    **opts))
-        rec.confirmed = True
+        rec.confirm()
 
     def many(self) -> None:
         batch = [self.payloads(1, 5) for _ in range(self.rng.randint(2, 6))]
@@ -367,7 +376,7 @@ class Producer(threading.Thread):
         opts = self.options()
         rec.concurrency = opts["concurrency"]
         job = self.retry("open", lambda: self.q.open(job_id=jid, **opts))
-        rec.confirmed = True
+        rec.confirm()
         for _ in range(self.rng.randint(1, 4)):
             chunk = self.payloads(1, 5)
             # retried with its batch id: an add that ran before its error adds nothing again

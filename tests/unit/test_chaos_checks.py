@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos.check import cancel_misreported, late_value, redone_after_crash
+from tests.chaos.check import cancel_misreported, late_value, lost_in_crash, redone_after_crash
 from tests.chaos.overlap import HOLD_S, NS, Caps, HandlerRun, Liveness, check_caps, read_records
 
 MS = 1_000_000
@@ -153,3 +153,14 @@ def test_a_completion_published_again_only_across_a_redis_crash_is_excused() -> 
     assert not redone_after_crash(999_950, 999_960, [crash])
     assert not redone_after_crash(990_000, 1_000_400, [crash])
     assert not redone_after_crash(999_950, 1_000_400, [])
+
+
+def test_a_job_missing_after_redis_lost_its_last_writes_is_excused_only_then() -> None:
+    crash = 1_000.0  # epoch seconds of a SIGKILL of Redis (appendfsync everysec)
+    # confirmed in the moment before the kill, or read a little after a reply sent before it
+    assert lost_in_crash(999.5, [crash]) and lost_in_crash(1_000.3, [crash])
+    # not when it was confirmed long before the crash, or after Redis was back, or when
+    # Redis never crashed
+    assert not lost_in_crash(990.0, [crash])
+    assert not lost_in_crash(1_005.0, [crash])
+    assert not lost_in_crash(999.5, [])
