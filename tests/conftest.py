@@ -253,6 +253,22 @@ def tier_of(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
+def heavy_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that must not share the machine with its like: the
+    tests of the one Spark session (its JVMs start once per xdist worker, so all run on
+    one), the streaming queries (a JVM each), the fault suite's short forms."""
+    if item.get_closest_marker("chaos"):
+        return "chaos"
+    if Path(str(item.fspath)).name == "test_spark_sink.py":
+        return "spark-query"
+    if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
+    return None
+
+
+# tryfirst: xdist's own hook reads the xdist_group marks to name each test's group, and
+# runs before a conftest's hook unless told otherwise
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = tier_of(Path(str(item.fspath)))
@@ -261,13 +277,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("topology") == "cluster":
             item.add_marker(pytest.mark.system)
-        if (item.get_closest_marker("spark") or item.get_closest_marker("chaos")
-                or "spark" in getattr(item, "fixturenames", ())):
-            # one xdist worker runs them (one Spark session, one fault suite at a time);
-            # the first to take the session waits for its JVMs to start too
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        group = heavy_group(item)
+        if group is not None:
+            # one xdist worker runs each group; the first test of the Spark session
+            # waits for its JVMs to start too
+            item.add_marker(pytest.mark.xdist_group(group))
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(300))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker of ``--dist loadgroup``, every grouped test's node id must
+    carry its group, or the groups are silently ignored (Spark sessions on every worker)."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                "pytest-xdist did not apply xdist_group to this pytest's node ids "
+                f"({item.nodeid}): install the versions the test extra names")
 
 
 class _NoServerInAUnitTest(RuntimeError):

@@ -19,6 +19,7 @@ from conftest import (
     Beats,
     Passes,
     free_port,
+    live_beats,
     settled_completions,
     wait_beats,
     wait_until,
@@ -74,6 +75,8 @@ def test_a_paused_queue_starts_nothing_until_resumed_and_loses_nothing(
     procs.start("--concurrency", "3")
     procs.start("--concurrency", "3")
     wait_until(lambda: sum(starts(r, jobs).values()) >= 20, 60, "work under way")
+    # (both live: a process still starting is not yet one whose slots a pause awaits)
+    wait_until(lambda: len(live_beats(r, queue_name)) == 2, 60, "both workers live")
     # When the queue is paused (and the pause is sent again)
     report = q.pause(timeout=30)
     again = q.pause(timeout=30)

@@ -412,6 +412,8 @@ def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
         worker = procs.worker(queue_name, "tests.handlers:count", "--stop-retry", "2")
         reaper = procs.reaper(queue_name)
         wait_until(lambda: q.status(job.id).done >= 5, 30, "work in flight")
+        # (the reaper has made a pass: it is running, not still starting)
+        wait_until(lambda: q.redis.exists(QueueKeys(queue_name).reaping), 30, "a reaper pass")
         q.close()
         server.terminate()
         server.wait(10)
