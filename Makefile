@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install module system-packages redis-server check test chaos lint type bench demo clean
+.PHONY: help install module system-packages redis-server check test coverage chaos lint type bench demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -40,6 +40,13 @@ check: install ## the quick tiers: unit (no server) and scripts (one redis-serve
 
 test: install ## every tier (unit, scripts, integration, system), in parallel, on private servers
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+coverage: install ## make test under coverage.py: branch coverage of streamq, worker processes included
+	$(BIN)/python -m coverage erase
+	-$(BIN)/python -m coverage run -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report --format=total | sed 's/^/branch coverage, percent: /'
+	$(BIN)/python -m coverage report --sort=cover | tail -n 25
 
 chaos: install ## the fault suite: 3 min of kills, Redis restarts and lost replies, then the invariants
 	$(BIN)/python -m tests.chaos --duration 180

@@ -256,13 +256,14 @@ def tier_of(path: Path) -> str | None:
 def heavy_group(item: pytest.Item) -> str | None:
     """The xdist group of a test that must not share the machine with its like: the
     tests of the one Spark session (its JVMs start once per xdist worker, so all run on
-    one), the streaming queries (a JVM each), the fault suite's short forms."""
+    one), the other Spark tests (a streaming query or ``streamq pipeline run`` starts
+    Spark of its own: one at a time, beside the session), the fault suite's short forms."""
     if item.get_closest_marker("chaos"):
         return "chaos"
-    if Path(str(item.fspath)).name == "test_spark_sink.py":
-        return "spark-query"
-    if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ()):
+    if "spark" in getattr(item, "fixturenames", ()):
         return "spark"
+    if item.get_closest_marker("spark"):
+        return "spark-own"
     return None
 
 
@@ -572,6 +573,12 @@ def workers(redis_url: str) -> Iterator[Callable[..., Worker]]:
 SPARK_MASTER = "local-cluster[2,1,1024]"
 
 
+#: The JVM options of the tests' Spark: the client compiler only and the serial collector
+#: (short-lived JVMs on a small machine start with less CPU; the data is small)
+SPARK_TEST_JVM = {f"spark.{side}.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+                  for side in ("driver", "executor")}
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One SparkSession for the run (one per process), in ``local-cluster`` mode."""
@@ -586,7 +593,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("spark") / "spark.log"
     session = spark_session(SPARK_MASTER, "streamq-tests", log_file=str(log), log_level="ERROR",
                             conf={"spark.sql.shuffle.partitions": "4",
-                                  "spark.task.maxFailures": "3"})
+                                  "spark.task.maxFailures": "3", **SPARK_TEST_JVM})
     yield session
     session.stop()
 

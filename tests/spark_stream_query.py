@@ -24,6 +24,9 @@ def main() -> None:
     stall = "--stall" in sys.argv
     spark = spark_session("local[2]", "streamq-sink-test", log_level="ERROR",
                           conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "200",
+                                # (as conftest.SPARK_TEST_JVM: less CPU to start)
+                                "spark.driver.extraJavaOptions":
+                                    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                                 "spark.sql.files.maxPartitionBytes": "1m"})
 
     def pace(i: int) -> int:

@@ -295,3 +295,33 @@ def test_a_slot_starts_no_entry_of_a_small_job_noted_cancelled(
     assert (st.state, st.done, st.failed) == (JobState.CANCELLED, 0, 0)
     assert r.xlen(qk.lane(50, "default")) == 0
     q.close()
+
+
+def test_a_slot_starts_no_further_entry_of_a_job_noted_cancelled_in_its_batch(
+    r: redis.Redis, redis_url: str, queue_name: str,
+) -> None:
+    # Given a job of four quick entries read in one batch (quick: the slot keeps its
+    # batch, it hands nothing back), cancelled while the first runs and noted cancelled
+    # in the worker's process, as a beat notes a job read in the last READ_WATCH_S
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["first", "a", "b", "c"])
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        if p == "first":
+            q.cancel(job.id, wait=False)
+            cancels.add([job.id])
+        return p
+
+    # When the worker runs the batch
+    jk = JobKeys(job.id)
+    with serving(queue_name, handler, redis_url):
+        wait_until(lambda: runs["first"] == 1, 60, "the first entry run")
+        wait_until(lambda: not r.exists(jk.tasks)
+                   or r.xpending(jk.tasks, GROUP)["pending"] == 0, 60, "the entries settled")
+    # Then no further entry of the batch started, and the job ended cancelled (the
+    # small-job lane's promise, test_a_slot_starts_no_entry_of_a_small_job_noted_cancelled)
+    assert runs == Counter(["first"])
+    assert q.status(job.id).state == JobState.CANCELLED
+    q.close()

@@ -292,7 +292,6 @@ def test_dataframe_of_100k_rows_becomes_one_job_covering_every_row_once(
         assert by_index[int(index)]["id"] // 25_000 == int(partition)
 
 
-@pytest.mark.cluster_too
 def test_results_read_back_equal_the_handler_applied_to_every_row(
         spark: SparkSession, r: redis.Redis, redis_url: str, queue_name: str,
         workers: StartWorker) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import redis
+from conftest import SPARK_TEST_JVM
 from packaging.requirements import Requirement
 from packaging.version import Version
 from pyspark.sql import SparkSession
@@ -55,7 +56,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     java_or_skip()
     log = tmp_path_factory.mktemp("spark") / "spark.log"
     session = spark_session("local[2,2]", "streamq-tests", log_file=str(log), log_level="ERROR",
-                            conf={"spark.sql.shuffle.partitions": "4"})
+                            conf={"spark.sql.shuffle.partitions": "4", **SPARK_TEST_JVM})
     yield session
     session.stop()
 

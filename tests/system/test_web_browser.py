@@ -58,7 +58,7 @@ def text(page: Any, selector: str) -> str:
     return str(page.locator(selector).first.inner_text()).strip()
 
 
-@pytest.mark.cluster_too
+# (standalone only: test_web_http's every-view test reads the same pages on a cluster)
 @pytest.mark.timeout(300)  # every view in Chromium, on a machine shared with other tests
 def test_every_view_opens_and_its_screenshot_is_not_blank(
         web_server: WebServer, data: Data, queue_name: str, browser_page: Any,

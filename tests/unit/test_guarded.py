@@ -4,10 +4,12 @@ no server."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 
+from streamq import watchdog
 from streamq.errors import HandlerTimeout
 from streamq.watchdog import Watchdog, guarded
 
@@ -82,4 +84,33 @@ def test_a_sync_run_times_out_at_its_own_deadline_however_late_its_slot_waits() 
         w.call(lambda p: p, "late", 0.1, started + 0.1)
     # And a run within its deadline keeps its value
     assert w.call(lambda p: p, "ok", 1.0, time.perf_counter() + 1.0) == "ok"
+    w.stop()
+
+
+class _WakesOnlyWhenSet(threading.Event):
+    """A slot thread descheduled past its deadline: its wait returns only once the
+    handler is done, and says it is done although the deadline passed meanwhile."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return super().wait(None)
+
+
+class _LateBox(watchdog._Box):
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.done = _WakesOnlyWhenSet()
+
+
+def test_a_sync_value_returned_past_its_deadline_is_not_kept_when_its_slot_wakes_late(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a slot whose wait wakes only when its handler is done (the machine held the
+    # slot thread past the run's deadline)
+    monkeypatch.setattr(watchdog, "_Box", _LateBox)
+    w = Watchdog()
+    # When the handler returns 0.3 s into a run with a 0.1 s timeout
+    # Then it is a timeout and its value is not kept
+    with pytest.raises(HandlerTimeout):
+        w.call(lambda p: (time.sleep(0.3), p)[1], "late", 0.1)
+    # And a run that returns within its deadline keeps its value
+    assert w.call(lambda p: p, "ok", 5.0) == "ok"
     w.stop()
