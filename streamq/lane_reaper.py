@@ -14,24 +14,41 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from . import config
-from .connection import server_ms
-from .keys import parse_lane_member
-from .scripts import LaneCtx
+from .connection import Client, server_ms
+from .keys import QueueKeys, parse_lane_member
+from .reap_parts import PassReport, delete_idle_consumers, undelivered
+from .scripts import LaneCtx, Scripts
 
-if TYPE_CHECKING:
-    from .reaper import PassReport, Reaper
 
-def recover_lanes(reaper: Reaper, report: PassReport) -> None:
-    """Every lane of the reaper's current shard (``reaper.keys``)."""
-    qk, client, scripts = reaper.keys, reaper.redis, reaper.scripts
+@dataclass(frozen=True)
+class LanePass:
+    """What the lane pass takes of its reaper: the shard, its client and scripts, where
+    completions go, and the pass's thresholds."""
+
+    keys: QueueKeys
+    redis: Client
+    scripts: Scripts
+    ctx: LaneCtx
+    #: the idle time past which an entry is reclaimed (min_idle, plus an unwatched gap)
+    idle_ms: int
+    #: the idle time past which a dead worker's consumer is deleted
+    min_idle_ms: int
+    max_deliveries: int
+    #: SIGKILL the process after the first lane (STREAMQ_FAULT=reaper_mid_pass)
+    fault_at: bool = False
+
+
+def recover_lanes(p: LanePass, report: PassReport) -> None:
+    """Every lane of the pass's shard."""
+    qk, client, scripts = p.keys, p.redis, p.scripts
     members: Any = client.zrange(qk.lanes, 0, -1)
     report.lane_active += int(client.zcard(qk.lactive))
     if not members:
         return
-    ctx = LaneCtx.of(reaper.q)
     live: Any = client.zrangebyscore(qk.workers, server_ms(client, qk.workers), "+inf")
     alive = {w.decode() for w in live}
     for member in members:
@@ -42,17 +59,18 @@ def recover_lanes(reaper: Reaper, report: PassReport) -> None:
         cursor = "0-0"
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
             cursor, readded, dead = scripts.lane_reclaim(
-                qk, lane, ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=reaper.idle_ms,
-                cursor=cursor, count=config.RECLAIM_COUNT, max_deliveries=reaper.max_deliveries)
+                qk, lane, p.ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=p.idle_ms,
+                cursor=cursor, count=config.RECLAIM_COUNT, max_deliveries=p.max_deliveries)
             report.reclaimed += readded
             report.dead_lettered += dead
             if cursor == "0-0":
                 break
         stream = qk.lane(*lane)
-        waiting = reaper._undelivered(stream) + int(client.zcard(qk.lane_retry(*lane)))
+        waiting = undelivered(client, stream) + int(client.zcard(qk.lane_retry(*lane)))
         report.backlog[lane[0]] = report.backlog.get(lane[0], 0) + waiting
-        report.consumers_deleted += reaper._delete_idle_consumers(stream, alive)
+        report.consumers_deleted += delete_idle_consumers(client, scripts, stream, alive,
+                                                          p.min_idle_ms)
         if not waiting:
             scripts.lane_drop(qk, lane)  # idle: workers stop reading it (made again on use)
-        if reaper._fault_at:
+        if p.fault_at:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -23,9 +22,10 @@ from .connection import Client, is_access_error, is_transient, server_ms
 from .deadletters import announce
 from .errors import StreamqError
 from .keys import JobKeys, parse_intent
-from .lane_reaper import recover_lanes
+from .lane_reaper import LanePass, recover_lanes
 from .metrics import ReaperMetrics
-from .scripts import JobReply
+from .reap_parts import PassReport, delete_idle_consumers, undelivered
+from .scripts import JobReply, LaneCtx
 
 log = logging.getLogger("streamq.reaper")
 
@@ -36,34 +36,6 @@ _TRIM_LIMIT, _TRIM_CALLS = 1000, 10
 _INTENT_LIMIT = 500
 _META = ("state", "total", "done", "failed", "concurrency", "dedup", "priority", "client",
          "created", "retention", "incarnation", "dead", "due")
-
-
-@dataclass
-class PassReport:
-    """What one run of every pass did."""
-
-    leases_returned: int = 0
-    dead_workers: list[str] = field(default_factory=list)
-    jobs_checked: int = 0
-    reclaimed: int = 0
-    dead_lettered: int = 0
-    retries_promoted: int = 0
-    finished: int = 0
-    orphans: int = 0
-    consumers_deleted: int = 0
-    #: dead letters this pass copied to the dead stream (announcements owed by a crash)
-    announced: int = 0
-    #: intents of dead producers' submits: jobs registered, jobs finished, intents dropped
-    intents_registered: int = 0
-    intents_finished: int = 0
-    intents_dropped: int = 0
-    skipped: bool = False  #: another reaper held the lock
-    #: jobs whose recovery failed with an error Redis or the job's data caused (logged)
-    job_errors: list[str] = field(default_factory=list)
-    #: sub-requests waiting for delivery (stream lag plus scheduled retries), by priority
-    backlog: dict[int, int] = field(default_factory=dict)
-    #: unfinished small jobs (:mod:`streamq.lane`)
-    lane_active: int = 0
 
 
 class Reaper:
@@ -152,7 +124,9 @@ class Reaper:
             report.dead_workers = sorted({*report.dead_workers, *dead})
             self.recover_intents(report)
             self.recover_jobs(report)
-            recover_lanes(self, report)
+            recover_lanes(LanePass(self.keys, self.redis, self.scripts, LaneCtx.of(self.q),
+                                   self.idle_ms, self.min_idle_ms, self.max_deliveries,
+                                   self._fault_at), report)
             self.announce_owed(report)
             self.trim()
         finally:
@@ -285,48 +259,13 @@ class Reaper:
         if completed:
             self._finish(job, reply, report)
             return
-        lag = self._undelivered(jk)
+        lag = undelivered(self.redis, jk)
         waiting = lag + int(self.redis.zcard(jk.retry))
         report.backlog[reply.priority] = report.backlog.get(reply.priority, 0) + waiting
         if work or lag:
             self.scripts.unpark(self.keys, job, reply.concurrency)
-        report.consumers_deleted += self._delete_idle_consumers(jk, alive)
-
-    def _undelivered(self, jk: JobKeys | str) -> int:
-        """Entries of a job's stream (or a lane's, by key) not yet delivered to any
-        worker (XINFO GROUPS lag)."""
-        stream = jk if isinstance(jk, str) else jk.tasks
-        try:
-            groups: Any = self.redis.xinfo_groups(stream)
-        except redis.ResponseError as e:
-            if is_transient(e) or is_access_error(e):
-                raise
-            return 0  # no stream
-        for g in groups:
-            lag = g.get("lag")
-            return int(lag) if lag is not None else int(self.redis.xlen(stream))
-        return 0
-
-    def _delete_idle_consumers(self, jk: JobKeys | str, alive: set[str]) -> int:
-        """Delete consumers of dead workers (and the reaper's own) once nothing is pending.
-
-        The list read here only picks candidates; ``delete_consumers`` checks again,
-        in the call that deletes, that each has nothing pending and was idle for
-        ``min_idle``, so an entry read under a candidate's name meanwhile is kept.
-        """
-        stream = jk if isinstance(jk, str) else jk.tasks
-        try:
-            consumers: Any = self.redis.xinfo_consumers(stream, config.GROUP)
-        except redis.ResponseError as e:
-            if is_transient(e) or is_access_error(e):
-                raise
-            return 0  # no stream or no group: nothing to delete
-        names = []
-        for c in consumers:
-            name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
-            if c["pending"] == 0 and int(c["idle"]) >= self.min_idle_ms and name not in alive:
-                names.append(name)
-        return self.scripts.delete_consumers(jk, names, self.min_idle_ms)
+        report.consumers_deleted += delete_idle_consumers(self.redis, self.scripts, jk, alive,
+                                                          self.min_idle_ms)
 
     def _finish(self, job: str, reply: JobReply, report: PassReport) -> None:
         # announced first, so a completion shows its dead letters; the finish marks a
