@@ -38,11 +38,17 @@ TEST_WORKERS ?= 4
 check: install ## the quick tiers: unit (no server) and scripts (one redis-server), in parallel
 	$(BIN)/python -m pytest -q -n 2 tests/unit tests/scripts
 
+#: byte-compiled once: the tests start hundreds of Python processes, each of which
+#: would compile streamq again where PYTHONDONTWRITEBYTECODE is set
+PRECOMPILE = $(BIN)/python -m compileall -q -j 0 streamq tests
+
 test: install ## every tier (unit, scripts, integration, system), in parallel, on private servers
+	$(PRECOMPILE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 coverage: install ## make test under coverage.py: branch coverage of streamq, worker processes included
 	$(BIN)/python -m coverage erase
+	$(PRECOMPILE)
 	-$(BIN)/python -m coverage run -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report --format=total | sed 's/^/branch coverage, percent: /'

@@ -36,6 +36,8 @@ from redis.exceptions import (
 )
 
 from .config import DEFAULT_WAIT_REPLICAS_MS
+from .redis_errors import CONNECTION_ERRORS
+from .wire import InFlight
 
 log = logging.getLogger("streamq.cluster")
 
@@ -124,8 +126,6 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
     """Run ``commands`` on the masters of their slots, every master's part sent before
     any reply is read; replies in the order of ``commands``, errors in place. With
     ``wait``, each master's part that calls a script ends with ``WAIT wait``."""
-    from .connection import CONNECTION_ERRORS, InFlight
-
     n = len(commands)
     replies: list[Any] = [None] * n
     todo = list(range(n))

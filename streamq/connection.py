@@ -7,20 +7,15 @@ import random
 import time
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import redis
-from hiredis import pack_command
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-try:  # what redis-py's hiredis reader returns while a reply is incomplete
-    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _INCOMPLETE
-except ImportError:  # pragma: no cover - redis-py versions whose reader returns False
-    _INCOMPLETE = False
-
+from . import wire
 from .cluster import changes_state, check_wait, cluster_pipelined
 from .config import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -28,6 +23,8 @@ from .config import (
     DEFAULT_WAIT_REPLICAS_MS,
 )
 from .errors import ConfigError, ConnectionFailed
+from .functions import ensure, is_missing_function
+from .luaload import TIME_FUNCTION
 from .redis_errors import (
     ACCESS_ERRORS,
     CONNECTION_ERRORS,
@@ -35,6 +32,7 @@ from .redis_errors import (
     is_access_error,
     is_transient,
 )
+from .wire import Client, standalone_pipelined, wait_replicas
 
 __all__ = ["ACCESS_ERRORS", "CONNECTION_ERRORS", "TRANSIENT_REPLIES", "Client", "InFlight",
            "connect", "connect_when_ready", "is_access_error", "is_transient", "pipelined",
@@ -53,9 +51,6 @@ class _Retry(Retry):
 
         return super().call_with_retry(do, fail, retryable, with_failure_count)
 
-
-#: What a streamq client is: a standalone ``redis.Redis`` or a ``RedisCluster``.
-Client: TypeAlias = "redis.Redis | RedisCluster"
 
 #: Values of ``STREAMQ_CLUSTER`` (and ``--cluster/--no-cluster``): force either mode.
 _TRUE, _FALSE = {"1", "true", "yes", "on", "cluster"}, {"0", "false", "no", "off", "standalone"}
@@ -293,9 +288,6 @@ def server_ms(client: Client, key: str | None = None) -> int:
     if isinstance(client, RedisCluster) and key is not None:
         # a function naming the key runs where the key's scripts run (MOVED followed):
         # never a stale map's old master, whose host clock may differ
-        from .functions import ensure, is_missing_function
-        from .luaload import TIME_FUNCTION
-
         (reply,) = pipelined(client, [("FCALL_RO", TIME_FUNCTION, 1, key)])
         if is_missing_function(reply):
             ensure(client)
@@ -316,12 +308,6 @@ def ping(client: Client) -> None:
         raise ConnectionFailed(f"Redis refused access: {e}") from None
     except CONNECTION_ERRORS as e:
         raise ConnectionFailed(f"cannot reach Redis: {e}") from None
-
-
-def wait_replicas(client: Any) -> int:
-    """How many replicas a batch that changes state waits for (WAIT), 0 for none: set by
-    ``connect(..., wait_replicas=N)`` or ``STREAMQ_WAIT_REPLICAS``."""
-    return int(getattr(client, "streamq_wait_replicas", 0) or 0)
 
 
 def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -345,125 +331,19 @@ def pipelined(client: Client, commands: Sequence[Sequence[Any]]) -> list[Any]:
     if isinstance(client, RedisCluster):
         return cluster_pipelined(client, commands, wait=wait)
     if wait:
-        replies = _standalone_pipelined(
+        replies = standalone_pipelined(
             client, [*commands, ("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS)])
         check_wait(replies[-1], wait, "Redis")
         return replies[:-1]
-    return _standalone_pipelined(client, commands)
+    return standalone_pipelined(client, commands)
 
 
-def _standalone_pipelined(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """:func:`pipelined` on one server."""
-    if getattr(client, "connection", None) is not None:  # a single-connection client
-        pipe = client.pipeline(transaction=False)
-        for args in commands:
-            pipe.execute_command(*args)  # type: ignore[no-untyped-call]
-        return list(pipe.execute(raise_on_error=False))
-    packed = [b"".join([pack_command(tuple(args)) for args in commands])]
-    pool = client.connection_pool
-    conn: Any = pool.get_connection()
-
-    def send_and_read() -> list[Any]:
-        conn.send_packed_command(packed)
-        return _read_replies(conn, len(commands))
-
-    try:
-        replies: list[Any] = conn.retry.call_with_retry(send_and_read,
-                                                         lambda _: conn.disconnect())
-        return replies
-    except BaseException:
-        conn.disconnect()  # replies may be left unread on it: never reuse it as it is
-        raise
-    finally:
-        pool.release(conn)
-
-
-class InFlight:
-    """Commands sent on a connection of their own whose replies are read later
-    (:meth:`wait`), so that the caller prepares its next batch while Redis runs
-    this one. A batch whose send or read fails on the connection is sent again
-    by :func:`pipelined` (with its retries): use it only for writes that are
-    idempotent, as every streamq write is."""
+class InFlight(wire.InFlight):
+    """:class:`streamq.wire.InFlight` for a streamq client: a batch it cannot keep on a
+    connection of its own, or sends again, goes by :func:`pipelined`."""
 
     def __init__(self, client: Client, commands: Sequence[Sequence[Any]]) -> None:
-        self.client, self.commands = client, commands
-        self.replies: list[Any] | None = None
-        self.conn: Any = None
-        self.pool: Any = None
-        if (not commands or isinstance(client, RedisCluster) or wait_replicas(client)
-                or getattr(client, "connection", None) is not None):
-            self.replies = pipelined(client, commands)
-            return
-        pool = self.pool = client.connection_pool
-        conn: Any = pool.get_connection()
-        try:
-            conn.send_packed_command([b"".join([pack_command(tuple(a)) for a in commands])])
-            self.conn = conn
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            conn.disconnect()  # sent again by wait()
-            pool.release(conn)
-        except BaseException:
-            conn.disconnect()
-            pool.release(conn)
-            raise
-
-    def wait(self) -> list[Any]:
-        """The replies in order (errors in place, as :func:`pipelined` returns them)."""
-        if self.replies is not None:
-            return self.replies
-        if self.conn is not None:
-            conn, self.conn = self.conn, None
-            try:
-                self.replies = _read_replies(conn, len(self.commands))
-                return self.replies
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                conn.disconnect()  # replies lost: the batch is sent again below
-            except BaseException:
-                conn.disconnect()
-                raise
-            finally:
-                self.pool.release(conn)
-        self.replies = pipelined(self.client, self.commands)
-        return self.replies
-
-
-def _read_replies(conn: Any, n: int) -> list[Any]:
-    """Read ``n`` replies from ``conn``, errors in place.
-
-    With redis-py's hiredis parser the replies are taken from its reader as they are
-    (hiredis makes error replies into the same ResponseError subclasses redis-py
-    raises); the socket is read through the parser, which turns timeouts and
-    broken connections into redis-py's errors. Any other parser goes through
-    ``read_response``.
-    """
-    parser = getattr(conn, "_parser", None)
-    reader = getattr(parser, "_reader", None)
-    read_more = getattr(parser, "read_from_socket", None)
-    replies: list[Any] = []
-    if reader is None or read_more is None:
-        for _ in range(n):
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as e:
-                replies.append(e)
-        return replies
-    push = getattr(parser, "_hiredis_PushNotificationType", None)
-    gets = reader.gets
-    try:
-        while len(replies) < n:
-            reply = gets()
-            while reply is _INCOMPLETE:  # not enough data buffered yet
-                read_more()
-                reply = gets()
-            if isinstance(reply, redis.ConnectionError):
-                raise reply
-            if push is not None and isinstance(reply, push):
-                parser.handle_push_response(reply)  # type: ignore[union-attr]
-                continue
-            replies.append(reply)
-    except OSError as e:  # redis-py's own errors are not OSErrors: they pass as they are
-        raise redis.ConnectionError(f"error while reading from the socket: {e}") from e
-    return replies
+        super().__init__(client, commands, pipelined)
 
 
 def wait_for_redis(client: Client, log: Any, *, max_wait_s: float | None = None,

@@ -18,9 +18,9 @@ from typing import Any
 import redis
 
 from .cluster import is_cluster
-from .connection import Client
 from .errors import ConfigError
 from .luaload import VERSION_FUNCTION, LuaLibrary, library
+from .wire import Client
 
 __all__ = ["MODULE_CALL", "LibraryMissing", "call_command", "ensure", "has_module",
            "installed", "is_missing_function", "is_missing_module", "load"]

@@ -46,7 +46,7 @@ from ..connection import Client, connect, pipelined
 from ..errors import JobConflict, JobNotFound
 from ..keys import JobKeys, shard_queue
 from ..scripts import Scripts
-from .source import SourceOptions
+from .options import SourceOptions
 
 #: The schema of a read: one row per settled sub-request.
 RESULT_SCHEMA = "id string, index bigint, status string, result string, error string"

@@ -48,7 +48,7 @@ from ..client import Queue
 from ..errors import ConfigError, JobClosed
 from ..keys import JobKeys
 from ..models import JobState
-from .source import SourceOptions
+from .options import SourceOptions
 from .writer import AddedPartition, WriteTarget, commit_write, open_write, write_partition
 
 if TYPE_CHECKING:

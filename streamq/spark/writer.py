@@ -43,8 +43,8 @@ from ..errors import TotalMismatch, WriteConflict
 from ..keys import JobKeys, QueueKeys
 from ..replies import new_token
 from ..scripts import Call, Scripts
+from .options import SourceOptions
 from .rowids import Chunker, RowIds
-from .source import SourceOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]

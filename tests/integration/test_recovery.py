@@ -306,9 +306,10 @@ def test_malformed_entries_and_unknown_jobs_are_dead_lettered(
 def test_long_sub_request_runs_exactly_once(
     r: redis.Redis, redis_url: str, queue_name: str, procs: Procs
 ) -> None:
-    # Given a 60-second sub-request, a min_idle of 5 s and a busy reaper
+    # Given a 25-second sub-request (five times min_idle, eight leases), a min_idle of
+    # 5 s and a busy reaper
     q = Queue(queue_name, redis_url)
-    job = q.submit([{"n": 1, "sleep": 60}, {"n": 2}], concurrency=2)
+    job = q.submit([{"n": 1, "sleep": 25}, {"n": 2}], concurrency=2)
     procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2", "--lease-ms", "3000",
                  "--heartbeat", "1")
     procs.worker(queue_name, "tests.handlers:count", "--concurrency", "2")

@@ -1,5 +1,5 @@
 """streamq reads the replies of a pipelined round trip through redis-py's hiredis reader
-(streamq.connection._read_replies), private names of redis-py: pyproject bounds redis
+(streamq.wire.read_replies), private names of redis-py: pyproject bounds redis
 below the next major version, and this test fails when a redis-py release changes them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import redis
 from hiredis import pack_command
 
-from streamq.connection import _read_replies
+from streamq.wire import read_replies
 
 
 def test_redis_pys_hiredis_reader_is_the_path_streamq_reads_replies_by(
@@ -33,7 +33,7 @@ def test_redis_pys_hiredis_reader_is_the_path_streamq_reads_replies_by(
         big = "x" * 200_000  # more than one socket read
         commands = [("SET", "sq:{t}:k", big), ("INCR", "sq:{t}:k"), ("GET", "sq:{t}:k")]
         conn.send_packed_command([b"".join(pack_command(c) for c in commands)])
-        ok, error, value = _read_replies(conn, 3)
+        ok, error, value = read_replies(conn, 3)
         # Then each is in its place, the error as redis-py's own exception
         assert ok == b"OK" and value == big.encode()
         assert isinstance(error, redis.ResponseError) and "not an integer" in str(error)
