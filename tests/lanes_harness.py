@@ -100,13 +100,20 @@ def records(q: Queue, job_id: str) -> list[dict[str, Any]]:
 
 
 def seen(q: Queue, job_id: str) -> dict[str, Any]:
-    """What a user sees of a job once it finished: its status, results, dead letters
-    (index, attempts, the error's last line) and completion records."""
+    """What a user sees of a job once it finished: its status, results, completion
+    records and dead letters (index, attempts, the error's last line).
+
+    The dead letters are read once the completion record is there: the promise is that
+    a completion shows its dead letters (docs/design.md). On the job lane the job's
+    state turns terminal in its own slot a moment before the queue's slot announces
+    its dead letters and records the completion; on the small-job lane both happen in
+    one call."""
     st = q.wait(job_id, timeout=60)
+    done = records(q, job_id)
     return {**snap(st), "results": q.results(job_id),
             "dead": [(d.index, d.attempts, d.error.strip().splitlines()[-1])
                      for d in q.dead_letters(job_id=job_id)],
-            "records": records(q, job_id)}
+            "records": done}
 
 
 def run_both(scenario: Callable[[Ctx], dict[str, Any]], url: str, workers: StartWorker,
