@@ -75,6 +75,7 @@ def test_a_completion_fragment_shows_the_record_and_escapes_what_a_job_named() -
     ({"origin": "http://DASH:8080", "host": "dash:8080"}, True),
     ({"origin": "http://evil:8080", "host": "dash:8080"}, False),
     ({"origin": "null", "host": "dash:8080"}, False),
+    ({"origin": "null"}, False),  # an opaque origin, even where no host was sent
 ])
 def test_a_request_another_site_sent_is_told_apart(headers: dict[str, str], ok: bool) -> None:
     assert same_origin(headers) is ok
