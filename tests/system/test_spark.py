@@ -482,36 +482,6 @@ def test_pipeline_unreachable_redis_exits_3(tmp_path: Path) -> None:
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_pipeline_runs_csv_through_workers_to_json_lines(
-        tmp_path: Path, r: redis.Redis, redis_url: str, queue_name: str) -> None:
-    # Given a CSV of 300 rows
-    src, out = tmp_path / "rows.csv", tmp_path / "results.jsonl"
-    lines = ["id,name,price_cents,qty,category"]
-    lines += [f"{i},item-{i},{i % 97 + 1},{i % 5 + 1},books" for i in range(300)]
-    src.write_text("\n".join(lines) + "\n")
-    # When the pipeline runs it with its own worker, 20 rows per sub-request
-    res = streamq_cli("--input", str(src), "--output", str(out), "--queue", queue_name,
-                      "--handler", "streamq.spark.demo:handle", "--chunk-rows", "20",
-                      "--workers", "1", "--master", "local[2]", "--json", url=redis_url)
-    # Then it succeeds, and the output holds the handler's result for every row
-    assert res.returncode == 0, res.stderr
-    summary = json.loads(res.stdout)
-    assert (summary["rows"], summary["sub_requests"], summary["failed"]) == (300, 15, 0)
-    from streamq.spark.demo import transform
-
-    got = {}
-    for f in sorted(out.glob("*.json")):
-        for line in f.read_text().splitlines():
-            rec = json.loads(line)
-            assert rec["status"] == "done"
-            for item in json.loads(rec["result"]):
-                got[item["id"]] = item
-    assert got == {i: transform({"id": i, "name": f"item-{i}", "price_cents": i % 97 + 1,
-                                 "qty": i % 5 + 1, "category": "books"}) for i in range(300)}
-    assert r.zcard(QueueKeys(queue_name).workers) == 0  # its worker stopped cleanly
-
-
-
 def test_chunks_of_nested_rows_are_the_same_in_any_order(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given rows with a list column (Arrow cannot sort it: chunks are cut in the order

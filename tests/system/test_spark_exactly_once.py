@@ -25,7 +25,7 @@ from streamq.spark.helpers import read_results, submit_dataframe, wait_job
 pytestmark = pytest.mark.spark
 
 StartWorker = Callable[..., Worker]
-ROWS, PARTITIONS = 40_000, 4
+ROWS, PARTITIONS = 28_000, 4
 
 
 def echo(payload: Any) -> Any:
