@@ -42,7 +42,7 @@ check: install ## the quick tiers: unit (no server) and scripts (one redis-serve
 #: would compile streamq again where PYTHONDONTWRITEBYTECODE is set
 PRECOMPILE = $(BIN)/python -m compileall -q -j 0 streamq tests
 
-test: install ## every tier (unit, scripts, integration, system), in parallel, on private servers
+test: install lint ## the lint, then every tier (unit, scripts, integration, system), in parallel, on private servers
 	$(PRECOMPILE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
@@ -57,8 +57,9 @@ coverage: install ## make test under coverage.py: branch coverage of streamq, wo
 chaos: install ## the fault suite: 3 min of kills, Redis restarts and lost replies, then the invariants
 	$(BIN)/python -m tests.chaos --duration 180
 
-lint: install ## ruff
+lint: install ## ruff, and the floors of the code (import-linter's contracts in pyproject.toml)
 	$(BIN)/ruff check streamq tests
+	$(BIN)/lint-imports
 
 type: install ## mypy --strict
 	$(BIN)/mypy

@@ -38,7 +38,7 @@ from .lane_scripts import LaneCtx
 from .replies import new_token
 
 if TYPE_CHECKING:
-    from .client import Queue
+    from .queue_view import QueueJobs as Queue
 
 __all__ = ["CancelReport", "cancel"]
 

@@ -24,7 +24,7 @@ DEFAULT_EVENTS_MAXLEN = 100_000
 ADD_CHUNK = 500
 
 #: Entries a worker reads per XREADGROUP (the ``COUNT k`` of a read); 0 adapts it to
-#: the work (see :meth:`streamq.slot.Slot.adapt_batch`).
+#: the work (see :func:`streamq.governor.next_read`).
 DEFAULT_BATCH = 0
 #: The first read of an adapting slot: one entry, so a slow first handler holds
 #: nothing that another slot or worker could start (quick rounds double it).
@@ -51,7 +51,7 @@ DEFAULT_ASYNC_CONCURRENCY = 32
 #: share of the worker's concurrency and runs the claimed tokens' entries at once.
 ASYNC_SLOTS = 2
 #: Tokens one slot claims per round trip; 0 adapts it to the work (between 1 and
-#: MAX_AUTO_PREFETCH, see :meth:`streamq.slot.Slot.adapt`).
+#: MAX_AUTO_PREFETCH, see :func:`streamq.governor.next_claim`).
 DEFAULT_PREFETCH = 0
 #: Most tokens an adapting slot claims per round trip.
 MAX_AUTO_PREFETCH = 64

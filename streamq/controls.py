@@ -14,7 +14,7 @@ from .keys import check_name
 from .models import JobStatus
 
 if TYPE_CHECKING:
-    from .client import Queue
+    from .queue_view import QueueJobs as Queue
 
 
 def check_range(name: str, value: int, lo: int, hi: int) -> int:

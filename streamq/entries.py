@@ -9,95 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import cancels, config
-from .codec import decode, encode_result
+from .codec import encode_result
 from .deadletters import announce
+from .entry_fields import Batch, _checked, _parse
 from .errors import HandlerTimeout, PayloadError
 from .keys import JobKeys, QueueKeys
-from .models import Task
+from .queue_view import Serving
+from .running import current as _current
 from .scripts import JobReply
-from .steady import steady
+from .steady import Stopping, steady
 from .watchdog import CANCEL_GRACE_S, guarded
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .governor import Governor
+    from .history import ActivityCounter
+    from .leases import LeaseKeeper
+    from .metrics import WorkerMetrics, WorkerStats
+    from .queue_view import QueueFinisher
+    from .tracing import WorkerTracer
+    from .watchdog import Timeouts, Watchdog
 
 log = logging.getLogger("streamq.worker")
-
-#: (queue, job id, index, entry id, attempt[, deadline]) of the sub-request being run; a
-#: Task is made from it only when a handler asks, not for every sub-request
-_current: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
-    "streamq_task", default=None)
-#: a job and the results of its entries to acknowledge: (entry id, index, encoded result)
-Batch = tuple[JobKeys, list[tuple[str, int, bytes]]]
-
-
-def batch_ids(batches: Sequence[Batch]) -> list[tuple[str, list[str]]]:
-    """The job and entry ids of each batch of results."""
-    return [(jk.job_id, [d[0] for d in done]) for jk, done in batches]
-
-
-def current_task() -> Task | None:
-    """The sub-request the calling handler is running (None outside a handler)."""
-    fields = _current.get()
-    return None if fields is None else Task(*fields)
-
-
-def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
-    it = iter(flat)
-    return dict(zip(it, it))
-
-
-def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
-    try:
-        value = int(fields[name])
-    except (KeyError, ValueError):
-        return None
-    return value if value >= 0 else None
-
-
-def _plain(flat: list[bytes]) -> bool:
-    """The layout every first attempt has (``i``, ``t``, ``p``): read without a dict."""
-    return len(flat) == 6 and flat[0] == b"i" and flat[2] == b"t" and flat[4] == b"p"
-
-
-def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, int, bool]:
-    """An entry's index, type, payload, attempt number and whether it is suspect."""
-    if _plain(flat):
-        index: int | None
-        try:
-            index = int(flat[1])
-        except ValueError:
-            index = None
-        return (index if index is None or index >= 0 else None), flat[3], flat[5], 1, False
-    fields = _fields(flat)
-    attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
-    return (_int_field(fields, b"i"), fields.get(b"t"), fields.get(b"p"), attempt,
-            b"s" in fields)
-
-
-def _checked(index: int | None, kind: bytes | None, raw: bytes | None
-             ) -> tuple[int, bytes, bytes, Any]:
-    """A parsed entry's index, type and payload, and the payload decoded; PayloadError
-    when the entry is malformed."""
-    if index is None:
-        raise PayloadError("missing or invalid index field 'i'")
-    if kind is None or raw is None:
-        raise PayloadError("missing type 't' or payload 'p' field")
-    return index, kind, raw, decode(kind, raw)
-
-
-def is_suspect(flat: list[bytes]) -> bool:
-    """True for an entry the reaper took from a dead worker (field ``s``)."""
-    return not _plain(flat) and b"s" in flat[0::2]
-
 
 #: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload
 _Item = tuple[str, int, bytes, bytes, int, Any]
@@ -106,10 +45,45 @@ _Item = tuple[str, int, bytes, bytes, int, Any]
 _Outcome = tuple[bool, Any, float, float] | None
 
 
+class EntryWorker(Stopping, Serving, Protocol):
+    """What running a job's entries reads of the worker."""
+
+    @property
+    def q(self) -> QueueFinisher: ...
+    @property
+    def handler(self) -> Callable[[Any], Any]: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+    @property
+    def ack_flush_s(self) -> float: ...
+    @property
+    def fault_at(self) -> tuple[str, int] | None: ...
+    @property
+    def timeouts(self) -> Timeouts: ...
+    @property
+    def watchdog(self) -> Watchdog: ...
+    @property
+    def tracer(self) -> WorkerTracer | None: ...
+    @property
+    def metrics(self) -> WorkerMetrics: ...
+    @property
+    def stats(self) -> WorkerStats: ...
+    @property
+    def activity(self) -> ActivityCounter: ...
+    @property
+    def governor(self) -> Governor | None: ...
+    @property
+    def leases(self) -> LeaseKeeper: ...
+
+    def fault(self, point: str) -> None: ...
+
+    def _retry_delay(self, e: Exception, attempt: int) -> int: ...
+
+
 class EntryRunner:
     """Runs the entries a slot read, acknowledges results, reports failures."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: EntryWorker) -> None:
         self.w = worker
         #: per slot thread: whether its round handed entries back behind a slow handler
         self._slow = threading.local()
@@ -149,13 +123,7 @@ class EntryRunner:
                 self.requeue(job, [e[0] for e in entries[n:]])
                 break
             if n and slow:
-                # a slow handler: the rest would wait behind it while other slots and
-                # workers could run them, so they go back unstarted (no delivery spent)
-                # and the job's parked tokens are woken to take them
-                steady(w, "handing entries back", self.hand_back, jk, entries[n:], shard)
-                log.debug("job %s: %d entries handed back behind a slow handler", job,
-                          len(entries) - n)
-                self.backlog(len(entries) - n)
+                self._behind_slow(jk, entries[n:], shard)
                 break
             eid = ids[n]
             index, kind, raw, attempt, suspect = _parse(flat)
@@ -170,18 +138,14 @@ class EntryRunner:
                 # suspect (its worker died): acknowledge what is done, then record the
                 # start, so a kill inside this handler counts an attempt for it alone
                 if done:
-                    self.observe(waits, durations)
-                    completed = self.ack_many([(jk, done)], shard=shard)[0] or completed
-                    w.leases.discard(unacked, [d[0] for d in done])
+                    completed = self._flush(jk, done, unacked, waits, durations,
+                                            shard) or completed
                     done = []
-                if not steady(w, "recording a start", w.scripts.record_start, jk, eid, w.id):
-                    w.leases.discard(unacked, (eid,))  # reclaimed meanwhile: runs elsewhere
-                    continue
-                if cancelled(job):
-                    # noted cancelled during those round trips: a cancel reported
-                    # complete meanwhile, so nothing of the job starts now
-                    self.requeue(job, [e[0] for e in entries[n:]])
+                go = self._suspect_start(jk, eid, unacked, [e[0] for e in entries[n:]])
+                if go is None:
                     break
+                if not go:
+                    continue
             if faults:
                 w.fault("in_handler")
             started = clock()
@@ -206,22 +170,63 @@ class EntryRunner:
                 took = clock() - started
                 slow = took >= config.SLOW_ENTRY_S
                 durations.append(took)
-                self.observe(waits, durations)
-                completed = self.failed(job, eid, index, attempt, e, kind, raw,
-                                        shard) or completed
-                w.leases.discard(unacked, (eid,))
+                completed = self._failed_entry(jk, eid, (index, attempt, kind, raw), e,
+                                               unacked, (waits, durations), shard) or completed
                 continue
             ended = clock()
             slow = ended - started >= config.SLOW_ENTRY_S
             durations.append(ended - started)
             done.append((eid, index, result))
             if ended - flushed_at >= flush_s:
-                self.observe(waits, durations)
-                completed = self.ack_many([(jk, done)], shard=shard)[0] or completed
-                w.leases.discard(unacked, [d[0] for d in done])
+                completed = self._flush(jk, done, unacked, waits, durations,
+                                        shard) or completed
                 done = []
                 flushed_at = clock()
         return done, completed
+
+    def _flush(self, jk: JobKeys, done: list[tuple[str, int, bytes]], unacked: set[str],
+               waits: list[float], durations: list[float], shard: QueueKeys) -> bool:
+        """Acknowledge a job's results ``done`` now (the metrics first); whether that
+        completed the job."""
+        self.observe(waits, durations)
+        completed = self.ack_many([(jk, done)], shard=shard)[0]
+        self.w.leases.discard(unacked, [d[0] for d in done])
+        return completed
+
+    def _suspect_start(self, jk: JobKeys, eid: str, unacked: set[str],
+                       rest: list[Any]) -> bool | None:
+        """Record the start of suspect entry ``eid`` before it runs: True to run it,
+        False when it was reclaimed meanwhile (it runs elsewhere), None when the job was
+        noted cancelled during those round trips (``rest``, the entries not started,
+        are handed back: a cancel reported complete meanwhile, so nothing starts)."""
+        w = self.w
+        if not steady(w, "recording a start", w.scripts.record_start, jk, eid, w.id):
+            w.leases.discard(unacked, (eid,))
+            return False
+        if cancels.seen(jk.job_id):
+            self.requeue(jk.job_id, rest)
+            return None
+        return True
+
+    def _failed_entry(self, jk: JobKeys, eid: str, parsed: tuple[int, int, bytes, bytes],
+                      e: Exception, unacked: set[str],
+                      metrics: tuple[list[float], list[float]], shard: QueueKeys) -> bool:
+        """A handler raised ``e`` for entry ``eid`` (``parsed``: its index, attempt, type
+        and raw payload): a retry or a dead letter; whether that completed the job."""
+        self.observe(*metrics)
+        index, attempt, kind, raw = parsed
+        completed = self.failed(jk.job_id, eid, index, attempt, e, kind, raw, shard)
+        self.w.leases.discard(unacked, (eid,))
+        return completed
+
+    def _behind_slow(self, jk: JobKeys, rest: list[Any], shard: QueueKeys) -> None:
+        """After a slow handler: the rest of the job's entries would wait behind it while
+        other slots and workers could run them, so they go back unstarted (no delivery
+        spent) and the job's parked tokens are woken to take them."""
+        steady(self.w, "handing entries back", self.hand_back, jk, rest, shard)
+        log.debug("job %s: %d entries handed back behind a slow handler", jk.job_id,
+                  len(rest))
+        self.backlog(len(rest))
 
     def run_async(
         self, jobs: list[tuple[JobKeys, list[Any], list[str], set[str]]],

@@ -24,8 +24,8 @@ from .keys import JobKeys, QueueKeys, shard_queue
 from .replies import ScriptErrorCode, new_token
 
 if TYPE_CHECKING:
-    from .client import Queue
     from .models import JobStatus
+    from .queue_view import QueueJobs as Queue
 
 __all__ = ["PauseReport", "WaitReport", "live_workers", "pause", "paused_shards", "reprioritize",
            "resume"]

@@ -47,7 +47,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .config import SLOW_ENTRY_S
+from .config import (
+    AUTO_BATCH_ROUND_S,
+    MAX_AUTO_BATCH,
+    MAX_AUTO_PREFETCH,
+    SLOW_ENTRY_S,
+)
 
 log = logging.getLogger("streamq.worker")
 
@@ -259,3 +264,35 @@ class Governor:
         if n != self.active:
             self.active = n
             self.wake_all()
+
+
+def next_claim(claim_n: int, claimed: int, followed: bool, took: float) -> int:
+    """A slot's next claim size after a round that claimed ``claimed`` of the
+    ``claim_n`` it asked for in ``took`` seconds (a worker started with prefetch 0):
+    small jobs (no read filled a batch) are best served many per round trip, so a
+    claim that got all it asked for in a short round (under AUTO_BATCH_ROUND_S)
+    doubles, up to MAX_AUTO_PREFETCH; a round that took twice that halves it, down to
+    one, so slow handlers hold few leases and a more urgent job is claimed soon; a job
+    that filled a batch (``followed``) is big, best served one token at a time with
+    its next batch read ahead, so the claim drops to one. Otherwise it keeps its size."""
+    if followed:
+        return 1
+    if took > 2 * AUTO_BATCH_ROUND_S:
+        return max(1, claim_n // 2)
+    if claimed >= claim_n and took < AUTO_BATCH_ROUND_S:
+        return min(MAX_AUTO_PREFETCH, claim_n * 2)
+    return claim_n
+
+
+def next_read(read_n: int, least: int, took: float, followed: bool) -> int:
+    """A slot's next read size after a round of ``took`` seconds (a worker started with
+    batch 0): while reads come back full (``followed``: a big job) and a round takes
+    less than AUTO_BATCH_ROUND_S, the batch doubles, up to MAX_AUTO_BATCH (fewer,
+    larger round trips); a round that took twice that halves it, down to ``least``,
+    so a more urgent job waits about that long, or one slow entry, for the round in
+    progress. Otherwise it keeps its size."""
+    if took > 2 * AUTO_BATCH_ROUND_S:
+        return max(least, read_n // 2)
+    if followed and took < AUTO_BATCH_ROUND_S:
+        return min(MAX_AUTO_BATCH, read_n * 2)
+    return read_n

@@ -17,7 +17,7 @@ from .scripts import new_token
 from .tracing import traced_submit
 
 if TYPE_CHECKING:
-    from .client import Queue
+    from .queue_view import QueueJobs as Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 

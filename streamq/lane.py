@@ -32,8 +32,8 @@ from .models import JobState, JobStatus
 from .shards import shard_index
 
 if TYPE_CHECKING:
-    from .client import Queue
     from .connection import Client
+    from .queue_view import QueueStore as Queue
 
 
 def enabled() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import tracing
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
@@ -17,8 +17,17 @@ from .keys import QueueKeys, lane_member
 from .replies import Call, raise_for_code
 from .script_base import ScriptsBase
 
-if TYPE_CHECKING:
-    from .client import Queue
+
+class QueueSettings(Protocol):
+    """A queue's name and the settings its completions are written with (what
+    :meth:`LaneCtx.of` reads of a queue client)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def events_maxlen(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -31,7 +40,7 @@ class LaneCtx:
     dead_maxlen: int = DEFAULT_DEAD_MAXLEN
 
     @classmethod
-    def of(cls, q: Queue) -> LaneCtx:
+    def of(cls, q: QueueSettings) -> LaneCtx:
         """The settings of queue client ``q`` (its retention and events cap)."""
         return cls(queue=q.name, events_maxlen=q.events_maxlen,
                    events_retention_ms=q.retention_ms)

@@ -29,17 +29,16 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
 from . import cancels, config
 from .keys import QueueKeys
-
-if TYPE_CHECKING:
-    from .leases import LeaseKeeper
+from .queue_view import Serving
 
 log = logging.getLogger("streamq.worker")
 
@@ -53,11 +52,38 @@ WATCH_MAX = 10_000
 PAGE = 100
 
 
+class UnseenWorker(Serving, Protocol):
+    """What the pass reads of the worker: :class:`Serving`, and its beat."""
+
+    @property
+    def heartbeat_s(self) -> float: ...
+
+
+class Held(Protocol):
+    """What one slot tracks (:class:`streamq.leases.SlotHold`)."""
+
+    @property
+    def entries(self) -> dict[str, set[str]]: ...
+    @property
+    def acking(self) -> dict[str, set[str]]: ...
+
+
+class Keeper(Protocol):
+    """What the pass reads of the worker's lease keeper."""
+
+    @property
+    def lock(self) -> threading.Lock: ...
+    @property
+    def holds(self) -> Sequence[Held]: ...
+    @property
+    def w(self) -> UnseenWorker: ...
+
+
 class UnseenLaneEntries:
     """The lane streams a worker's slots read lately, and the beat's drop of the
     entries of cancelled small jobs pending with the worker that no slot tracks."""
 
-    def __init__(self, keeper: LeaseKeeper) -> None:
+    def __init__(self, keeper: Keeper) -> None:
         self.k = keeper
         #: lane stream -> (its shard, monotonic time a slot last sent a read of it)
         self.reads: dict[str, tuple[QueueKeys, float]] = {}

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import redis
 
@@ -26,16 +26,19 @@ from . import cancels
 from .codec import decode, encode_result
 from .config import GROUP, SLOW_ENTRY_S
 from .connection import is_transient, pipelined
-from .entries import _current, _fields, is_suspect
+from .entries import EntryRunner, EntryWorker
+from .entry_fields import _fields, is_suspect
 from .errors import PayloadError
 from .keys import QueueKeys, parse_lane_member
 from .replies import Call
+from .running import current as _current
 from .scripts import LaneCtx
 from .steady import steady
 from .tracing import EntryKey
 
 if TYPE_CHECKING:
-    from .slot import Slot
+    from .leases import SlotHold
+    from .rates import Limiter
 
 log = logging.getLogger("streamq.worker")
 
@@ -87,12 +90,23 @@ def streams_read(reply: Any) -> list[tuple[str, list[tuple[bytes, list[bytes]]]]
     return out
 
 
-class LaneWork:
-    """The lane reads, runs and acknowledgements of one slot."""
+class LaneWorker(EntryWorker, Protocol):
+    """What a slot's lane work reads of the worker."""
 
-    def __init__(self, slot: Slot) -> None:
-        self.s = slot
-        self.w = w = slot.w
+    @property
+    def entries(self) -> EntryRunner: ...
+    @property
+    def rates(self) -> Limiter: ...
+    @property
+    def slot_share(self) -> int: ...
+
+
+class LaneWork:
+    """The lane reads, runs and acknowledgements of one slot (``hold``: what it holds)."""
+
+    def __init__(self, worker: LaneWorker, hold: SlotHold) -> None:
+        self.hold = hold
+        self.w = w = worker
         #: lane_ack calls of results not yet acknowledged (sent with the next settle)
         self.acks: list[Call] = []
         #: the lanes of each shard, as its registry said in the last read
@@ -283,7 +297,7 @@ class LaneWork:
         w = self.w
         waits: list[float] = []
         durations: list[float] = []
-        held = w.leases.track(self.s.hold, _by_stream(entries))
+        held = w.leases.track(self.hold, _by_stream(entries))
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         done: dict[str, list[tuple[str, str, bytes]]] = {}
         w.fault("after_read")
@@ -302,7 +316,7 @@ class LaneWork:
         if self.w.tracer is not None:
             self.traced.extend((d[1], d[0]) for items in done.values() for d in items)
         waiting = [(stream, [d[0] for d in items]) for stream, items in done.items()]
-        self.w.leases.awaiting(self.s.hold, waiting)
+        self.w.leases.awaiting(self.hold, waiting)
         self.acking.extend(waiting)
         return [self.w.scripts.lane_ack_call(qk, stream, self.ctx, items[i : i + 500])
                 for stream, items in done.items() for i in range(0, len(items), 500)]
@@ -437,7 +451,7 @@ class LaneWork:
 
     def acked(self, replies: Sequence[Any]) -> None:
         """Count the replies of lane_ack calls (every call of :attr:`acks`)."""
-        self.w.leases.landed(self.s.hold, self.acking)
+        self.w.leases.landed(self.hold, self.acking)
         self.acking = []
         n = sum(int(r[0]) for r in replies)
         self.w.metrics.processed.inc(n)

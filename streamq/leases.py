@@ -21,14 +21,16 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import cancels, config
 from .keys import JobKeys, QueueKeys
-from .lane_unseen import UnseenLaneEntries
+from .lane_unseen import UnseenLaneEntries, UnseenWorker
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .governor import Governor
+    from .history import ActivityCounter
+    from .metrics import WorkerMetrics, WorkerStats
 
 log = logging.getLogger("streamq.worker")
 
@@ -57,10 +59,37 @@ class SlotHold:
         self.acking: dict[str, set[str]] = {}
 
 
+class LeasingWorker(UnseenWorker, Protocol):
+    """What the lease keeper and its heartbeat read of their worker."""
+
+    @property
+    def keys(self) -> QueueKeys: ...
+    @property
+    def shards(self) -> list[QueueKeys]: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def lease_ms(self) -> int: ...
+    @property
+    def info_ttl_ms(self) -> int: ...
+    @property
+    def started_ms(self) -> int: ...
+    @property
+    def governor(self) -> Governor | None: ...
+    @property
+    def metrics(self) -> WorkerMetrics: ...
+    @property
+    def activity(self) -> ActivityCounter: ...
+    @property
+    def stats(self) -> WorkerStats: ...
+
+
 class LeaseKeeper:
     """The holds of a worker's slots, and its heartbeat."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: LeasingWorker) -> None:
         self.w = worker
         self.lock = threading.Lock()
         self.holds = [SlotHold(i) for i in range(worker.slots)]

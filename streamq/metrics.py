@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
@@ -141,3 +142,17 @@ class ReaperMetrics:
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /metrics on ``addr:port`` from a daemon thread."""
         serve(self.registry, port, addr)
+
+
+@dataclass
+class WorkerStats:
+    """What a worker's slots did, counted under its lock (its log line and tests read it)."""
+
+    processed: int = 0
+    failed: int = 0
+    #: settles that claimed at least one token, and the tokens they claimed
+    claims: int = 0
+    tokens: int = 0
+    #: the entries each slot's next read asks for (by slot index)
+    reads: dict[int, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)

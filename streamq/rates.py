@@ -36,8 +36,8 @@ from .keys import JobKeys, QueueKeys, check_name, token_job
 from .replies import Call
 
 if TYPE_CHECKING:
-    from .client import Queue
-    from .worker import Worker
+    from .queue_view import QueueStore as Queue
+    from .queue_view import Served
 
 __all__ = ["RATE_DUE", "Limiter", "RateLimit", "RateLimits", "check_rate", "read_rates",
            "set_rate"]
@@ -189,7 +189,7 @@ class Limiter:
     exist (read again every REFRESH_S), the clients of the jobs it served, which
     clients' small jobs wait for a permit; and the permit calls."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Served) -> None:
         self.w = worker
         self.qk = QueueKeys(worker.keys.name)
         self._lock = threading.Lock()

@@ -45,73 +45,84 @@ def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None 
     stays unreachable for longer than ``redis_wait_s`` (forever when None); returns
     when stopped by a signal.
     """
-    scheduler = BlockingScheduler(timezone="UTC")
-    stop = threading.Event()
-    fatal: list[Exception] = []
+    _Schedule(reaper, interval_s, redis_wait_s).run()
 
-    def halt() -> None:
-        stop.set()
+
+class _Schedule:
+    """The reaper's passes on an APScheduler loop, and what stops it."""
+
+    def __init__(self, reaper: Reaper, interval_s: float, redis_wait_s: float | None) -> None:
+        self.reaper, self.interval_s, self.redis_wait_s = reaper, interval_s, redis_wait_s
+        self.scheduler = BlockingScheduler(timezone="UTC")
+        self.stop = threading.Event()
+        self.fatal: list[Exception] = []
+
+    def halt(self) -> None:
+        self.stop.set()
         try:
-            scheduler.shutdown(wait=False)
+            self.scheduler.shutdown(wait=False)
         except SchedulerNotRunningError:
             pass
 
-    def wait() -> bool:
+    def wait(self) -> bool:
         """Wait for Redis; False when stopping (by a signal, or giving up)."""
         try:
-            wait_for_redis(reaper.redis, log, max_wait_s=redis_wait_s, stop=stop)
+            wait_for_redis(self.reaper.redis, log, max_wait_s=self.redis_wait_s, stop=self.stop)
             return True
         except ConnectionFailed as e:
-            if not stop.is_set():
-                fatal.append(e)
-                halt()
+            if not self.stop.is_set():
+                self.fatal.append(e)
+                self.halt()
             return False
 
-    def tick() -> None:
-        if stop.is_set():  # a signal that came before the scheduler ran
-            halt()
+    def tick(self) -> None:
+        if self.stop.is_set():  # a signal that came before the scheduler ran
+            self.halt()
             return
         try:
-            reaper.run_once()
+            self.reaper.run_once()
         except Exception as e:
             if isinstance(e, LibraryMissing):  # what to run is in its message
-                fatal.append(e)
-                halt()
+                self.fatal.append(e)
+                self.halt()
             elif is_access_error(e):
-                fatal.append(ConnectionFailed(f"Redis refused access: {e}"))
-                halt()
+                self.fatal.append(ConnectionFailed(f"Redis refused access: {e}"))
+                self.halt()
             elif is_transient(e):
                 log.warning("reaper pass cut short: %s: %s", type(e).__name__, e)
-                if stop.is_set():
+                if self.stop.is_set():
                     return
-                scheduler.pause_job(_JOB)
-                if wait():
-                    scheduler.resume_job(_JOB)
+                self.scheduler.pause_job(_JOB)
+                if self.wait():
+                    self.scheduler.resume_job(_JOB)
             else:
-                log.exception("reaper pass failed; next pass in %.1f s", interval_s)
+                log.exception("reaper pass failed; next pass in %.1f s", self.interval_s)
 
-    if threading.current_thread() is threading.main_thread():
-        def on_signal(*_: object) -> None:
-            stop.set()
-            try:
-                scheduler.shutdown(wait=True)
-            except SchedulerNotRunningError:
-                pass
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-    if wait():
+    def on_signal(self, *_: object) -> None:
+        self.stop.set()
         try:
-            ensure(reaper.redis)
-        except LibraryMissing:
-            raise
-        except Exception as e:  # a transient error: the first pass meets it again
-            log.warning("could not check streamq's functions library now (%s)", e)
-        scheduler.add_job(tick, IntervalTrigger(seconds=interval_s, jitter=interval_s * 0.1),
-                          id=_JOB, coalesce=True, max_instances=1,
-                          next_run_time=datetime.now().astimezone())
-        log.info("reaper for queue %s every %.1f s", reaper.q.name, interval_s)
-        if not stop.is_set():
-            scheduler.start()
-    if fatal:
-        raise fatal[0]
+            self.scheduler.shutdown(wait=True)
+        except SchedulerNotRunningError:
+            pass
+
+    def run(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.on_signal)
+            signal.signal(signal.SIGINT, self.on_signal)
+        if self.wait():
+            try:
+                ensure(self.reaper.redis)
+            except LibraryMissing:
+                raise
+            except Exception as e:  # a transient error: the first pass meets it again
+                log.warning("could not check streamq's functions library now (%s)", e)
+            interval_s = self.interval_s
+            self.scheduler.add_job(self.tick, IntervalTrigger(seconds=interval_s,
+                                                              jitter=interval_s * 0.1),
+                                   id=_JOB, coalesce=True, max_instances=1,
+                                   next_run_time=datetime.now().astimezone())
+            log.info("reaper for queue %s every %.1f s", self.reaper.q.name, interval_s)
+            if not self.stop.is_set():
+                self.scheduler.start()
+        if self.fatal:
+            raise self.fatal[0]

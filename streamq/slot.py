@@ -17,40 +17,81 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-import redis
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import config
-from .connection import is_access_error, is_transient, pipelined
-from .entries import Batch, batch_ids, is_suspect
+from .connection import is_access_error, is_transient
+from .entry_fields import Batch, batch_ids
+from .governor import next_claim, next_read
+from .job_work import Finish, JobWork, _entries
 from .keys import JobKeys, QueueKeys, token_job
-from .lane_work import LANE_DUE, LaneEntry, LaneWork, streams_read
+from .lane_work import LANE_DUE, LaneEntry, LaneWork, LaneWorker
 from .rates import RATE_DUE, parse_due
+from .replies import Call
 from .scripts import JobReply
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .wakers import Wakers
 
 log = logging.getLogger("streamq.worker")
 
-_UNREAD = object()  # a claimed token's job not read ahead (a read's reply may be None)
-#: a job an acknowledgement completed, its reply and the shard it lives on
-Finish = tuple[str, JobReply, QueueKeys]
 #: first and longest pause after a transient Redis error in a slot, seconds
 _PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
 
 
-def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
-    """The entries of a raw XREADGROUP reply of one stream, each an id and its flat
-    field list ``[field, value, ...]`` (see :func:`streamq.lane_work.streams_read`)."""
-    return [entry for _, entries in streams_read(reply) for entry in entries]
+class _Carried:
+    """What a slot's round leaves to the next round's settle."""
+
+    def __init__(self) -> None:
+        #: tokens to release or keep, with the code the settle gives each
+        self.settled: list[tuple[str, str]] = []
+        #: jobs the last acknowledgements completed, finished with the next settle
+        self.finishes: list[Finish] = []
+        #: jobs whose last read was a full batch: their next batch is read in the round
+        #: trip of the next settle, and served at once if that settle gives a token back
+        self.follow: list[str] = []
+        #: results of followed jobs, acknowledged first in the round trip of the next settle
+        self.acks: list[Batch] = []
+
+    def held(self, lane_acks: list[Any]) -> bool:
+        """Whether anything is left to hand back (``lane_acks``: the lane's results)."""
+        return bool(self.settled or self.finishes or self.acks or lane_acks)
+
+
+class SlotWorker(LaneWorker, Protocol):
+    """What a slot reads of its worker (the settings it serves with, the parts it
+    shares with the other slots) and the two counts it writes."""
+
+    fatal: str | None
+    #: tokens a stopping worker could not hand back
+    undrained: int
+
+    @property
+    def shards(self) -> list[QueueKeys]: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def is_async(self) -> bool: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def prefetch(self) -> int: ...
+    @property
+    def lease_ms(self) -> int: ...
+    @property
+    def info_ttl_ms(self) -> int: ...
+    @property
+    def idle_wait_s(self) -> float: ...
+    @property
+    def wakers(self) -> Wakers: ...
+
+    def fatal_error(self, e: BaseException) -> None: ...
 
 
 class Slot:
     """One handler slot of a worker (run in its own thread)."""
 
-    def __init__(self, worker: Worker, index: int) -> None:
+    def __init__(self, worker: SlotWorker, index: int) -> None:
         self.w = worker
         self.index = index
         self.hold = worker.leases.holds[index]
@@ -69,18 +110,21 @@ class Slot:
         #: ms until the next retry is due, as the last settle said (-1: none waits)
         self._retry_wait_ms = -1
         #: tokens the next settle claims: the worker's prefetch, or, when that is 0,
-        #: adapted to the work by :meth:`adapt`
+        #: adapted to the work by :func:`streamq.governor.next_claim`
         if worker.is_async:  # its tokens run at once: never more than its share
             self.claim_n = min(worker.prefetch or worker.slot_share, worker.slot_share)
         else:
             self.claim_n = worker.prefetch or 1
         #: entries each read asks for: the worker's batch, or, when that is 0, adapted
-        #: to the work by :meth:`adapt_batch`; an async slot runs what it read at once,
-        #: so a slow entry holds none of the others: it reads its share from the start
+        #: to the work by :func:`streamq.governor.next_read`; an async slot runs what it
+        #: read at once, so a slow entry holds none of the others: it reads its share
+        #: from the start
         self.read_n = worker.batch or (worker.slot_share if worker.is_async
                                        else config.AUTO_BATCH_START)
         #: the small-job lane's reads, runs and acknowledgements (:mod:`streamq.lane_work`)
-        self.lane = LaneWork(self)
+        self.lane = LaneWork(worker, self.hold)
+        #: the claimed tokens' jobs' reads, runs and acknowledgements (:mod:`streamq.job_work`)
+        self.jobs = JobWork(worker, self)
         #: the last lane read filled a batch, or found a lane it did not cover
         self._lane_more = False
         #: the last settle acknowledged small jobs (the after_ack fault point)
@@ -90,148 +134,137 @@ class Slot:
         #: the last settle found the queue paused: claim nothing, read nothing ahead,
         #: wait on the wake list until it is resumed
         self.paused = False
+        #: the pause before the next try after a transient error (doubles, reset by a
+        #: settle that went through)
+        self._pause = _PAUSE_FIRST_S
 
     def run(self) -> None:
+        """Round after round until the worker stops and nothing is left to hand back."""
         w = self.w
-        settled: list[tuple[str, str]] = []
-        #: jobs the last acknowledgements completed, finished with the next settle
-        finishes: list[Finish] = []
-        #: jobs whose last read was a full batch: their next batch is read in the round
-        #: trip of the next settle, and served at once if that settle gives a token back
-        follow: list[str] = []
-        #: results of followed jobs, acknowledged first in the round trip of the next settle
-        acks: list[Batch] = []
+        r = _Carried()
         stop_seen: float | None = None
-        pause = _PAUSE_FIRST_S
         gov = w.governor
         while True:
             stopping = w.stopping.is_set()
-            if stopping and not settled and not finishes and not acks and not self.lane.acks:
+            if stopping and not r.held(self.lane.acks):
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             # a slot the governor does not let serve settles what it holds, then waits
             serving = stopping or gov is None or gov.serves(self.index)
-            if gov is not None and not serving and not (
-                    settled or finishes or acks or self.lane.acks):
+            if gov is not None and not serving and not r.held(self.lane.acks):
                 gov.wait(self.index, w.stopping)
                 gov.tick()  # the serving slots may all be inside slow handlers
                 continue
-            spec, follow = ([] if stopping or self.paused or not serving else follow), []
-            if w.entries.recently_slow():
-                # slow handlers lately: one at a time, so no slot holds entries that
-                # another slot or worker could start now
-                self.read_n = self.read_n if w.batch or w.is_async else 1
-                self.claim_n = self.claim_n if w.prefetch or w.is_async else 1
             try:
-                if spec and w.rates.active():
-                    spec = []  # no read ahead under rate limits: a read takes permits first
-                claimed, due, preread, lanes = self.settle(
-                    settled, finishes, 0 if stopping or not serving else self.claim_n, spec,
-                    acks)
-                settled = []
-                if acks or self._lane_acked:
-                    acks = []
-                    w.fault("after_ack")
-                pause = _PAUSE_FIRST_S
-                # until the work is done, a failure releases the tokens on the next settle
-                settled = [(t, "r") for t in claimed]
-                if stopping or not serving:
-                    # a resent settle may report tokens claimed before the stop: they are
-                    # released, and jobs the last acks completed finished, by one more call
-                    continue
-                if self.paused:
-                    self.idle()  # (a resume wakes it)
-                    continue
-                if due:
-                    self.promote(due)
-                if not claimed and not lanes:
-                    if gov is not None:
-                        gov.emptied()
-                    if not due and not self._ready_seen and not self._lane_more:
-                        self.idle()
-                    continue
-                if claimed:
-                    w.fault("after_claim")
-                started = time.perf_counter()
-                try:
-                    # lane entries as urgent as the claimed tokens' job, or more, run first
-                    prio = self._claimed_prio if claimed else config.MAX_PRIORITY + 1
-                    cut = next((n for n, e in enumerate(lanes) if e.priority > prio), len(lanes))
-                    if cut:
-                        self.lane.run(self.qk, lanes[:cut])
-                    if claimed:
-                        settled, follow, acks = self.work(claimed, finishes, preread)
-                    if cut < len(lanes):
-                        self.lane.run(self.qk, lanes[cut:])
-                finally:
-                    w.leases.untrack(self.hold)
-                took = time.perf_counter() - started
-                if not w.batch:
-                    self.read_n = self.adapt_batch(took, bool(follow) or self._lane_more)
-                if not w.prefetch and not w.is_async:
-                    self.claim_n = self.adapt(len(claimed), bool(follow), took)
-                w.entries.slowed()  # the round's hand-back, if any, is acted on
-                with w.stats.lock:  # once per round
-                    w.stats.claims += 1
-                    w.stats.tokens += len(claimed)
-                    w.stats.reads[self.index] = self.read_n
-                if claimed and not acks:
-                    # the claimed jobs' results were acknowledged in the round (a round
-                    # of lane entries only acknowledges with the next settle, which
-                    # fires the point then)
-                    w.fault("after_ack")
-                if gov is not None:
-                    gov.tick()
+                self.round(r, stopping, serving)
             except Exception as e:
-                if is_access_error(e):
-                    w.fatal_error(e)
-                    continue
-                if not is_transient(e):
-                    log.exception("unexpected error in a worker slot; its tokens are released")
-                    w.pause(stopping, 1.0)
-                    continue
-                if stop_seen is not None and time.monotonic() - stop_seen >= w.stop_retry_s:
-                    log.error("redis unavailable while stopping (%s): leaving %d token(s) to "
-                              "expire; the reaper hands their entries to other workers", e,
-                              len(settled))
-                    with w.leases.lock:
-                        w.undrained += len(settled)
+                if self._failed(e, stopping, stop_seen, r.settled):
                     return
-                w.unreachable(e)
-                log.warning("redis unavailable (%s: %s); retrying in %.2f s", type(e).__name__, e,
-                            pause)
-                w.pause(stopping, pause)
-                pause = min(_PAUSE_MAX_S, pause * 2)
 
-    def adapt(self, claimed: int, followed: bool, took: float) -> int:
-        """The next claim's size, for a worker started with prefetch 0: small jobs (no
-        read filled a batch) are best served many per round trip, so a claim that got
-        all it asked for in a short round (``took`` under AUTO_BATCH_ROUND_S) doubles,
-        up to MAX_AUTO_PREFETCH; a round that took twice that halves it, down to one,
-        so slow handlers hold few leases and a more urgent job is claimed soon; a job
-        that filled a batch is big, best served one token at a time with its next
-        batch read ahead, so the claim drops to one. Otherwise it keeps its size."""
-        if followed:
-            return 1
-        if took > 2 * config.AUTO_BATCH_ROUND_S:
-            return max(1, self.claim_n // 2)
-        if claimed >= self.claim_n and took < config.AUTO_BATCH_ROUND_S:
-            return min(config.MAX_AUTO_PREFETCH, self.claim_n * 2)
-        return self.claim_n
+    def round(self, r: _Carried, stopping: bool, serving: bool) -> None:
+        """One round trip (:meth:`settle`), then the work it brought: what it did not
+        finish is carried in ``r`` to the next round's settle."""
+        w = self.w
+        spec, r.follow = ([] if stopping or self.paused or not serving else r.follow), []
+        if w.entries.recently_slow():
+            # slow handlers lately: one at a time, so no slot holds entries that
+            # another slot or worker could start now
+            self.read_n = self.read_n if w.batch or w.is_async else 1
+            self.claim_n = self.claim_n if w.prefetch or w.is_async else 1
+        if spec and w.rates.active():
+            spec = []  # no read ahead under rate limits: a read takes permits first
+        claimed, due, preread, lanes = self.settle(
+            r.settled, r.finishes, 0 if stopping or not serving else self.claim_n, spec, r.acks)
+        r.settled = []
+        if r.acks or self._lane_acked:
+            r.acks = []
+            w.fault("after_ack")
+        self._pause = _PAUSE_FIRST_S
+        # until the work is done, a failure releases the tokens on the next settle
+        r.settled = [(t, "r") for t in claimed]
+        if stopping or not serving:
+            # a resent settle may report tokens claimed before the stop: they are
+            # released, and jobs the last acks completed finished, by one more call
+            return
+        if self.paused:
+            self.idle()  # (a resume wakes it)
+            return
+        if due:
+            self.promote(due)
+        if not claimed and not lanes:
+            if w.governor is not None:
+                w.governor.emptied()
+            if not due and not self._ready_seen and not self._lane_more:
+                self.idle()
+            return
+        if claimed:
+            w.fault("after_claim")
+        self.serve(r, claimed, lanes, preread)
 
-    def adapt_batch(self, took: float, followed: bool) -> int:
-        """The next read's size, for a worker started with batch 0: while reads come
-        back full (a big job) and a round takes less than AUTO_BATCH_ROUND_S, the
-        batch doubles, up to MAX_AUTO_BATCH (fewer, larger round trips); a round that
-        took twice that halves it, down to one, so a more urgent job waits about that
-        long, or one slow entry, for the round in progress. Otherwise it keeps its size."""
-        least = self.w.slot_share if self.w.is_async else 1
-        if took > 2 * config.AUTO_BATCH_ROUND_S:
-            return max(least, self.read_n // 2)
-        if followed and took < config.AUTO_BATCH_ROUND_S:
-            return min(config.MAX_AUTO_BATCH, self.read_n * 2)
-        return self.read_n
+    def serve(self, r: _Carried, claimed: list[str], lanes: list[LaneEntry],
+              preread: dict[str, Any]) -> None:
+        """Run what a settle brought: lane entries as urgent as the claimed job's or
+        more, the claimed job's entries, then the other lane entries; adapt the next
+        claim and read to how the round went."""
+        w = self.w
+        started = time.perf_counter()
+        try:
+            prio = self._claimed_prio if claimed else config.MAX_PRIORITY + 1
+            cut = next((n for n, e in enumerate(lanes) if e.priority > prio), len(lanes))
+            if cut:
+                self.lane.run(self.qk, lanes[:cut])
+            if claimed:
+                r.settled, r.follow, r.acks = self.jobs.work(claimed, r.finishes, preread)
+            if cut < len(lanes):
+                self.lane.run(self.qk, lanes[cut:])
+        finally:
+            w.leases.untrack(self.hold)
+        took = time.perf_counter() - started
+        if not w.batch:
+            self.read_n = next_read(self.read_n, w.slot_share if w.is_async else 1, took,
+                                    bool(r.follow) or self._lane_more)
+        if not w.prefetch and not w.is_async:
+            self.claim_n = next_claim(self.claim_n, len(claimed), bool(r.follow), took)
+        w.entries.slowed()  # the round's hand-back, if any, is acted on
+        with w.stats.lock:  # once per round
+            w.stats.claims += 1
+            w.stats.tokens += len(claimed)
+            w.stats.reads[self.index] = self.read_n
+        if claimed and not r.acks:
+            # the claimed jobs' results were acknowledged in the round (a round
+            # of lane entries only acknowledges with the next settle, which
+            # fires the point then)
+            w.fault("after_ack")
+        if w.governor is not None:
+            w.governor.tick()
+
+    def _failed(self, e: Exception, stopping: bool, stop_seen: float | None,
+                settled: list[tuple[str, str]]) -> bool:
+        """After a round's error (called in its ``except``): stop for good on refused
+        access, pause 1 s after an unexpected one, back off on a transient one; True
+        when the slot gives up (still failing ``stop_retry_s`` after the stop began)."""
+        w = self.w
+        if is_access_error(e):
+            w.fatal_error(e)
+            return False
+        if not is_transient(e):
+            log.exception("unexpected error in a worker slot; its tokens are released")
+            w.pause(stopping, 1.0)
+            return False
+        if stop_seen is not None and time.monotonic() - stop_seen >= w.stop_retry_s:
+            log.error("redis unavailable while stopping (%s): leaving %d token(s) to "
+                      "expire; the reaper hands their entries to other workers", e,
+                      len(settled))
+            with w.leases.lock:
+                w.undrained += len(settled)
+            return True
+        w.unreachable(e)
+        log.warning("redis unavailable (%s: %s); retrying in %.2f s", type(e).__name__, e,
+                    self._pause)
+        w.pause(stopping, self._pause)
+        self._pause = min(_PAUSE_MAX_S, self._pause * 2)
+        return False
 
     def idle(self) -> None:
         """Nothing claimed: block on the wake list, at most until the next retry is due
@@ -271,14 +304,7 @@ class Slot:
         sent = len(finishes)
         released = [t for t, _ in settled]
         if finishes:
-            # finishing a job removes its tokens (now, or when it was finished before):
-            # a token of a job finished here needs no drop of its own
-            done = {job for job, _, _ in finishes}
-            settled = [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
-            by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
-            for job, reply_, qk in finishes:
-                by_shard.setdefault(qk, []).append((job, reply_))
-            calls += [w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()]
+            settled = self._finishing(settled, finishes, calls)
         # the call keeps its number until a reply came back: a call sent again after a
         # failure returns what the first one did, if it ran
         seq = f"{self._call_base}:{self._calls}"
@@ -295,7 +321,7 @@ class Slot:
         peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
                  for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
         lane_reads = self.lane.commands(new, self.read_n) if claim > 0 and not self.paused else []
-        replies, reads = w.scripts.run_then(calls, [*(self.read(JobKeys(j)) for j in follow),
+        replies, reads = w.scripts.run_then(calls, [*(self.jobs.read(JobKeys(j)) for j in follow),
                                                     *peeks, *lane_reads])
         self._calls += 1
         self._lane_acked = bool(lane_acks)
@@ -308,17 +334,8 @@ class Slot:
         lanes: list[LaneEntry] = []
         self._lane_more = False
         if lane_reads:
-            lane_replies = reads[len(reads) - len(lane_reads):]
+            lanes = self._take_lanes(new, reads[len(reads) - len(lane_reads):], reply.paused)
             reads = reads[: len(reads) - len(lane_reads)]
-            if reply.paused:  # read in the round trip that found the pause: handed back
-                self.lane.hand_back(new, lane_replies, self.read_n)
-            else:
-                lanes, self._lane_more = self.lane.take(new, lane_replies, self.read_n)
-                if w.rates.active():  # rate-limited clients' lanes: permits, then reads
-                    limited, more = self.lane.take_limited(new, self.read_n)
-                    if limited:
-                        lanes = sorted(lanes + limited, key=lambda e: e.priority)
-                    self._lane_more = self._lane_more or more
         del finishes[:sent]
         acked: list[tuple[str, JobReply]] = []
         self.run_entries.acked(acks, replies[: len(acks)], acked)
@@ -334,6 +351,39 @@ class Slot:
         if peeks:
             self.next_qk, self._ready_seen = self.choose(reads[len(follow):], bool(claimed))
             reads = reads[: len(follow)]
+        return claimed, reply.due, self._kept_reads(follow, reads, claimed), lanes
+
+    def _finishing(self, settled: list[tuple[str, str]], finishes: list[Finish],
+                   calls: list[Call]) -> list[tuple[str, str]]:
+        """Add the calls that finish ``finishes`` in their shards to ``calls``; return
+        ``settled`` without the drops they make needless."""
+        # finishing a job removes its tokens (now, or when it was finished before):
+        # a token of a job finished here needs no drop of its own
+        done = {job for job, _, _ in finishes}
+        by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
+        for job, reply, qk in finishes:
+            by_shard.setdefault(qk, []).append((job, reply))
+        calls += [self.w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()]
+        return [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
+
+    def _take_lanes(self, qk: QueueKeys, replies: list[Any], paused: bool) -> list[LaneEntry]:
+        """The lane entries a settle's round trip read (handed back when it found the
+        queue paused), with those of rate-limited clients that got permits."""
+        if paused:  # read in the round trip that found the pause: handed back
+            self.lane.hand_back(qk, replies, self.read_n)
+            return []
+        lanes, self._lane_more = self.lane.take(qk, replies, self.read_n)
+        if self.w.rates.active():  # rate-limited clients' lanes: permits, then reads
+            limited, more = self.lane.take_limited(qk, self.read_n)
+            if limited:
+                lanes = sorted(lanes + limited, key=lambda e: e.priority)
+            self._lane_more = self._lane_more or more
+        return lanes
+
+    def _kept_reads(self, follow: list[str], reads: list[Any], claimed: list[str]
+                    ) -> dict[str, Any]:
+        """The read ahead of each followed job of which a token was claimed; the entries
+        read of the others (a more urgent job took the slot) are handed back at once."""
         preread = dict(zip(follow, reads))
         if preread:
             held = {token_job(t) for t in claimed}
@@ -342,7 +392,7 @@ class Slot:
                 entries = [] if isinstance(read, Exception) else _entries(read)
                 if entries:
                     self.run_entries.requeue(job, [e[0] for e in entries])
-        return claimed, reply.due, preread, lanes
+        return preread
 
     def choose(self, heads: list[Any], claimed: bool) -> tuple[QueueKeys, bool]:
         """The shard to claim from next, from the head of every shard's ready set read
@@ -385,154 +435,7 @@ class Slot:
                 calls.append(w.scripts.schedule_retry_call(self.qk, job, r.wait_ms))
         w.scripts.run_many(calls)
 
-    def read(self, jk: JobKeys, count: int = 0) -> tuple[Any, ...]:
-        """The XREADGROUP of a job's next batch (new entries only, no blocking)."""
-        self.w.leases.reading(jk.job_id)  # watched for a cancel (LeaseKeeper.see_cancels)
-        return ("XREADGROUP", "GROUP", config.GROUP, self.w.id, "COUNT", count or self.read_n,
-                "STREAMS", jk.tasks, ">")
-
-    def work(self, tokens: list[str], finishes: list[Finish],
-             preread: dict[str, Any]
-             ) -> tuple[list[tuple[str, str]], list[str], list[Batch]]:
-        """Serve the claimed tokens once (a job in ``preread`` was read already).
-
-        Returns how to settle each token, the jobs to follow (read with the next
-        settle: a full batch was read, so more is likely waiting), and the results
-        left to acknowledge with the next settle: when every job with results left is
-        followed, they go in that round trip, first; otherwise they are acknowledged
-        here, and the jobs this completed are added to ``finishes``."""
-        w, runner = self.w, self.run_entries
-        jks = [JobKeys(token_job(t)) for t in tokens]
-        replies = [preread.pop(jk.job_id, _UNREAD) for jk in jks]
-        # raw replies, turned into entries by _entries(); an error (NOGROUP: the job
-        # finished meanwhile) is returned in place of its reply
-        unread = [i for i, r in enumerate(replies) if r is _UNREAD]
-        # under rate limits a read asks for the permits it was granted; a token refused
-        # one is parked until its job's next permit is due (rates.Limiter.grant)
-        granted = ({unread[k]: n for k, n in w.rates.grant(
-                        self.qk, [tokens[i] for i in unread], self.read_n).items()}
-                   if unread and w.rates.active() else {})
-        refused = {i for i, n in granted.items() if n == 0}
-        unread = [i for i in unread if i not in refused]
-        # the jobs' timeouts not known yet are read in the same round trip (watchdog)
-        asks = w.timeouts.unknown([jks[i].job_id for i in unread]) if unread else []
-        got = pipelined(w.redis, [*(self.read(jks[i], granted.get(i, 0)) for i in unread),
-                                  *(w.timeouts.command(j) for j in asks)])
-        for job, raw in zip(asks, got[len(unread):]):
-            w.timeouts.learn(job, raw)
-        for i, reply in zip(unread, got):
-            replies[i] = reply
-        for i in refused:
-            replies[i] = None
-        if granted:
-            self.give_back(jks, replies, granted)
-        for r in replies:
-            if isinstance(r, redis.ResponseError) and is_transient(r):
-                raise r  # OOM, BUSY, ...: waited out by the loop, tokens released
-        reads: list[Any] = [r if isinstance(r, Exception) else _entries(r) for r in replies]
-        got = [(i, jk.job_id, [e[0].decode() for e in read])
-               for i, (jk, read) in enumerate(zip(jks, reads))
-               if read and not isinstance(read, Exception)]
-        # everything read is kept fresh until settled
-        held = w.leases.track(self.hold, [(job, ids) for _, job, ids in got])
-        for (i, _, ids), unacked in zip(got, held):
-            reads[i] = (reads[i], ids, unacked)
-        w.fault("after_read")
-        settled: list[tuple[str, str]] = []
-        follow: list[str] = []
-        pending: list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]] = []
-        waits: list[float] = []  # metrics, added in one go before anything is acknowledged
-        durations: list[float] = []
-        ran: dict[int, tuple[list[tuple[str, int, bytes]], bool]] = {}
-        live = [i for i, read in enumerate(reads) if isinstance(read, tuple)]
-        if w.loop is not None and len(live) > 1 and not any(
-                is_suspect(flat) for i in live for _, flat in reads[i][0]):
-            # an async handler: every token's entries at once (a suspect entry runs
-            # alone, below, so a kill inside it counts an attempt for it alone)
-            outs = runner.run_async([(jks[i], *reads[i]) for i in live], waits, durations,
-                                    self.qk)
-            ran = dict(zip(live, outs))
-        for pos, (tok, jk, read) in enumerate(zip(tokens, jks, reads)):
-            if pos in refused:
-                settled.append((tok, "p"))
-                continue
-            if (isinstance(read, redis.ResponseError) and not is_transient(read)) or not read:
-                # no stream/group (job finished or gone) or nothing new: park, or drop when done
-                settled.append((tok, self.idle_mode(jk.job_id)))
-                continue
-            if isinstance(read, Exception):
-                raise read
-            entries, ids, unacked = read
-            done, completed = ran[pos] if pos in ran else runner.run_entries(
-                jk, entries, ids, unacked, waits, durations, self.qk)
-            settled.append((tok, "d" if completed else "r"))
-            if (not completed and len(entries) >= self.read_n and jk.job_id not in follow
-                    and not runner.slow_now()):
-                follow.append(jk.job_id)  # once per job, however many of its tokens it holds
-            if done:
-                pending.append((len(settled) - 1, jk, done))
-        runner.observe(waits, durations)
-        batches = [(jk, d) for _, jk, d in pending]
-        if batches and not w.stopping.is_set() and all(
-                jk.job_id in follow for jk, _ in batches):
-            # followed jobs rarely complete on this ack: their tokens are released (r)
-            # in the same round trip; one that did complete is finished with the settle
-            # after, and the read-ahead of it finds its stream gone
-            w.leases.awaiting(self.hold, batch_ids(batches))  # fresh until acknowledged
-            return settled, follow, batches
-        # acknowledge what is left of every job in one round trip
-        completed_now: list[tuple[str, JobReply]] = []
-        oks = runner.ack_many(batches, completed_now, shard=self.qk)
-        finishes.extend((job, r, self.qk) for job, r in completed_now)
-        for (pos, _, _), ok in zip(pending, oks):
-            if ok:
-                settled[pos] = (settled[pos][0], "d")
-                follow = [j for j in follow if j != token_job(settled[pos][0])]
-        return settled, follow, []
-
-    def give_back(self, jks: list[JobKeys], replies: list[Any], granted: dict[int, int]
-                  ) -> None:
-        """Return the permits (``granted``: taken, by token position) of entries a read
-        did not find."""
-        unused = {i: n - (0 if isinstance(replies[i], Exception) else len(_entries(replies[i])))
-                  for i, n in granted.items() if n > 0}
-        unused = {i: n for i, n in unused.items() if n > 0}
-        if unused:
-            w = self.w
-            clients = w.rates.clients_of([jks[i].job_id for i in unused])
-            w.rates.give_back([(c, n) for c, n in zip(clients, unused.values())])
-
-    def idle_mode(self, job: str) -> str:
-        """How to settle a token whose read found nothing new: park it, release it (a
-        retry was due and is back in the stream) or drop it (the job is done or gone)."""
-        w = self.w
-        jk = JobKeys(job)
-        state: bytes | None = w.redis.hget(jk.meta, "state")  # type: ignore[assignment]
-        if state is None:
-            return "d"  # the job is gone (expired, or never created): nothing to serve
-        if state in (b"open", b"active"):
-            r = w.scripts.promote_retries_full(jk)
-            if r.wait_ms >= 0:  # a later retry: live workers promote it when due
-                call = w.scripts.schedule_retry_call(self.qk, job, r.wait_ms)
-                w.scripts.run(call.name, call.keys, call.args)
-            return "r" if r.moved else "p"
-        # terminal in its own slot: make sure the queue slot knows (idempotent)
-        self.finish_from_meta(job)
-        return "d"
-
-    def finish_from_meta(self, job: str) -> None:
-        w = self.w
-        m = w.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
-                          "concurrency", "dedup", "priority", "client", "created", "retention",
-                          "incarnation", "dead")
-        if m[0] is None:
-            return
-        reply = JobReply.parse([1, *m])
-        call = w.q.finish_call(job, reply, self.qk)
-        w.scripts.run(call.name, call.keys, call.args)
-
-
-def slot_threads(worker: Worker) -> list[threading.Thread]:
+def slot_threads(worker: SlotWorker) -> list[threading.Thread]:
     """One thread per slot of ``worker`` (not started)."""
 
     def serve(slot: Slot) -> None:

@@ -14,14 +14,12 @@ entries still pending).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .connection import is_transient
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 log = logging.getLogger("streamq.worker")
 
@@ -30,7 +28,22 @@ T = TypeVar("T")
 AGAIN_FIRST_S, AGAIN_MAX_S = 0.25, 2.0
 
 
-def steady(w: Worker, what: str, step: Callable[..., T], *args: Any) -> T:
+class Stopping(Protocol):
+    """What a worker's parts read to know it stops, and call when Redis fails."""
+
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def fatal(self) -> str | None: ...
+    @property
+    def stop_retry_s(self) -> float: ...
+
+    def unreachable(self, e: BaseException) -> None: ...
+
+    def pause(self, stopping: bool, seconds: float) -> None: ...
+
+
+def steady(w: Stopping, what: str, step: Callable[..., T], *args: Any) -> T:
     """``step(*args)``, sent again after each transient error until it goes through.
 
     Raised as it is: any other error; any error once the worker stops for good

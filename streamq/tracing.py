@@ -261,7 +261,7 @@ class WorkerTracer:
         """``handler`` with spans around each call made for a sub-request."""
         from opentelemetry import trace
 
-        from .entries import _current
+        from .running import current as _current
 
         use_span = trace.use_span
 

@@ -15,13 +15,26 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .connection import is_access_error, is_transient
 from .keys import QueueKeys
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .connection import Client
+
+
+class WakerWorker(Protocol):
+    """What the wakers read of their worker."""
+
+    @property
+    def redis(self) -> Client: ...
+    @property
+    def shards(self) -> list[QueueKeys]: ...
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def idle_wait_s(self) -> float: ...
 
 log = logging.getLogger("streamq.worker")
 
@@ -29,7 +42,7 @@ log = logging.getLogger("streamq.worker")
 class Wakers:
     """The waker threads of one worker, and the idle slots waiting on them."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WakerWorker) -> None:
         self.w = worker
         self._idle = 0
         self._cond = threading.Condition()

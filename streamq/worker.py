@@ -34,7 +34,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,14 +51,15 @@ from .connection import (
     undecided,
     wait_for_redis,
 )
-from .entries import EntryRunner, current_task
+from .entries import EntryRunner
 from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
 from .eviction import check_eviction
 from .governor import Governor
 from .history import ActivityCounter
 from .leases import LeaseKeeper
-from .metrics import WorkerMetrics
+from .metrics import WorkerMetrics, WorkerStats
 from .rates import Limiter
+from .running import current_task
 from .slot import slot_threads
 from .tracing import worker_tracer
 
@@ -77,16 +77,15 @@ Handler = Callable[[Any], Any]
 _WAKER_CONNECTIONS = 64
 
 
-@dataclass
-class _Stats:
-    processed: int = 0
-    failed: int = 0
-    #: settles that claimed at least one token, and the tokens they claimed
-    claims: int = 0
-    tokens: int = 0
-    #: the entries each slot's next read asks for (by slot index)
-    reads: dict[int, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+def _check_options(concurrency: int, batch: int, prefetch: int, lease_ms: int,
+                   idle_wait_s: float) -> None:
+    """ConfigError for a worker option out of its range."""
+    for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 0),
+                            ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
+        if not isinstance(value, int) or value < lo:
+            raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
+    if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
+        raise ConfigError("idle_wait_s must be positive and below the socket timeout")
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -137,12 +136,7 @@ class Worker:
         if concurrency is None:
             concurrency = (config.DEFAULT_ASYNC_CONCURRENCY if is_async
                            else config.DEFAULT_WORKER_CONCURRENCY)
-        for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 0),
-                                ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
-            if not isinstance(value, int) or value < lo:
-                raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
-        if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
-            raise ConfigError("idle_wait_s must be positive and below the socket timeout")
+        _check_options(concurrency, batch, prefetch, lease_ms, idle_wait_s)
         self._own_client = client is None
         #: the shard count asked for when the worker is the queue's first user
         self._shards_wanted = shards
@@ -190,7 +184,16 @@ class Worker:
             self.handler = self.tracer.wrap(handler)
         if self.governor is not None:  # all slots serve when slow handlers hold those serving
             self.handler = self.governor.timed(self.handler)
-        self.stats = _Stats()
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        self.metrics = WorkerMetrics(queue)
+        self._metrics_at = (metrics_port, metrics_addr)
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """What the worker's threads share once it is configured: counts, the stop
+        flag, the parts its slots use."""
+        self.stats = WorkerStats()
         #: what the slots did, for the queue's stats stream (:mod:`streamq.history`)
         self.activity = ActivityCounter()
         #: set to drain and stop
@@ -198,15 +201,11 @@ class Worker:
         #: the event loop of ``async def`` handlers (None for a sync handler)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_ms = now_ms()
-        self.retry_base_s = retry_base_s
-        self.retry_cap_s = retry_cap_s
         fault = os.environ.get("STREAMQ_FAULT", "")
         point, _, count = fault.partition(":")
         #: fault injection for crash tests: (point, n) kills the process on the n-th pass
         self.fault_at = (point, int(count or 1)) if point else None
         self._fault_count = 0
-        self.metrics = WorkerMetrics(queue)
-        self._metrics_at = (metrics_port, metrics_addr)
         #: set when the worker stopped for good: Redis refused access, or stayed
         #: unreachable longer than ``redis_wait_s``
         self.fatal: str | None = None
@@ -283,20 +282,8 @@ class Worker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        try:
-            if self._own_client and self._url is not None and undecided(self.redis):
-                # Redis could not be asked whether it is a cluster when the worker was
-                # made, or the cluster could not serve: wait, then connect as it says
-                self.redis.close()
-                self._bind(self.q.name, connect_when_ready(
-                    self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
-                    max_connections=self._pool_size))
-            wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
-        except ConnectionFailed:
-            if self.stopping.is_set() and self.fatal is None:
-                log.info("worker %s stopped before Redis was reachable", self.id)
-                return
-            raise
+        if not self._reach_redis():
+            return
         self._check_eviction()
         self._check_library()
         port, addr = self._metrics_at
@@ -316,7 +303,30 @@ class Worker:
             self._close(loop_thread)
             raise ConnectionFailed(self.fatal)
         self._write_id_file()
-        slots = slot_threads(self)
+        self._serve(slot_threads(self))
+        self._stopped(loop_thread)
+
+    def _reach_redis(self) -> bool:
+        """Wait until Redis answers (connecting again as it says, when the worker was
+        made without knowing whether it is a cluster); False when stopped first."""
+        try:
+            if self._own_client and self._url is not None and undecided(self.redis):
+                # Redis could not be asked whether it is a cluster when the worker was
+                # made, or the cluster could not serve: wait, then connect as it says
+                self.redis.close()
+                self._bind(self.q.name, connect_when_ready(
+                    self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
+                    max_connections=self._pool_size))
+            wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
+        except ConnectionFailed:
+            if self.stopping.is_set() and self.fatal is None:
+                log.info("worker %s stopped before Redis was reachable", self.id)
+                return False
+            raise
+        return True
+
+    def _serve(self, slots: list[threading.Thread]) -> None:
+        """Start the slots, and beat until every one of them ended."""
         if len(self.shards) > 1:
             self.wakers.start()
         if self.governor is not None:
@@ -335,6 +345,10 @@ class Worker:
                 for t in slots:
                     t.join(self.heartbeat_s / len(slots))
             self._beat()
+
+    def _stopped(self, loop_thread: threading.Thread | None) -> None:
+        """The last beats, then close; ConnectionFailed when the worker stopped for good
+        or left tokens to expire."""
         # the slots are done: what they did since the last counted beat goes out now
         # (a batch whose beat failed is sent again first, so up to two more beats)
         for _ in range(3):

@@ -133,21 +133,3 @@ def test_slow_handlers_run_side_by_side_with_the_cli_defaults(
     assert len(events) == 16
     assert _peak(events) >= 4, events
     q.close()
-
-
-def test_a_slow_round_shrinks_the_claim_and_a_quick_full_one_grows_it(redis_url: str) -> None:
-    from streamq import Worker
-    from streamq.slot import Slot
-
-    # Given a slot of a worker with the default (adapting) prefetch, claiming 8
-    q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
-    slot = Slot(Worker(q.name, lambda p: p, redis_url), 0)
-    slot.claim_n = 8
-    # When a claim got all 8 but its round took 0.4 s (50 ms handlers)
-    # Then the next claim is smaller: slow handlers hold few leases, so a more urgent
-    # job arriving is claimed soon by this or another slot
-    assert slot.adapt(8, False, 0.4) == 4
-    # And a claim that got all it asked in a quick round doubles, up to the most
-    assert slot.adapt(8, False, 0.01) == 16
-    # And a claim in between keeps its size
-    assert slot.adapt(8, False, 0.07) == 8

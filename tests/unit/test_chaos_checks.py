@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos.check import cancel_misreported, late_value, lost_in_crash, redone_after_crash
+from tests.chaos.check import (
+    cancel_misreported,
+    finished_past_a_lost_write,
+    late_value,
+    lost_in_crash,
+    redone_after_crash,
+)
 from tests.chaos.overlap import HOLD_S, NS, Caps, HandlerRun, Liveness, check_caps, read_records
 
 MS = 1_000_000
@@ -164,3 +170,17 @@ def test_a_job_missing_after_redis_lost_its_last_writes_is_excused_only_then() -
     assert not lost_in_crash(990.0, [crash])
     assert not lost_in_crash(1_005.0, [crash])
     assert not lost_in_crash(999.5, [])
+
+
+def test_a_job_whose_own_write_was_lost_in_a_crash_and_finished_after_it_is_excused() -> None:
+    # Given a SIGKILL of Redis at t=100 s (it may lose the writes of the 2 s before it)
+    crashes = [100.0]
+    # Then a job confirmed 0.2 s before it, whose completion the queue recorded after the
+    # restart while its own slot still says active, lost its own slot's last write
+    assert finished_past_a_lost_write(99.8, [101_500], crashes)
+    # But not one whose completion was recorded before the crash (a real stuck job),
+    # nor one confirmed long before the crash, nor one the queue never finished
+    assert not finished_past_a_lost_write(99.8, [99_900], crashes)
+    assert not finished_past_a_lost_write(90.0, [101_500], crashes)
+    assert not finished_past_a_lost_write(99.8, [], crashes)
+    assert not finished_past_a_lost_write(99.8, [101_500], [])

@@ -13,8 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from streamq.config import SLOW_ENTRY_S
-from streamq.governor import FIRST_TRIAL_S, MAX_WINDOW_S, WINDOW_S, Governor
+from streamq.config import MAX_AUTO_BATCH, MAX_AUTO_PREFETCH, SLOW_ENTRY_S
+from streamq.governor import (
+    FIRST_TRIAL_S,
+    MAX_WINDOW_S,
+    WINDOW_S,
+    Governor,
+    next_claim,
+    next_read,
+)
 
 
 class Model:
@@ -154,3 +161,28 @@ def test_a_handler_that_returned_holds_no_slot() -> None:
     gov.wait(1, threading.Event())
     # Then it does not serve: the serving slot is between handlers, not held
     assert gov.active == 1
+
+
+def test_a_slow_round_shrinks_the_claim_and_a_quick_full_one_grows_it() -> None:
+    # Given a slot with the default (adapting) prefetch, claiming 8
+    # When a claim got all 8 but its round took 0.4 s (50 ms handlers)
+    # Then the next claim is smaller: slow handlers hold few leases, so a more urgent
+    # job arriving is claimed soon by this or another slot
+    assert next_claim(8, 8, False, 0.4) == 4
+    # And a claim that got all it asked in a quick round doubles, up to the most
+    assert next_claim(8, 8, False, 0.01) == 16
+    assert next_claim(MAX_AUTO_PREFETCH, MAX_AUTO_PREFETCH, False, 0.01) == MAX_AUTO_PREFETCH
+    # And a claim in between keeps its size, as does one that got fewer than it asked
+    assert next_claim(8, 8, False, 0.07) == 8
+    assert next_claim(8, 3, False, 0.01) == 8
+    # And a round that read a full batch of one job (a big job) claims one token next
+    assert next_claim(8, 8, True, 0.01) == 1
+
+
+def test_full_reads_in_quick_rounds_grow_the_batch_and_slow_rounds_shrink_it() -> None:
+    assert next_read(10, 1, 0.01, True) == 20
+    assert next_read(MAX_AUTO_BATCH, 1, 0.01, True) == MAX_AUTO_BATCH
+    assert next_read(10, 1, 0.01, False) == 10  # reads not full: keeps its size
+    assert next_read(10, 1, 0.4, True) == 5
+    assert next_read(1, 1, 0.4, False) == 1
+    assert next_read(8, 8, 0.4, False) == 8  # an async slot keeps its share
