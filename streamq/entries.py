@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import cancels, config
+from . import cancels, config, hooks
 from .codec import encode_result
 from .deadletters import announce
 from .entry_fields import Batch, _checked, _parse
@@ -57,8 +57,6 @@ class EntryWorker(Stopping, Serving, Protocol):
     @property
     def ack_flush_s(self) -> float: ...
     @property
-    def fault_at(self) -> tuple[str, int] | None: ...
-    @property
     def timeouts(self) -> Timeouts: ...
     @property
     def watchdog(self) -> Watchdog: ...
@@ -74,8 +72,6 @@ class EntryWorker(Stopping, Serving, Protocol):
     def governor(self) -> Governor | None: ...
     @property
     def leases(self) -> LeaseKeeper: ...
-
-    def fault(self, point: str) -> None: ...
 
     def _retry_delay(self, e: Exception, attempt: int) -> int: ...
 
@@ -112,7 +108,7 @@ class EntryRunner:
         to_wall = time.time() - clock()
         handler, sync, flush_s = w.handler, w.loop is None, w.ack_flush_s
         cancelled = cancels.seen
-        faults = w.fault_at is not None
+        faults = hooks.active()
         limit = w.timeouts.of(job, w.redis)  # known from the read's round trip (watchdog)
         if w.tracer is not None:
             w.tracer.note([(job, i) for i in ids], [e[1] for e in entries])
@@ -147,7 +143,7 @@ class EntryRunner:
                 if not go:
                     continue
             if faults:
-                w.fault("in_handler")
+                hooks.at("in_handler")
             started = clock()
             wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
             waits.append(wait if wait > 0.0 else 0.0)
@@ -307,8 +303,8 @@ class EntryRunner:
             if w.stopping.is_set() or cancels.seen(task[1]):
                 outcomes.append(None)
                 continue
-            if w.fault_at is not None:
-                w.fault("in_handler")
+            if hooks.active():
+                hooks.at("in_handler")
             started = clock()
             _current.set(task if limit is None else (*task, time.time() + limit))
             try:
@@ -420,7 +416,7 @@ class EntryRunner:
         owes = False
         if outcome == 2:
             w.metrics.dead_lettered.inc()
-            w.fault("after_dead_letter")
+            hooks.at("after_dead_letter")
             # announced before the job is finished, so a completed job shows its dead
             # letters; a crash before leaves the announcement to the reaper
             owes = steady(w, "announcing a dead letter", announce, w.scripts, shard,

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import redis
 
-from . import config
+from . import config, hooks
 from .connection import is_transient, pipelined
 from .entry_fields import Batch, batch_ids, is_suspect
 from .keys import JobKeys, QueueKeys, token_job
@@ -72,7 +72,7 @@ class JobWork:
         jks = [JobKeys(token_job(t)) for t in tokens]
         replies, refused = self._read_tokens(tokens, jks, preread)
         reads = self._tracked(jks, replies)
-        self.w.fault("after_read")
+        hooks.at("after_read")
         settled, follow, pending = self._run_tokens(tokens, jks, reads, refused)
         return self._ack_or_follow(settled, follow, pending, finishes)
 

@@ -12,12 +12,10 @@ lanes with work and a (priority, client) pair used once costs nothing after.
 
 from __future__ import annotations
 
-import os
-import signal
 from dataclasses import dataclass
 from typing import Any
 
-from . import config
+from . import config, hooks
 from .connection import Client, server_ms
 from .keys import QueueKeys, parse_lane_member
 from .reap_parts import PassReport, delete_idle_consumers, undelivered
@@ -38,8 +36,6 @@ class LanePass:
     #: the idle time past which a dead worker's consumer is deleted
     min_idle_ms: int
     max_deliveries: int
-    #: SIGKILL the process after the first lane (STREAMQ_FAULT=reaper_mid_pass)
-    fault_at: bool = False
 
 
 def recover_lanes(p: LanePass, report: PassReport) -> None:
@@ -72,5 +68,4 @@ def recover_lanes(p: LanePass, report: PassReport) -> None:
                                                           p.min_idle_ms)
         if not waiting:
             scripts.lane_drop(qk, lane)  # idle: workers stop reading it (made again on use)
-        if p.fault_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        hooks.at("reaper_mid_pass")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import redis
 
-from . import cancels
+from . import cancels, hooks
 from .codec import decode, encode_result
 from .config import GROUP, SLOW_ENTRY_S
 from .connection import is_transient, pipelined
@@ -300,7 +300,7 @@ class LaneWork:
         held = w.leases.track(self.hold, _by_stream(entries))
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         done: dict[str, list[tuple[str, str, bytes]]] = {}
-        w.fault("after_read")
+        hooks.at("after_read")
         if w.tracer is not None:
             w.tracer.note([(_job_of(_fields(e.flat)), e.eid) for e in entries],
                           [e.flat for e in entries])
@@ -370,8 +370,8 @@ class LaneWork:
                               e.eid, w.id):
                     unacked[e.stream].discard(e.eid)
                     continue
-            if w.fault_at is not None:
-                w.fault("in_handler")
+            if hooks.active():
+                hooks.at("in_handler")
             started = clock()
             wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
             waits.append(wait if wait > 0.0 else 0.0)
@@ -482,7 +482,7 @@ class LaneWork:
             w.metrics.retried.inc()
         elif outcome == 2:
             w.metrics.dead_lettered.inc()
-            w.fault("after_dead_letter")
+            hooks.at("after_dead_letter")
 
     def _requeue(self, qk: QueueKeys, entries: Sequence[LaneEntry]) -> None:
         """Hand back entries read but never started (the worker is stopping, or the queue
@@ -526,8 +526,8 @@ async def _bounded(items: list[tuple[tuple[str, str, int, str, int], Any]], w: A
         for i in order:
             if w.stopping.is_set():
                 return
-            if w.fault_at is not None:
-                w.fault("in_handler")
+            if hooks.active():
+                hooks.at("in_handler")
             task, payload = items[i]
             _current.set(task)
             started = clock()

@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from . import config
+from . import config, hooks
 from .client import Queue
 from .connection import Client, is_access_error, is_transient, server_ms
 from .deadletters import announce
@@ -77,8 +77,7 @@ class Reaper:
         self.metrics = ReaperMetrics(queue)
         if metrics_port is not None:
             self.metrics.serve(metrics_port, metrics_addr)
-        fault = os.environ.get("STREAMQ_FAULT", "")
-        self._fault_at = fault.partition(":")[0] == "reaper_mid_pass"
+        hooks.install_from_env()  # (the crash tests' fault points: streamq.hooks)
 
     def run_once(self) -> PassReport:
         """Run every pass once on every shard of the queue (each shard has its own pass
@@ -125,8 +124,8 @@ class Reaper:
             self.recover_intents(report)
             self.recover_jobs(report)
             recover_lanes(LanePass(self.keys, self.redis, self.scripts, LaneCtx.of(self.q),
-                                   self.idle_ms, self.min_idle_ms, self.max_deliveries,
-                                   self._fault_at), report)
+                                   self.idle_ms, self.min_idle_ms, self.max_deliveries),
+                          report)
             self.announce_owed(report)
             self.trim()
         finally:
@@ -216,8 +215,7 @@ class Reaper:
                 log.error("reaper: job %s could not be recovered: %s: %s", job,
                           type(e).__name__, e)
                 report.job_errors.append(job)
-            if self._fault_at:
-                os.kill(os.getpid(), 9)
+            hooks.at("reaper_mid_pass")
 
     def _recover_one(self, job: str, m: list[Any], alive: set[str],
                      report: PassReport) -> None:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import config
+from . import config, hooks
 from .connection import is_access_error, is_transient
 from .entry_fields import Batch, batch_ids
 from .governor import next_claim, next_read
@@ -179,7 +179,7 @@ class Slot:
         r.settled = []
         if r.acks or self._lane_acked:
             r.acks = []
-            w.fault("after_ack")
+            hooks.at("after_ack")
         self._pause = _PAUSE_FIRST_S
         # until the work is done, a failure releases the tokens on the next settle
         r.settled = [(t, "r") for t in claimed]
@@ -199,7 +199,7 @@ class Slot:
                 self.idle()
             return
         if claimed:
-            w.fault("after_claim")
+            hooks.at("after_claim")
         self.serve(r, claimed, lanes, preread)
 
     def serve(self, r: _Carried, claimed: list[str], lanes: list[LaneEntry],
@@ -235,7 +235,7 @@ class Slot:
             # the claimed jobs' results were acknowledged in the round (a round
             # of lane entries only acknowledges with the next settle, which
             # fires the point then)
-            w.fault("after_ack")
+            hooks.at("after_ack")
         if w.governor is not None:
             w.governor.tick()
 

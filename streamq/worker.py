@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import config, functions
+from . import config, functions, hooks
 from .client import Queue, now_ms
 from .connection import (
     Client,
@@ -201,11 +201,7 @@ class Worker:
         #: the event loop of ``async def`` handlers (None for a sync handler)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started_ms = now_ms()
-        fault = os.environ.get("STREAMQ_FAULT", "")
-        point, _, count = fault.partition(":")
-        #: fault injection for crash tests: (point, n) kills the process on the n-th pass
-        self.fault_at = (point, int(count or 1)) if point else None
-        self._fault_count = 0
+        hooks.install_from_env()  # (the crash tests' fault points: streamq.hooks)
         #: set when the worker stopped for good: Redis refused access, or stayed
         #: unreachable longer than ``redis_wait_s``
         self.fatal: str | None = None
@@ -459,9 +455,3 @@ class Worker:
                 raise
             log.warning("could not check streamq's functions library now (%s)", e)
 
-    def fault(self, point: str) -> None:
-        """Fault injection for crash tests (STREAMQ_FAULT=point:n kills on the n-th pass)."""
-        if self.fault_at is not None and self.fault_at[0] == point:
-            self._fault_count += 1
-            if self._fault_count >= self.fault_at[1]:
-                os.kill(os.getpid(), signal.SIGKILL)

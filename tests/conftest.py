@@ -30,6 +30,7 @@ import redis
 os.environ.setdefault("STREAMQ_CHECK_CONTRACTS", "1")
 
 from streamq import Worker, functions  # noqa: E402
+from tests.fault_points import env_with_fault  # noqa: E402
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -513,8 +514,8 @@ class Procs:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def streamq(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        full_env = dict(os.environ, STREAMQ_REDIS_URL=self.url, PYTHONPATH=str(ROOT),
-                        **(env or {}))
+        full_env = env_with_fault(dict(os.environ, STREAMQ_REDIS_URL=self.url,
+                                       PYTHONPATH=str(ROOT), **(env or {})))
         proc = subprocess.Popen([sys.executable, "-m", "streamq", *args], env=full_env,
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.started.append(proc)

@@ -20,6 +20,7 @@ from pathlib import Path
 import redis
 
 from tests.conftest import ROOT, module_args, start_redis
+from tests.fault_points import env_with_fault
 
 from .handler import now_ns
 
@@ -167,7 +168,7 @@ class Fleet:
         env.pop("STREAMQ_FAULT", None)
         if fault:
             env["STREAMQ_FAULT"] = fault
-        return env
+        return env_with_fault(env)
 
     def _spawn(self, slot: str, kind: str, args: list[str], *, fault: str = "",
                skew: float = 0.0, proxied: bool = False) -> Proc:
