@@ -126,51 +126,19 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
     """Run ``commands`` on the masters of their slots, every master's part sent before
     any reply is read; replies in the order of ``commands``, errors in place. With
     ``wait``, each master's part that calls a script ends with ``WAIT wait``."""
-    n = len(commands)
-    replies: list[Any] = [None] * n
-    todo = list(range(n))
+    replies: list[Any] = [None] * len(commands)
+    todo = list(range(len(commands)))
     asking: dict[int, Any] = {}  # command index -> node to send ASKING + command to
     pause = RETRY_PAUSE_S
     give_up = time.monotonic() + RETRY_BUDGET_S
     for attempt in range(MAX_ATTEMPTS):
-        nodes: dict[str, Any] = {}
-        by_node: dict[str, list[int]] = defaultdict(list)
-        refresh = False
-        retry: list[int] = []
-        for i in todo:
-            try:
-                node = asking.get(i) or _master(client, slot_of(client, commands[i]))
-            except (redis.RedisError, RedisClusterException) as e:  # slot not covered
-                replies[i] = e
-                retry.append(i)
-                refresh = True
-                continue
-            nodes[node.name] = node
-            by_node[node.name].append(i)
+        nodes, by_node, retry = _route(client, commands, todo, asking, replies)
+        refresh = bool(retry)
         # every master's batch is sent before any reply is read: the masters run
         # their batches at the same time, and a batch costs one round trip, not one
         # per master
-        flights: dict[str, InFlight | BaseException] = {}
-        waited: set[str] = set()  # masters whose part ends with WAIT
+        flights, waited = _send(client, commands, nodes, by_node, asking, wait)
         for name, idxs in by_node.items():
-            node = nodes[name]
-            sent: list[Sequence[Any]] = []
-            for i in idxs:
-                if i in asking:
-                    sent.append(("ASKING",))
-                sent.append(commands[i])
-            if wait and any(changes_state(commands[i]) for i in idxs):  # writes only
-                sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
-                waited.add(name)
-            try:
-                flights[name] = InFlight(client.get_redis_connection(node), sent)
-            except CONNECTION_ERRORS as e:
-                flights[name] = e
-            except BaseException:
-                _abandon(flights)
-                raise
-        for name, idxs in by_node.items():
-            node = nodes[name]
             try:
                 flight = flights.pop(name)
                 if isinstance(flight, BaseException):
@@ -178,7 +146,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 got = flight.wait()
             except CONNECTION_ERRORS as e:  # the node is gone: a failover, perhaps
                 for i in idxs:
-                    replies[i] = redis.ConnectionError(f"{node.name}: {e}")
+                    replies[i] = redis.ConnectionError(f"{name}: {e}")
                     retry.append(i)
                 refresh = True
                 continue
@@ -187,29 +155,7 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 raise
             if name in waited:
                 check_wait(got[-1], wait, name)
-            k = 0
-            for i in idxs:
-                if i in asking:
-                    k += 1  # ASKING's +OK
-                    del asking[i]
-                reply = got[k]
-                k += 1
-                replies[i] = reply
-                if isinstance(reply, MovedError):
-                    client.nodes_manager.move_slot(reply)
-                    retry.append(i)
-                elif isinstance(reply, AskError):
-                    target = client.nodes_manager.get_node(host=reply.host, port=reply.port)
-                    if target is None:
-                        refresh = True
-                    else:
-                        asking[i] = target
-                    retry.append(i)
-                elif isinstance(reply, (TryAgainError, ClusterDownError)) or (
-                        isinstance(reply, redis.ResponseError)
-                        and str(reply).startswith(("CLUSTERDOWN", "TRYAGAIN"))):
-                    retry.append(i)
-                    refresh = True
+            refresh = _take(client, idxs, got, asking, replies, retry) or refresh
         if not retry:
             return replies
         if attempt == MAX_ATTEMPTS - 1 or time.monotonic() >= give_up:
@@ -223,3 +169,81 @@ def cluster_pipelined(client: RedisCluster, commands: Sequence[Sequence[Any]],
                 pass  # the next round finds the map as it is, or fails again
         todo = sorted(set(retry))
     return replies
+
+
+def _route(client: RedisCluster, commands: Sequence[Sequence[Any]], todo: list[int],
+           asking: dict[int, Any], replies: list[Any]
+           ) -> tuple[dict[str, Any], dict[str, list[int]], list[int]]:
+    """The master of each command to send (by name), the commands of each, and those
+    whose slot no master covers now (their error in ``replies``: sent again)."""
+    nodes: dict[str, Any] = {}
+    by_node: dict[str, list[int]] = defaultdict(list)
+    retry: list[int] = []
+    for i in todo:
+        try:
+            node = asking.get(i) or _master(client, slot_of(client, commands[i]))
+        except (redis.RedisError, RedisClusterException) as e:  # slot not covered
+            replies[i] = e
+            retry.append(i)
+            continue
+        nodes[node.name] = node
+        by_node[node.name].append(i)
+    return nodes, by_node, retry
+
+
+def _send(client: RedisCluster, commands: Sequence[Sequence[Any]], nodes: dict[str, Any],
+          by_node: dict[str, list[int]], asking: dict[int, Any], wait: int
+          ) -> tuple[dict[str, InFlight | BaseException], set[str]]:
+    """Send every master its part (ASKING before a command redirected by ASK; WAIT after
+    a part that writes, with ``wait``): the flights, and the masters whose part waits."""
+    flights: dict[str, InFlight | BaseException] = {}
+    waited: set[str] = set()
+    for name, idxs in by_node.items():
+        sent: list[Sequence[Any]] = []
+        for i in idxs:
+            if i in asking:
+                sent.append(("ASKING",))
+            sent.append(commands[i])
+        if wait and any(changes_state(commands[i]) for i in idxs):  # writes only
+            sent.append(("WAIT", wait, DEFAULT_WAIT_REPLICAS_MS))
+            waited.add(name)
+        try:
+            flights[name] = InFlight(client.get_redis_connection(nodes[name]), sent)
+        except CONNECTION_ERRORS as e:
+            flights[name] = e
+        except BaseException:
+            _abandon(flights)
+            raise
+    return flights, waited
+
+
+def _take(client: RedisCluster, idxs: list[int], got: list[Any], asking: dict[int, Any],
+          replies: list[Any], retry: list[int]) -> bool:
+    """Put a master's replies (``got``) in place; the commands redirected (MOVED, ASK)
+    or refused for now (TRYAGAIN, CLUSTERDOWN) join ``retry``. True when the slot map
+    should be read again."""
+    refresh = False
+    k = 0
+    for i in idxs:
+        if i in asking:
+            k += 1  # ASKING's +OK
+            del asking[i]
+        reply = got[k]
+        k += 1
+        replies[i] = reply
+        if isinstance(reply, MovedError):
+            client.nodes_manager.move_slot(reply)
+            retry.append(i)
+        elif isinstance(reply, AskError):
+            target = client.nodes_manager.get_node(host=reply.host, port=reply.port)
+            if target is None:
+                refresh = True
+            else:
+                asking[i] = target
+            retry.append(i)
+        elif isinstance(reply, (TryAgainError, ClusterDownError)) or (
+                isinstance(reply, redis.ResponseError)
+                and str(reply).startswith(("CLUSTERDOWN", "TRYAGAIN"))):
+            retry.append(i)
+            refresh = True
+    return refresh

@@ -12,9 +12,9 @@ import redis
 
 from . import config, hooks
 from .connection import is_transient, pipelined
-from .entry_fields import Batch, batch_ids, is_suspect
+from .entry_fields import Batch, batch_ids, is_suspect, streams_read
 from .keys import JobKeys, QueueKeys, token_job
-from .lane_work import LaneWorker, streams_read
+from .lane_work import LaneWorker
 from .leases import SlotHold
 from .replies import JobReply
 
@@ -29,7 +29,7 @@ _Pending = list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]]
 
 def _entries(reply: Any) -> list[tuple[bytes, list[bytes]]]:
     """The entries of a raw XREADGROUP reply of one stream, each an id and its flat
-    field list ``[field, value, ...]`` (see :func:`streamq.lane_work.streams_read`)."""
+    field list ``[field, value, ...]`` (see :func:`streamq.entry_fields.streams_read`)."""
     return [entry for _, entries in streams_read(reply) for entry in entries]
 
 

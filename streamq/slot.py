@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import config, hooks
 from .connection import is_access_error, is_transient
-from .entry_fields import Batch, batch_ids
+from .entry_fields import Batch, LaneEntry, batch_ids
 from .governor import next_claim, next_read
 from .job_work import Finish, JobWork, _entries
 from .keys import JobKeys, QueueKeys, token_job
-from .lane_work import LANE_DUE, LaneEntry, LaneWork, LaneWorker
+from .lane_work import LANE_DUE, LaneWork, LaneWorker
 from .rates import RATE_DUE, parse_due
 from .replies import Call
 from .scripts import JobReply
@@ -320,7 +320,8 @@ class Slot:
         follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
         peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
                  for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
-        lane_reads = self.lane.commands(new, self.read_n) if claim > 0 and not self.paused else []
+        lane_reads = (self.lane.reads.commands(new, self.read_n) if claim > 0 and not self.paused
+                      else [])
         replies, reads = w.scripts.run_then(calls, [*(self.jobs.read(JobKeys(j)) for j in follow),
                                                     *peeks, *lane_reads])
         self._calls += 1
@@ -372,9 +373,9 @@ class Slot:
         if paused:  # read in the round trip that found the pause: handed back
             self.lane.hand_back(qk, replies, self.read_n)
             return []
-        lanes, self._lane_more = self.lane.take(qk, replies, self.read_n)
+        lanes, self._lane_more = self.lane.reads.take(qk, replies, self.read_n)
         if self.w.rates.active():  # rate-limited clients' lanes: permits, then reads
-            limited, more = self.lane.take_limited(qk, self.read_n)
+            limited, more = self.lane.reads.take_limited(qk, self.read_n)
             if limited:
                 lanes = sorted(lanes + limited, key=lambda e: e.priority)
             self._lane_more = self._lane_more or more

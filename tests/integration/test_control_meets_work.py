@@ -92,11 +92,11 @@ def test_a_lane_read_takes_at_most_its_count_whatever_the_number_of_clients(
     slot = Slot(w, 0)
     qk = q.shards[0]
     lanes = [(0, f"client-{i}") for i in range(40)]
-    slot.lane.lanes[qk.tag] = lanes
+    slot.lane.reads.lanes[qk.tag] = lanes
     seen: set[tuple[int, str]] = set()
     for _ in range(8):
         # When it reads a batch of 10 small jobs
-        *_, read = slot.lane.commands(qk, 10)
+        *_, read = slot.lane.reads.commands(qk, 10)
         per = int(read[read.index("COUNT") + 1])
         streams = read[read.index("STREAMS") + 1:]
         # Then it asks for 10 entries in all, not 10 of each client's lane
