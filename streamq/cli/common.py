@@ -25,7 +25,7 @@ from ..errors import (
     PayloadError,
     StreamqError,
 )
-from ..inspect import DeadLetterNotFound, QueueNotFound
+from ..queue_overview import DeadLetterNotFound, QueueNotFound
 
 
 class ExitCode(enum.IntEnum):

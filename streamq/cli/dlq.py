@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .. import deadletters, inspect
+from .. import deadletters, queue_overview
 from ..client import Queue
 from ..errors import DeadLetterReplayed, StreamqError
 from ..keys import check_name
@@ -47,7 +47,7 @@ DeadIdArg = Annotated[str, typer.Argument(help="dead-letter id (see `dlq list`)"
 
 def _queue(queue: str, redis_url: str) -> Queue:
     q = Queue(queue, client=client(redis_url))
-    inspect.require_queue(q.redis, q.known_shards)
+    queue_overview.require_queue(q.redis, q.known_shards)
     return q
 
 
@@ -55,8 +55,8 @@ def _dead_letter(q: Queue, dead: str) -> Any:
     try:
         qk, raw = q._dead_shard(dead)
     except StreamqError:
-        raise inspect.DeadLetterNotFound(f"no dead letter {dead!r} in queue {q.name!r}") from None
-    return inspect.dead_letter(q.redis, qk, raw), qk, raw
+        raise queue_overview.DeadLetterNotFound(f"no dead letter {dead!r} in queue {q.name!r}") from None
+    return queue_overview.dead_letter(q.redis, qk, raw), qk, raw
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -124,9 +124,9 @@ def replay(
         try:
             qk, raw = q._dead_shard(d)
         except StreamqError:
-            raise inspect.DeadLetterNotFound(f"no dead letter {d!r} in queue {queue!r}") from None
+            raise queue_overview.DeadLetterNotFound(f"no dead letter {d!r} in queue {queue!r}") from None
         if deadletters.replayed_into(q.redis, qk, raw) is None:
-            inspect.dead_letter(q.redis, qk, raw)
+            queue_overview.dead_letter(q.redis, qk, raw)
     replayed, refused = [], []
     for d in ids:
         try:

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .. import inspect
+from .. import queue_overview, queue_pending
 from ..client import Queue
 from ..connection import CONNECTION_ERRORS, Client
 from ..errors import ConfigError, JobNotFound
@@ -140,8 +140,8 @@ class Dashboard:
 
     def frame(self) -> RenderableType:
         try:
-            ov = inspect.overview(self.r, self.shards)
-            ws = inspect.workers(self.r, self.qk)
+            ov = queue_overview.overview(self.r, self.shards)
+            ws = queue_pending.workers(self.r, self.qk)
         except CONNECTION_ERRORS as e:
             return Panel(Text(f"Redis unavailable: {e} (retrying)", style="bold red"),
                          title=self._title())
@@ -150,7 +150,7 @@ class Dashboard:
     def _title(self) -> str:
         return f"streamq watch · queue {self.qk.name} · {datetime.now():%H:%M:%S}"
 
-    def _rate(self, ws: list[inspect.WorkerRow]) -> str:
+    def _rate(self, ws: list[queue_pending.WorkerRow]) -> str:
         processed = sum(w.processed or 0 for w in ws if w.alive)
         now, prev = time.monotonic(), self._prev
         self._prev = (now, processed)
@@ -158,7 +158,7 @@ class Dashboard:
             return "-"
         return f"{max(0, processed - prev[1]) / (now - prev[0]):.1f}"
 
-    def _summary(self, ov: inspect.Overview, ws: list[inspect.WorkerRow]) -> Panel:
+    def _summary(self, ov: queue_overview.Overview, ws: list[queue_pending.WorkerRow]) -> Panel:
         t = Table.grid(padding=(0, 3))
         t.add_row(f"processed/s [bold]{self._rate(ws)}[/]",
                   f"throughput/s (1 min) [bold]{ov.throughput_per_s:g}[/]",
@@ -180,7 +180,7 @@ class Dashboard:
             title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards)"
         return Panel(t, title=title, title_align="left")
 
-    def _backlog(self, ov: inspect.Overview) -> Table:
+    def _backlog(self, ov: queue_overview.Overview) -> Table:
         t = Table("priority", "jobs", "queued", "in flight", "retrying",
                   title="backlog by priority", title_justify="left")
         for p in ov.by_priority:
@@ -188,7 +188,7 @@ class Dashboard:
                       str(p.retrying))
         return t
 
-    def _workers(self, ws: list[inspect.WorkerRow], limit: int = 12) -> Table:
+    def _workers(self, ws: list[queue_pending.WorkerRow], limit: int = 12) -> Table:
         t = Table(fold("worker"), "state", "leases", "processed", "failed", "host", "pid",
                   title=f"workers ({len(ws)})", title_justify="left")
         for w in ws[:limit]:
@@ -207,7 +207,7 @@ def watch(
     """A live dashboard of QUEUE: rates, backlog by priority, in flight, dead letters, workers."""
     r = client(redis_url)
     qk = QueueKeys(queue)
-    inspect.require_queue(r, Queue(queue, client=r).known_shards)
+    queue_overview.require_queue(r, Queue(queue, client=r).known_shards)
     board = Dashboard(r, qk)
     if once:
         console().print(board.frame())

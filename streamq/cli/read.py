@@ -12,7 +12,7 @@ import redis
 import typer
 from rich.table import Table
 
-from .. import inspect
+from .. import queue_overview, queue_pending
 from ..client import Queue
 from ..connection import Client
 from ..errors import ConnectionFailed, JobNotFound
@@ -73,14 +73,14 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
             t.add_row(k, _opt(v))
         console().print(t)
         return
-    ov = inspect.overview(r, q.known_shards)
+    ov = queue_overview.overview(r, q.known_shards)
     if json_out:
         emit_json(ov.as_dict())
         return
     print_overview(ov)
 
 
-def print_overview(ov: inspect.Overview) -> None:
+def print_overview(ov: queue_overview.Overview) -> None:
     out = console()
     if ov.paused:
         out.print(f"[bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards): workers "
@@ -122,9 +122,9 @@ def pending(
         job_status(q, job)
         jobs = [job]
     else:
-        inspect.require_queue(r, q.known_shards)
-        jobs = inspect.active_job_ids(r, q.known_shards)
-    rep = inspect.pending(r, q.keys, jobs, consumer=consumer, min_idle_ms=int(min_idle * 1000),
+        queue_overview.require_queue(r, q.known_shards)
+        jobs = queue_overview.active_job_ids(r, q.known_shards)
+    rep = queue_pending.pending(r, q.keys, jobs, consumer=consumer, min_idle_ms=int(min_idle * 1000),
                           details=details or job is not None)
     if json_out:
         emit_json(rep.as_dict())
@@ -150,8 +150,8 @@ def workers(queue: QueueArg, json_out: JsonOut = False,
     """Workers of QUEUE, live and dead (heartbeat deadline past), with their leases."""
     r = client(redis_url)
     qk = QueueKeys(queue)
-    inspect.require_queue(r, qk)
-    rows = inspect.workers(r, qk)
+    queue_overview.require_queue(r, qk)
+    rows = queue_pending.workers(r, qk)
     if json_out:
         emit_json({"queue": queue, "workers": [w.__dict__ for w in rows]})
         return
@@ -201,7 +201,7 @@ def health(
         r.ping()
         doc["redis"], doc["latency_ms"] = True, round((time.perf_counter() - t0) * 1000, 3)
         if qk is not None:
-            live = len(inspect.live_workers(r, qk))
+            live = len(queue_pending.live_workers(r, qk))
             doc["queue"], doc["live_workers"] = qk.name, live
             if live == 0:
                 code, doc["error"] = ExitCode.UNHEALTHY, f"no live worker in queue {qk.name}"
@@ -247,7 +247,7 @@ def _worker_health(r: Client, id_file: str | None, max_age: float | None,
         return f"no worker id in {id_file}: {e}"
     limit_ms = int((max_age if max_age is not None else 3 * period) * 1000)
     doc["worker_id"], doc["queue"] = worker_id, queue
-    age = inspect.beat_age_ms(r, QueueKeys(queue), worker_id)
+    age = queue_pending.beat_age_ms(r, QueueKeys(queue), worker_id)
     if age is None:
         return f"worker {worker_id} is not registered in queue {queue}"
     doc["beat_age_ms"], doc["max_age_ms"] = age, limit_ms

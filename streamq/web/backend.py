@@ -18,7 +18,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import inspect
+from .. import queue_overview
 from ..client import Queue
 from ..connection import Client, connect, undecided
 from ..errors import ConfigError, ConnectionFailed
@@ -179,14 +179,14 @@ class Backend:
         CorruptShards (a ConfigError) when its stored shard list is corrupt."""
         return read_shards(self.r, check_name("queue name", name)) or [QueueKeys(name)]
 
-    def _overview(self, name: str) -> inspect.Overview:
-        return inspect.overview(self.r, self.shards(name))
+    def _overview(self, name: str) -> queue_overview.Overview:
+        return queue_overview.overview(self.r, self.shards(name))
 
     def require_queue(self, name: str) -> list[QueueKeys]:
         """The queue's shards; QueueNotFound for a queue with no key, CorruptShards for
         a queue whose stored shard list is corrupt."""
         shards = self.shards(name)
-        inspect.require_queue(self.r, shards)
+        queue_overview.require_queue(self.r, shards)
         return shards
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import inspect, lane
+from .. import lane, queue_overview
 from ..connection import Client
 from ..errors import StreamqError
 from ..keys import JobKeys, QueueKeys, check_name
@@ -312,7 +312,7 @@ class Merge:
         return out
 
 
-def _job_row(jr: inspect.JobRow) -> Row | None:
+def _job_row(jr: queue_overview.JobRow) -> Row | None:
     return None if jr.state == "missing" else Row(
         jr.job_id, jr.state, jr.priority, jr.client, jr.total, jr.done, jr.failed,
         jr.in_flight, jr.queued, jr.created_ms, False)
@@ -332,13 +332,13 @@ def _big_rows(r: Client, jobs: list[str]) -> dict[str, Row | None]:
     if not jobs:
         return out
     try:
-        out.update({jr.job_id: _job_row(jr) for jr in inspect.job_rows(r, jobs, idle=False)})
+        out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, jobs, idle=False)})
         return out
     except (ValueError, TypeError, KeyError, StreamqError):
         pass  # one job's keys are not a job's: read them one by one
     for j in jobs:
         try:
-            out.update({jr.job_id: _job_row(jr) for jr in inspect.job_rows(r, [j], idle=False)})
+            out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, [j], idle=False)})
         except (ValueError, TypeError, KeyError, StreamqError):
             out[j] = None
     return out

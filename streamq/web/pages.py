@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ConfigError, JobNotFound, StreamqError
-from ..inspect import DeadLetterNotFound, QueueNotFound
+from ..queue_overview import DeadLetterNotFound, QueueNotFound
 from ..shards import CorruptShards
 from .backend import Backend, transient
 from .security import CSRF_COOKIE, Guard, new_browser_id

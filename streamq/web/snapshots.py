@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import inspect
+from .. import queue_overview
 
 log = logging.getLogger("streamq.web")
 
@@ -31,7 +31,7 @@ BACKOFF = 4.0
 
 @dataclass
 class Snapshot:
-    overview: inspect.Overview
+    overview: queue_overview.Overview
     read_at: float  #: time.monotonic() when the read finished
     took_s: float  #: how long the read took
 
@@ -39,7 +39,7 @@ class Snapshot:
 class Snapshots:
     """The latest overview of each queue, refreshed in the background."""
 
-    def __init__(self, read: Callable[[str], inspect.Overview]) -> None:
+    def __init__(self, read: Callable[[str], queue_overview.Overview]) -> None:
         self._read = read
         self._lock = threading.Lock()
         self._latest: dict[str, Snapshot] = {}

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import deadletters, inspect
+from .. import deadletters, queue_overview, queue_pending
 from ..errors import JobNotFound
 from ..keys import check_name
 from ..shards import CorruptShards
@@ -51,7 +51,7 @@ class QueueRow:
     """One row of the Queues view: a queue's overview and charts, or why it has none."""
 
     name: str
-    overview: inspect.Overview | None = None  #: None: still being read (or a problem)
+    overview: queue_overview.Overview | None = None  #: None: still being read (or a problem)
     trends: Any = None
     #: None, or what is wrong: "name" (the registry holds a name that is no queue
     #: name), "config" (its stored configuration is corrupt), "unreadable"
@@ -79,7 +79,7 @@ def queue_rows(backend: Backend, names: QueueNames, *, wait: bool) -> list[Queue
             snap = backend.snapshots.get(name) if wait else backend.snapshots.peek(name)
             rows.append(QueueRow(name, snap.overview if snap else None,
                                  queue_trends(backend, shards)))
-        except inspect.QueueNotFound:
+        except queue_overview.QueueNotFound:
             continue  # named but empty: nothing to show
         except CorruptShards as e:
             rows.append(QueueRow(name, problem="config", message=str(e)))
@@ -122,7 +122,7 @@ def jobs(request: Request) -> Response:
         priority=int_param(request, "priority", 0, 99),
         min_age_s=float_param(request, "min_age"), max_age_s=float_param(request, "max_age"),
         search=(request.query_params.get("search") or "").strip() or None)
-    now = inspect.server_ms(backend.r, shards[0])
+    now = queue_overview.server_ms(backend.r, shards[0])
     pg = listing.page(backend.r, shards, f, request.query_params.get("cursor"), now)
     query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "flash",
                                                                          "sig", "outcome")}
@@ -180,7 +180,7 @@ def pending(request: Request) -> Response:
         ids = [job_id]
     else:
         ids = _oldest_active(backend, shards, PENDING_JOBS)
-    rep = inspect.pending(backend.r, shards[0], ids, consumer=consumer,
+    rep = queue_pending.pending(backend.r, shards[0], ids, consumer=consumer,
                           details=job_id is not None)
     return render(request, "pending.html", queue=name, rep=rep, job=job_id,
                   consumer=consumer, capped=job_id is None and len(ids) == PENDING_JOBS)
@@ -202,7 +202,7 @@ def workers(request: Request) -> Response:
     backend = backend_of(request)
     name = request.path_params["queue"]
     shards = backend.require_queue(name)
-    rows = inspect.workers(backend.r, shards[0])
+    rows = queue_pending.workers(backend.r, shards[0])
     return render(request, "workers.html", queue=name, workers=rows)
 
 
@@ -233,9 +233,9 @@ def dead_letter(request: Request) -> Response:
     raw, sep, k = dead_id.partition("@")
     shards = q.known_shards
     if sep and (not k.isdigit() or not 0 < int(k) < len(shards)):
-        raise inspect.DeadLetterNotFound(f"no dead letter {dead_id!r} in queue {name!r}")
+        raise queue_overview.DeadLetterNotFound(f"no dead letter {dead_id!r} in queue {name!r}")
     qk = shards[int(k)] if sep else shards[0]
-    letter = inspect.dead_letter(backend.r, qk, raw)
+    letter = queue_overview.dead_letter(backend.r, qk, raw)
     replayed = deadletters.replayed_into(backend.r, qk, raw)
     return render(request, "dead_letter.html", queue=name, dead_id=dead_id, d=letter,
                   doc=letter.as_dict(), replayed=replayed,

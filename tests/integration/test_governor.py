@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from streamq import JobState, Queue, Worker, inspect
+from streamq import JobState, Queue, Worker, queue_pending
 from streamq.keys import QueueKeys
 
 StartWorker = Callable[..., Worker]
@@ -54,12 +54,12 @@ def test_a_worker_without_concurrency_serves_a_waiting_handler_with_more_slots(
     gov = w.governor
 
     def shown() -> bool:
-        row, = inspect.workers(q.redis, QueueKeys(queue_name))
+        row, = queue_pending.workers(q.redis, QueueKeys(queue_name))
         return row.slots == 4 and row.serving == (4 if gov is None else gov.active)
 
     deadline = time.monotonic() + 5
     while not shown():
-        assert time.monotonic() < deadline, inspect.workers(q.redis, QueueKeys(queue_name))
+        assert time.monotonic() < deadline, queue_pending.workers(q.redis, QueueKeys(queue_name))
         time.sleep(0.05)
     q.close()
 
@@ -77,8 +77,8 @@ def test_the_workers_view_shows_how_many_slots_serve(
     deadline = time.monotonic() + 5
     with Queue(queue_name, redis_url) as q:
         while {w.worker_id: (w.serving, w.slots)
-               for w in inspect.workers(q.redis, QueueKeys(queue_name))} != want:
-            assert time.monotonic() < deadline, inspect.workers(q.redis, QueueKeys(queue_name))
+               for w in queue_pending.workers(q.redis, QueueKeys(queue_name))} != want:
+            assert time.monotonic() < deadline, queue_pending.workers(q.redis, QueueKeys(queue_name))
             time.sleep(0.05)
 
 
