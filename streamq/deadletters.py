@@ -27,7 +27,8 @@ from .config import (
 )
 from .connection import Client
 from .errors import DeadLetterReplayed, JobNotFound, ScriptError, StreamqError
-from .keys import JobKeys, QueueKeys, dead_letter_key
+from .keys import JobKeys, QueueKeys
+from .members import dead_letter_key
 from .scripts import ScriptErrorCode, Scripts
 
 

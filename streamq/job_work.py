@@ -13,9 +13,10 @@ import redis
 from . import config, hooks
 from .connection import is_transient, pipelined
 from .entry_fields import Batch, batch_ids, is_suspect, streams_read
-from .keys import JobKeys, QueueKeys, token_job
+from .keys import JobKeys, QueueKeys
 from .lane_work import LaneWorker
 from .leases import SlotHold
+from .members import token_job
 from .replies import JobReply
 
 log = logging.getLogger("streamq.worker")

@@ -27,7 +27,8 @@ import redis
 
 from . import config
 from .codec import decode_result
-from .keys import QueueKeys, parse_lane_member, shard_queue
+from .keys import QueueKeys, shard_queue
+from .members import parse_lane_member
 from .models import JobState, JobStatus
 from .shards import shard_index
 

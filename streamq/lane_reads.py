@@ -18,8 +18,9 @@ import redis
 from .config import GROUP
 from .connection import is_transient, pipelined
 from .entry_fields import LaneEntry, _tiers, streams_read
-from .keys import QueueKeys, parse_lane_member
+from .keys import QueueKeys
 from .leases import LeaseKeeper
+from .members import parse_lane_member
 from .queue_view import Serving
 from .rates import Limiter
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from . import config, hooks
 from .connection import Client, server_ms
-from .keys import QueueKeys, parse_lane_member
+from .keys import QueueKeys
+from .members import parse_lane_member
 from .reap_parts import PassReport, delete_idle_consumers, undelivered
 from .scripts import LaneCtx, Scripts
 

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from . import tracing
 from .config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
-from .keys import QueueKeys, lane_member
+from .keys import QueueKeys
+from .members import lane_member
 from .replies import Call, raise_for_code
 from .script_base import ScriptsBase
 

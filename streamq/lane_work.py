@@ -26,8 +26,9 @@ from .config import GROUP, SLOW_ENTRY_S
 from .entries import EntryRunner, EntryWorker
 from .entry_fields import LaneEntry, _fields, _job_of, _lane_fields, is_suspect
 from .errors import PayloadError
-from .keys import QueueKeys, parse_lane_member
+from .keys import QueueKeys
 from .lane_reads import LaneReads
+from .members import parse_lane_member
 from .replies import Call
 from .running import current as _current
 from .scripts import LaneCtx

@@ -13,7 +13,8 @@ from typing import Any
 
 from . import config
 from .connection import Client
-from .keys import JobKeys, QueueKeys, owner_worker
+from .keys import JobKeys, QueueKeys
+from .members import owner_worker
 from .queue_overview import PENDING_CAP, _s, server_ms
 
 

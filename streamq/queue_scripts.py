@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import MAX_CONCURRENCY, STATS_WINDOW_MS, WAKE_CAP
-from .keys import QueueKeys, owner
+from .keys import QueueKeys
+from .members import owner
 from .replies import Call, JobReply, SettleReply, s
 from .script_base import ScriptsBase
 
@@ -29,7 +30,7 @@ class QueueScripts(ScriptsBase):
 
     @staticmethod
     def intend_jobs_call(qk: QueueKeys, intents: Sequence[str]) -> Call:
-        """Record intents (:func:`streamq.keys.intent`) ahead of their job-slot creates;
+        """Record intents (:func:`streamq.members.intent`) ahead of their job-slot creates;
         see intend_jobs-1.lua."""
         return Call("intend_jobs", (qk.creating,), list(intents))
 

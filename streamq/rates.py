@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from .connection import is_transient, pipelined
 from .errors import ConfigError
-from .keys import JobKeys, QueueKeys, check_name, token_job
+from .keys import JobKeys, QueueKeys, check_name
+from .members import token_job
 from .replies import Call
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ from .client import Queue
 from .connection import Client, is_access_error, is_transient, server_ms
 from .deadletters import announce
 from .errors import StreamqError
-from .keys import JobKeys, parse_intent
+from .keys import JobKeys
 from .lane_reaper import LanePass, recover_lanes
+from .members import parse_intent
 from .metrics import ReaperMetrics
 from .reap_parts import PassReport, delete_idle_consumers, undelivered
 from .scripts import JobReply, LaneCtx

@@ -24,8 +24,9 @@ from .connection import is_access_error, is_transient
 from .entry_fields import Batch, LaneEntry, batch_ids
 from .governor import next_claim, next_read
 from .job_work import Finish, JobWork, _entries
-from .keys import JobKeys, QueueKeys, token_job
+from .keys import JobKeys, QueueKeys
 from .lane_work import LANE_DUE, LaneWork, LaneWorker
+from .members import token_job
 from .rates import RATE_DUE, parse_due
 from .replies import Call
 from .scripts import JobReply

@@ -24,7 +24,8 @@ from typer.testing import CliRunner, Result
 from streamq import JobState, NonRetryable, Queue, Worker
 from streamq.cli import ExitCode, app
 from streamq.config import GROUP
-from streamq.keys import JobKeys, QueueKeys, owner_worker
+from streamq.keys import JobKeys, QueueKeys
+from streamq.members import owner_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -12,7 +12,8 @@ from test_deadletters import dead_letter_directly
 from test_recovery import wait_until
 
 from streamq import Queue
-from streamq.keys import JobKeys, token
+from streamq.keys import JobKeys
+from streamq.members import token
 from streamq.reaper import Reaper
 
 BAD = {"n": 0, "bad": True}

@@ -22,8 +22,7 @@ def test_every_floor_is_read_with_its_group_top_first() -> None:
     modules = [m for _, mods, _ in floors for m in mods]
     assert len(modules) == len(set(modules))
     # every module of the package stands on one floor (the contract is exhaustive)
-    package = {p.stem if p.name != "__init__.py" else p.parent.name
-               for p in (ROOT / "streamq").glob("*.py") if p.name != "__init__.py"}
+    package = {p.stem for p in (ROOT / "streamq").glob("*.py") if p.name != "__init__.py"}
     package |= {p.name for p in (ROOT / "streamq").iterdir()
                 if p.is_dir() and (p / "__init__.py").exists()}
     assert package == set(modules)

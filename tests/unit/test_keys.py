@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from streamq import keys
+from streamq import keys, members
 from streamq.errors import ConfigError
 from streamq.keys import JobKeys, QueueKeys
 
@@ -81,9 +81,9 @@ def test_a_client_name_may_not_be_another_clients_retry_set() -> None:
 
 
 def test_members_and_tokens_read_back_what_was_written() -> None:
-    assert keys.parse_intent(keys.intent("j1", "upload-42")) == ("j1", "upload-42")
-    assert keys.parse_intent(keys.intent("j1")) == ("j1", "")
-    assert keys.parse_lane_member(keys.lane_member(7, "acme:eu")) == (7, "acme:eu")
-    assert keys.token_job(keys.token("job#odd", 3)) == "job#odd"
-    assert keys.owner_worker(keys.owner("host/1/w", 2)) == "host/1/w"
-    assert keys.owner_worker("legacy") == "legacy"
+    assert members.parse_intent(members.intent("j1", "upload-42")) == ("j1", "upload-42")
+    assert members.parse_intent(members.intent("j1")) == ("j1", "")
+    assert members.parse_lane_member(members.lane_member(7, "acme:eu")) == (7, "acme:eu")
+    assert members.token_job(members.token("job#odd", 3)) == "job#odd"
+    assert members.owner_worker(members.owner("host/1/w", 2)) == "host/1/w"
+    assert members.owner_worker("legacy") == "legacy"
