@@ -303,8 +303,7 @@ class EntryRunner:
             if w.stopping.is_set() or cancels.seen(task[1]):
                 outcomes.append(None)
                 continue
-            if hooks.active():
-                hooks.at("in_handler")
+            hooks.at("in_handler")
             started = clock()
             _current.set(task if limit is None else (*task, time.time() + limit))
             try:

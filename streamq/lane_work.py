@@ -160,8 +160,7 @@ class LaneWork:
                               e.eid, w.id):
                     unacked[e.stream].discard(e.eid)
                     continue
-            if hooks.active():
-                hooks.at("in_handler")
+            hooks.at("in_handler")
             started = clock()
             wait = started + to_wall - int(e.eid[:e.eid.find("-")]) / 1000
             waits.append(wait if wait > 0.0 else 0.0)
@@ -308,8 +307,7 @@ async def _bounded(items: list[tuple[tuple[str, str, int, str, int], Any]], w: A
         for i in order:
             if w.stopping.is_set():
                 return
-            if hooks.active():
-                hooks.at("in_handler")
+            hooks.at("in_handler")
             task, payload = items[i]
             _current.set(task)
             started = clock()
