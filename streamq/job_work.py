@@ -18,12 +18,11 @@ from .lane_work import LaneWorker
 from .leases import SlotHold
 from .members import token_job
 from .replies import JobReply
+from .round_trip import Finish
 
 log = logging.getLogger("streamq.worker")
 
 _UNREAD = object()  # a claimed token's job not read ahead (a read's reply may be None)
-#: a job an acknowledgement completed, its reply and the shard it lives on
-Finish = tuple[str, JobReply, QueueKeys]
 #: results of a round not yet acknowledged: their token's position, the job, the results
 _Pending = list[tuple[int, JobKeys, list[tuple[str, int, bytes]]]]
 
@@ -141,7 +140,7 @@ class JobWork:
                 is_suspect(flat) for i in live for _, flat in reads[i][0]):
             # an async handler: every token's entries at once (a suspect entry runs
             # alone, below, so a kill inside it counts an attempt for it alone)
-            outs = runner.run_async([(jks[i], *reads[i]) for i in live], waits, durations,
+            outs = w.async_entries.run([(jks[i], *reads[i]) for i in live], waits, durations,
                                     self.slot.qk)
             ran = dict(zip(live, outs))
         for pos, (tok, jk, read) in enumerate(zip(tokens, jks, reads)):
@@ -163,7 +162,7 @@ class JobWork:
                 follow.append(jk.job_id)  # once per job, however many of its tokens it holds
             if done:
                 pending.append((len(settled) - 1, jk, done))
-        runner.observe(waits, durations)
+        w.outcomes.observe(waits, durations)
         return settled, follow, pending
 
     def _ack_or_follow(self, settled: list[tuple[str, str]], follow: list[str],
@@ -171,7 +170,7 @@ class JobWork:
                        ) -> tuple[list[tuple[str, str]], list[str], list[Batch]]:
         """Leave the results to the next settle when every job with results is followed;
         otherwise acknowledge them now (the jobs this completed join ``finishes``)."""
-        w, runner = self.w, self.run_entries
+        w = self.w
         batches = [(jk, d) for _, jk, d in pending]
         if batches and not w.stopping.is_set() and all(
                 jk.job_id in follow for jk, _ in batches):
@@ -182,7 +181,7 @@ class JobWork:
             return settled, follow, batches
         # acknowledge what is left of every job in one round trip
         completed_now: list[tuple[str, JobReply]] = []
-        oks = runner.ack_many(batches, completed_now, shard=self.slot.qk)
+        oks = w.outcomes.ack_many(batches, completed_now, shard=self.slot.qk)
         finishes.extend((job, r, self.slot.qk) for job, r in completed_now)
         for (pos, _, _), ok in zip(pending, oks):
             if ok:
@@ -201,6 +200,34 @@ class JobWork:
             w = self.w
             clients = w.rates.clients_of([jks[i].job_id for i in unused])
             w.rates.give_back([(c, n) for c, n in zip(clients, unused.values())])
+
+    def kept_reads(self, follow: list[str], reads: list[Any], claimed: list[str]
+                   ) -> dict[str, Any]:
+        """The read ahead of each followed job of which a token was claimed; the entries
+        read of the others (a more urgent job took the slot) are handed back at once."""
+        preread = dict(zip(follow, reads))
+        if preread:
+            held = {token_job(t) for t in claimed}
+            for job in [j for j in preread if j not in held]:
+                read = preread.pop(job)
+                entries = [] if isinstance(read, Exception) else _entries(read)
+                if entries:
+                    self.w.outcomes.requeue(job, [e[0] for e in entries])
+        return preread
+
+    def promote(self, jobs: list[str]) -> None:
+        """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
+        unpark the jobs that got work and note when each next retry is due."""
+        w, qk = self.w, self.slot.qk
+        replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
+        calls = []
+        for job, raw in zip(jobs, replies):
+            r = w.scripts.parse_promote(raw)
+            if r.moved and r.concurrency:
+                calls.append(w.scripts.unpark_call(qk, job, r.concurrency))
+            if r.wait_ms >= 0:
+                calls.append(w.scripts.schedule_retry_call(qk, job, r.wait_ms))
+        w.scripts.run_many(calls)
 
     def idle_mode(self, job: str) -> str:
         """How to settle a token whose read found nothing new: park it, release it (a

@@ -81,6 +81,22 @@ class LaneWork:
 
     # -- running -----------------------------------------------------------------------
 
+    def taken(self, qk: QueueKeys, replies: list[Any], count: int, paused: bool
+              ) -> tuple[list[LaneEntry], bool]:
+        """The lane entries a settle's round trip read (handed back when it found the
+        queue paused), with those of rate-limited clients that got permits; and whether
+        there is more to read (a read filled its batch, or a lane was not covered)."""
+        if paused:  # read in the round trip that found the pause: handed back
+            self.hand_back(qk, replies, count)
+            return [], False
+        lanes, more = self.reads.take(qk, replies, count)
+        if self.w.rates.active():  # rate-limited clients' lanes: permits, then reads
+            limited, more_limited = self.reads.take_limited(qk, count)
+            if limited:
+                lanes = sorted(lanes + limited, key=lambda e: e.priority)
+            more = more or more_limited
+        return lanes, more
+
     def run(self, qk: QueueKeys, entries: list[LaneEntry]) -> None:
         """Run lane entries in order; their results wait in :attr:`acks` for the next
         settle (a failure is reported at once)."""
@@ -98,7 +114,7 @@ class LaneWork:
             self._run_async(qk, entries, done, unacked, waits, durations)
         else:
             self._run_sync(qk, entries, done, unacked, waits, durations)
-        w.entries.observe(waits, durations)
+        w.outcomes.observe(waits, durations)
         self.acks.extend(self._ack_calls(qk, done))
 
     def _ack_calls(self, qk: QueueKeys, done: dict[str, list[tuple[str, str, bytes]]]
@@ -173,13 +189,13 @@ class LaneWork:
                     finally:
                         _current.reset(reset)
                 else:
-                    value = runner.call_async(task, payload)
+                    value = w.async_entries.call(task, payload)
                 result = encode_result(value)
             except Exception as err:  # noqa: BLE001 - reported as a failed attempt
                 took = clock() - started
                 slow = took >= SLOW_ENTRY_S
                 durations.append(took)
-                runner.observe(waits, durations)
+                w.outcomes.observe(waits, durations)
                 self._failed(qk, e, job, attempt, err, kind, raw)
                 unacked[e.stream].discard(e.eid)
                 continue
@@ -221,7 +237,7 @@ class LaneWork:
                     continue
                 except Exception as err:  # noqa: BLE001 - a result that cannot be encoded
                     value = err
-            w.entries.observe(waits, durations)
+            w.outcomes.observe(waits, durations)
             self._failed(qk, e, job, attempt, value, kind, raw)
             unacked[e.stream].discard(e.eid)
         if unstarted:
@@ -254,7 +270,7 @@ class LaneWork:
 
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
-        delay = self.w.entries.count_failure(job, 0, attempt, err)
+        delay = self.w.outcomes.count_failure(job, 0, attempt, err)
         self._fail(qk, e, job, attempt, delay, f"{type(err).__name__}: {err}", kind, raw)
 
     def _fail(self, qk: QueueKeys, e: LaneEntry, job: str, attempts: int, delay_ms: int,

@@ -33,6 +33,7 @@ import os
 import re
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 from redis.crc import key_slot
@@ -221,3 +222,24 @@ def _register(client: Client, name: str) -> None:
 def shard_index(key: str, count: int) -> int:
     """The shard of a job id or dedup key among ``count`` (stable across processes)."""
     return zlib.crc32(key.encode()) % count if count > 1 else 0
+
+
+def most_urgent_shard(shards: Sequence[QueueKeys], current: QueueKeys, heads: Sequence[Any]
+                      ) -> tuple[QueueKeys, bool]:
+    """The shard to claim from next, from the head of every shard's ready set
+    (``heads``: each a ``ZRANGE ... 0 0 WITHSCORES`` reply, or an error, in the order of
+    ``shards``): the most urgent head's (lowest priority), the next in turn after
+    ``current`` among equally urgent ones; and whether any shard had a ready token.
+    With none ready, the next shard in turn."""
+    n, at = len(shards), shards.index(current)
+    best: int | None = None
+    pick = shards[(at + 1) % n]
+    for step in range(1, n + 1):
+        k = (at + step) % n
+        head = heads[k] if k < len(heads) else None
+        if not head or isinstance(head, Exception):
+            continue
+        prio = int(float(head[1] if isinstance(head[0], (bytes, str)) else head[0][1]) // 1e12)
+        if best is None or prio < best:
+            best, pick = prio, shards[k]
+    return pick, best is not None

@@ -23,13 +23,15 @@ from . import config, hooks
 from .connection import is_access_error, is_transient
 from .entry_fields import Batch, LaneEntry, batch_ids
 from .governor import next_claim, next_read
-from .job_work import Finish, JobWork, _entries
+from .job_work import JobWork
 from .keys import JobKeys, QueueKeys
 from .lane_work import LANE_DUE, LaneWork, LaneWorker
 from .members import token_job
 from .rates import RATE_DUE, parse_due
 from .replies import Call
+from .round_trip import Carried, Finish, RoundTrip
 from .scripts import JobReply
+from .shards import most_urgent_shard
 
 if TYPE_CHECKING:
     from .wakers import Wakers
@@ -38,25 +40,6 @@ log = logging.getLogger("streamq.worker")
 
 #: first and longest pause after a transient Redis error in a slot, seconds
 _PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
-
-
-class _Carried:
-    """What a slot's round leaves to the next round's settle."""
-
-    def __init__(self) -> None:
-        #: tokens to release or keep, with the code the settle gives each
-        self.settled: list[tuple[str, str]] = []
-        #: jobs the last acknowledgements completed, finished with the next settle
-        self.finishes: list[Finish] = []
-        #: jobs whose last read was a full batch: their next batch is read in the round
-        #: trip of the next settle, and served at once if that settle gives a token back
-        self.follow: list[str] = []
-        #: results of followed jobs, acknowledged first in the round trip of the next settle
-        self.acks: list[Batch] = []
-
-    def held(self, lane_acks: list[Any]) -> bool:
-        """Whether anything is left to hand back (``lane_acks``: the lane's results)."""
-        return bool(self.settled or self.finishes or self.acks or lane_acks)
 
 
 class SlotWorker(LaneWorker, Protocol):
@@ -96,7 +79,6 @@ class Slot:
         self.w = worker
         self.index = index
         self.hold = worker.leases.holds[index]
-        self.run_entries = worker.entries
         #: numbers this slot's settle calls: a settle sent again after a lost reply
         #: (same number) returns the first reply and changes nothing
         self._call_base = uuid.uuid4().hex[:8]
@@ -142,7 +124,7 @@ class Slot:
     def run(self) -> None:
         """Round after round until the worker stops and nothing is left to hand back."""
         w = self.w
-        r = _Carried()
+        r = Carried()
         stop_seen: float | None = None
         gov = w.governor
         while True:
@@ -163,7 +145,7 @@ class Slot:
                 if self._failed(e, stopping, stop_seen, r.settled):
                     return
 
-    def round(self, r: _Carried, stopping: bool, serving: bool) -> None:
+    def round(self, r: Carried, stopping: bool, serving: bool) -> None:
         """One round trip (:meth:`settle`), then the work it brought: what it did not
         finish is carried in ``r`` to the next round's settle."""
         w = self.w
@@ -203,7 +185,7 @@ class Slot:
             hooks.at("after_claim")
         self.serve(r, claimed, lanes, preread)
 
-    def serve(self, r: _Carried, claimed: list[str], lanes: list[LaneEntry],
+    def serve(self, r: Carried, claimed: list[str], lanes: list[LaneEntry],
               preread: dict[str, Any]) -> None:
         """Run what a settle brought: lane entries as urgent as the claimed job's or
         more, the claimed job's entries, then the other lane entries; adapt the next
@@ -300,49 +282,33 @@ class Slot:
         """
         w = self.w
         old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
-        lane_acks = list(self.lane.acks)
-        calls = [*lane_acks, *(w.scripts.ack_call(jk, done) for jk, done in acks)]
-        sent = len(finishes)
-        released = [t for t, _ in settled]
+        trip = RoundTrip(w.scripts)
+        lane_acks = trip.calls(list(self.lane.acks))
+        job_acks = trip.calls([w.scripts.ack_call(jk, done) for jk, done in acks])
+        sent, released = len(finishes), [t for t, _ in settled]
         if finishes:
-            settled = self._finishing(settled, finishes, calls)
-        # the call keeps its number until a reply came back: a call sent again after a
-        # failure returns what the first one did, if it ran
-        seq = f"{self._call_base}:{self._calls}"
-        if new is not old and settled:
-            # the held tokens go back to their own shard; the claim is made in another
-            calls.append(w.scripts.settle_call(old, w.id, self.index, seq, w.lease_ms, 0,
-                                               settled, keep_ms=w.info_ttl_ms))
-            settled = []
-        calls.append(w.scripts.settle_call(new, w.id, self.index, seq, w.lease_ms, claim,
-                                           settled, keep_ms=w.info_ttl_ms))
-        if new is not old:
-            follow = []  # a followed job's token is not claimed back from another shard
-        follow = list(dict.fromkeys(follow))  # one read per job: a second would be lost
-        peeks = [("ZRANGE", qk.ready, 0, 0, "WITHSCORES")
-                 for qk in w.shards] if claim > 0 and len(w.shards) > 1 else []
-        lane_reads = (self.lane.reads.commands(new, self.read_n) if claim > 0 and not self.paused
-                      else [])
-        replies, reads = w.scripts.run_then(calls, [*(self.jobs.read(JobKeys(j)) for j in follow),
-                                                    *peeks, *lane_reads])
+            settled = self._finishing(settled, finishes, trip)
+        mine = trip.calls(self._settle_calls(old, new, claim, settled))
+        # one read per job (a second would be lost); none when the claim is made in
+        # another shard (a followed job's token is not claimed back from there)
+        follow = list(dict.fromkeys(follow)) if new is old else []
+        ahead = trip.commands([self.jobs.read(JobKeys(j)) for j in follow])
+        peeks = trip.commands([("ZRANGE", qk.ready, 0, 0, "WITHSCORES") for qk in w.shards]
+                              if claim > 0 and len(w.shards) > 1 else [])
+        lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
+                                   if claim > 0 and not self.paused else [])
+        trip.send()
         self._calls += 1
         self._lane_acked = bool(lane_acks)
         if lane_acks:
-            self.lane.acked(replies[: len(lane_acks)])
-            del self.lane.acks[: len(lane_acks)]
-            replies = replies[len(lane_acks):]
-        reply = w.scripts.parse_settle(replies[-1])
+            self.lane.acked(lane_acks.replies)
+            del self.lane.acks[: lane_acks.sent]
+        reply = w.scripts.parse_settle(mine.replies[-1])
         self.paused = reply.paused
-        lanes: list[LaneEntry] = []
-        self._lane_more = False
-        if lane_reads:
-            lanes = self._take_lanes(new, reads[len(reads) - len(lane_reads):], reply.paused)
-            reads = reads[: len(reads) - len(lane_reads)]
+        lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, reply.paused)
+                                  if lane_reads else ([], False))
         del finishes[:sent]
-        acked: list[tuple[str, JobReply]] = []
-        self.run_entries.acked(acks, replies[: len(acks)], acked)
-        w.leases.landed(self.hold, batch_ids(acks))
-        finishes.extend((job, r, old) for job, r in acked)
+        self._acked(acks, job_acks.replies, finishes, old)
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:
             self._claimed_prio = int(min(float(sc) for _, sc in reply.claimed) // 1e12)
@@ -351,13 +317,38 @@ class Slot:
         if claim > 0:
             self._retry_wait_ms = reply.wait_ms
         if peeks:
-            self.next_qk, self._ready_seen = self.choose(reads[len(follow):], bool(claimed))
-            reads = reads[: len(follow)]
-        return claimed, reply.due, self._kept_reads(follow, reads, claimed), lanes
+            self.next_qk, self._ready_seen = most_urgent_shard(w.shards, self.qk, peeks.replies)
+        return claimed, reply.due, self.jobs.kept_reads(follow, ahead.replies, claimed), lanes
+
+    def _settle_calls(self, old: QueueKeys, new: QueueKeys, claim: int,
+                      settled: list[tuple[str, str]]) -> list[Call]:
+        """The settle calls of a round, the one that claims last: the held tokens go
+        back to their own shard (``old``) when the claim is made in another (``new``).
+        The calls keep their number until a reply came back: a call sent again after a
+        failure returns what the first one did, if it ran."""
+        w = self.w
+        seq = f"{self._call_base}:{self._calls}"
+        calls = []
+        if new is not old and settled:
+            calls.append(w.scripts.settle_call(old, w.id, self.index, seq, w.lease_ms, 0,
+                                               settled, keep_ms=w.info_ttl_ms))
+            settled = []
+        calls.append(w.scripts.settle_call(new, w.id, self.index, seq, w.lease_ms, claim,
+                                           settled, keep_ms=w.info_ttl_ms))
+        return calls
+
+    def _acked(self, acks: Sequence[Batch], replies: list[Any], finishes: list[Finish],
+               shard: QueueKeys) -> None:
+        """Count the replies of the round's job acknowledgements; the jobs they
+        completed join ``finishes`` (finished with the next settle)."""
+        acked: list[tuple[str, JobReply]] = []
+        self.w.outcomes.acked(acks, replies, acked)
+        self.w.leases.landed(self.hold, batch_ids(acks))
+        finishes.extend((job, r, shard) for job, r in acked)
 
     def _finishing(self, settled: list[tuple[str, str]], finishes: list[Finish],
-                   calls: list[Call]) -> list[tuple[str, str]]:
-        """Add the calls that finish ``finishes`` in their shards to ``calls``; return
+                   trip: RoundTrip) -> list[tuple[str, str]]:
+        """Add the calls that finish ``finishes`` in their shards to ``trip``; return
         ``settled`` without the drops they make needless."""
         # finishing a job removes its tokens (now, or when it was finished before):
         # a token of a job finished here needs no drop of its own
@@ -365,77 +356,22 @@ class Slot:
         by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
         for job, reply, qk in finishes:
             by_shard.setdefault(qk, []).append((job, reply))
-        calls += [self.w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()]
+        trip.calls([self.w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()])
         return [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
 
-    def _take_lanes(self, qk: QueueKeys, replies: list[Any], paused: bool) -> list[LaneEntry]:
-        """The lane entries a settle's round trip read (handed back when it found the
-        queue paused), with those of rate-limited clients that got permits."""
-        if paused:  # read in the round trip that found the pause: handed back
-            self.lane.hand_back(qk, replies, self.read_n)
-            return []
-        lanes, self._lane_more = self.lane.reads.take(qk, replies, self.read_n)
-        if self.w.rates.active():  # rate-limited clients' lanes: permits, then reads
-            limited, more = self.lane.reads.take_limited(qk, self.read_n)
-            if limited:
-                lanes = sorted(lanes + limited, key=lambda e: e.priority)
-            self._lane_more = self._lane_more or more
-        return lanes
-
-    def _kept_reads(self, follow: list[str], reads: list[Any], claimed: list[str]
-                    ) -> dict[str, Any]:
-        """The read ahead of each followed job of which a token was claimed; the entries
-        read of the others (a more urgent job took the slot) are handed back at once."""
-        preread = dict(zip(follow, reads))
-        if preread:
-            held = {token_job(t) for t in claimed}
-            for job in [j for j in preread if j not in held]:
-                read = preread.pop(job)
-                entries = [] if isinstance(read, Exception) else _entries(read)
-                if entries:
-                    self.run_entries.requeue(job, [e[0] for e in entries])
-        return preread
-
-    def choose(self, heads: list[Any], claimed: bool) -> tuple[QueueKeys, bool]:
-        """The shard to claim from next, from the head of every shard's ready set read
-        in the last settle: the most urgent head's (lowest priority), the next in turn
-        after this slot's shard among equally urgent ones; and whether any shard had a
-        ready token. With none ready, the next shard in turn."""
-        shards = self.w.shards
-        n, at = len(shards), shards.index(self.qk)
-        best: tuple[int, int] | None = None
-        pick = shards[(at + 1) % n]
-        for step in range(1, n + 1):
-            k = (at + step) % n
-            head = heads[k] if k < len(heads) else None
-            if not head or isinstance(head, Exception):
-                continue
-            prio = int(float(head[1] if isinstance(head[0], (bytes, str)) else head[0][1]) // 1e12)
-            if best is None or prio < best[0]:
-                best, pick = (prio, k), shards[k]
-        return pick, best is not None
-
     def promote(self, jobs: list[str]) -> None:
-        """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
-        unpark the jobs that got work and note when each next retry is due."""
+        """Promote the due retries of ``jobs``: small jobs' lanes, rate-limited jobs
+        whose next permit is due (their tokens back to ready), and jobs on their own
+        stream (:meth:`streamq.job_work.JobWork.promote`)."""
         w = self.w
         lanes = [j for j in jobs if j.startswith(LANE_DUE)]
         if lanes:
             self.lane.promote(self.qk, lanes)
-            jobs = [j for j in jobs if not j.startswith(LANE_DUE)]
         rated = [parse_due(j) for j in jobs if j.startswith(RATE_DUE)]
-        if rated:  # rate-limited jobs whose next permit is due: their tokens back to ready
-            jobs = [j for j in jobs if not j.startswith(RATE_DUE)]
+        if rated:
             w.scripts.run_many([w.scripts.unpark_call(self.qk, job, n) for job, n in rated])
-        replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
-        calls = []
-        for job, raw in zip(jobs, replies):
-            r = w.scripts.parse_promote(raw)
-            if r.moved and r.concurrency:
-                calls.append(w.scripts.unpark_call(self.qk, job, r.concurrency))
-            if r.wait_ms >= 0:
-                calls.append(w.scripts.schedule_retry_call(self.qk, job, r.wait_ms))
-        w.scripts.run_many(calls)
+        self.jobs.promote([j for j in jobs if not j.startswith((LANE_DUE, RATE_DUE))])
+
 
 def slot_threads(worker: SlotWorker) -> list[threading.Thread]:
     """One thread per slot of ``worker`` (not started)."""

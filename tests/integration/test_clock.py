@@ -209,7 +209,7 @@ def test_a_skewed_process_clock_moves_no_deadline(
     ((_, entries),) = r.xreadgroup(config.GROUP, w.id, {jk.tasks: ">"}, count=1)
     eid, fields = entries[0]
     t0 = redis_ms(r)
-    w.entries.fail(job, eid.decode(), int(fields[b"i"]), 1, delay_ms, "boom", fields[b"t"], fields[b"p"])
+    w.outcomes.fail(job, eid.decode(), int(fields[b"i"]), 1, delay_ms, "boom", fields[b"t"], fields[b"p"])
     t1 = redis_ms(r)
     ((_, due),) = r.zrange(jk.retry, 0, -1, withscores=True)
     assert t0 + delay_ms <= due <= t1 + delay_ms
