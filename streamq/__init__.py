@@ -22,6 +22,7 @@ from .errors import (
 )
 from .models import Completion, JobState, JobStatus, Task
 from .worker import Worker, current_task
+from .worker_options import WorkerOptions
 
 __version__ = "0.1.0"
 
@@ -29,5 +30,5 @@ __all__ = [
     "Completion", "ConfigError", "ConnectionFailed", "DeadLetterReplayed", "Job", "JobClosed", "JobConflict",
     "JobNotFound", "JobState", "JobStatus", "NonRetryable", "PayloadError", "RetryLater", "PayloadTooLarge", "Queue",
     "RowConflict", "StreamingJob", "StreamqError", "Task", "TotalMismatch", "WaitTimeout", "Worker",
-    "WriteConflict", "current_task",
+    "WorkerOptions", "WriteConflict", "current_task",
 ]

@@ -27,7 +27,6 @@ import inspect
 import json
 import logging
 import os
-import random
 import signal
 import socket
 import threading
@@ -35,12 +34,12 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from . import config, functions, hooks
+from . import functions, hooks
+from .async_entries import AsyncEntries
 from .client import Queue, now_ms
 from .connection import (
     Client,
@@ -52,40 +51,31 @@ from .connection import (
     wait_for_redis,
 )
 from .entries import EntryRunner
-from .errors import ConfigError, ConnectionFailed, NonRetryable, RetryLater
+from .errors import ConfigError, ConnectionFailed
 from .eviction import check_eviction
 from .governor import Governor
 from .history import ActivityCounter
 from .leases import LeaseKeeper
 from .metrics import WorkerMetrics, WorkerStats
+from .outcomes import Outcomes
 from .rates import Limiter
 from .running import current_task
 from .slot import slot_threads
 from .tracing import worker_tracer
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import TracerProvider
+    pass
 from .wakers import Wakers
 from .watchdog import Timeouts, Watchdog
+from .worker_options import WorkerOptions
 
-__all__ = ["Handler", "Worker", "current_task"]
+__all__ = ["Handler", "Worker", "WorkerOptions", "current_task"]
 
 log = logging.getLogger("streamq.worker")
 
 Handler = Callable[[Any], Any]
 #: connections kept for the waker threads, one per shard (:mod:`streamq.wakers`)
 _WAKER_CONNECTIONS = 64
-
-
-def _check_options(concurrency: int, batch: int, prefetch: int, lease_ms: int,
-                   idle_wait_s: float) -> None:
-    """ConfigError for a worker option out of its range."""
-    for name, value, lo in (("concurrency", concurrency, 1), ("batch", batch, 0),
-                            ("prefetch", prefetch, 0), ("lease_ms", lease_ms, 100)):
-        if not isinstance(value, int) or value < lo:
-            raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
-    if idle_wait_s <= 0 or idle_wait_s >= config.DEFAULT_SOCKET_TIMEOUT_S:
-        raise ConfigError("idle_wait_s must be positive and below the socket timeout")
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -103,91 +93,42 @@ def new_loop() -> asyncio.AbstractEventLoop:
 class Worker:
     """Serve one queue with ``handler(payload) -> result``."""
 
-    def __init__(
-        self,
-        queue: str,
-        handler: Handler,
-        url: str | None = None,
-        *,
-        client: Client | None = None,
-        concurrency: int | None = None,
-        batch: int = config.DEFAULT_BATCH,
-        prefetch: int = config.DEFAULT_PREFETCH,
-        lease_ms: int = config.DEFAULT_LEASE_MS,
-        heartbeat_s: float = config.DEFAULT_HEARTBEAT_S,
-        idle_wait_s: float = config.DEFAULT_IDLE_WAIT_S,
-        ack_flush_s: float = config.DEFAULT_ACK_FLUSH_S,
-        worker_id: str | None = None,
-        retention_s: float = config.DEFAULT_RETENTION_S,
-        retry_base_s: float = config.DEFAULT_RETRY_BASE_S,
-        retry_cap_s: float = config.DEFAULT_RETRY_CAP_S,
-        metrics_port: int | None = None,
-        metrics_addr: str = "0.0.0.0",
-        stop_retry_s: float = config.DEFAULT_STOP_RETRY_S,
-        redis_wait_s: float | None = None,
-        id_file: str | os.PathLike[str] | None = None,
-        shards: int | None = None,
-        allow_eviction: bool = False,
-        tracing: bool | TracerProvider | None = None,
-    ) -> None:
-        is_async = inspect.iscoroutinefunction(handler)
-        #: a sync worker given no concurrency adapts how many slots serve (governor)
-        adapt_slots = concurrency is None and not is_async
-        if concurrency is None:
-            concurrency = (config.DEFAULT_ASYNC_CONCURRENCY if is_async
-                           else config.DEFAULT_WORKER_CONCURRENCY)
-        _check_options(concurrency, batch, prefetch, lease_ms, idle_wait_s)
-        self._own_client = client is None
-        #: the shard count asked for when the worker is the queue's first user
-        self._shards_wanted = shards
-        #: start even when Redis may evict keys (its maxmemory-policy), with a warning
-        self.allow_eviction = allow_eviction
-        self._url = url
-        self._retention_s = retention_s
-        self.is_async = is_async
-        #: sub-requests in flight at once: one per slot thread for a sync handler; for
-        #: an async one, coroutines run by ASYNC_SLOTS slots, each up to ``slot_share``
-        self.concurrency = concurrency
-        #: slot threads, and the most tokens (sub-requests in flight) one slot holds
-        self.slots = min(concurrency, config.ASYNC_SLOTS) if is_async else concurrency
-        self.slot_share = -(-concurrency // self.slots)
+    def __init__(self, queue: str, handler: Handler, url: str | None = None, *,
+                 client: Client | None = None, options: WorkerOptions | None = None,
+                 **settings: Any) -> None:
+        """``options`` (:class:`streamq.worker_options.WorkerOptions`), or its fields as
+        keywords (``settings``, in place of those of ``options``)."""
+        o = self.options = WorkerOptions.of(options, settings)
+        self.is_async = inspect.iscoroutinefunction(handler)
+        size = o.sizing(self.is_async)
+        #: sub-requests in flight at once, the slot threads, and the most tokens
+        #: (sub-requests in flight) one slot holds (see WorkerOptions.sizing)
+        self.concurrency, self.slots, self.slot_share = size.concurrency, size.slots, size.slot_share
         #: how many slots serve, adapted to the work (None: all of them)
-        self.governor = (Governor(self.slots, self._finished)
-                         if adapt_slots and self.slots > 1 else None)
+        self.governor = Governor(self.slots, self._finished) if size.adapt else None
+        self._own_client = client is None
+        self._url = url
         if client is None:
             if url is None:
                 raise ConfigError("give a Redis URL or a client")
             client = connect(url, max_connections=self._pool_size)
         self._bind(queue, client)
-        self.handler = handler
-        #: entries read per XREADGROUP; 0: each slot adapts it to the work
-        self.batch = batch
-        #: tokens a slot claims per round trip; 0: each slot adapts it to the work
-        self.prefetch = prefetch
-        self.lease_ms = lease_ms
-        self.heartbeat_s = heartbeat_s
-        self.idle_wait_s = idle_wait_s
-        self.ack_flush_s = ack_flush_s
-        self.stop_retry_s = stop_retry_s
-        #: give up (ConnectionFailed) once Redis was unreachable this long; None: never
-        self.redis_wait_s = redis_wait_s
-        self.id_file = Path(id_file) if id_file is not None else None
+        # what the worker's parts read, as their protocols name it
+        self.batch, self.prefetch, self.lease_ms = o.batch, o.prefetch, o.lease_ms
+        self.heartbeat_s, self.idle_wait_s, self.ack_flush_s = (
+            o.heartbeat_s, o.idle_wait_s, o.ack_flush_s)
+        self.stop_retry_s = o.stop_retry_s
         #: lifetime of the worker's description hash, ms
-        self.info_ttl_ms = int(heartbeat_s * 3000) + 60_000
+        self.info_ttl_ms = int(o.heartbeat_s * 3000) + 60_000
         #: tokens a stopping worker could not hand back (Redis unreachable)
         self.undrained = 0
-        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        #: OpenTelemetry spans per sub-request (streamq.tracing; ``tracing`` None: as
-        #: STREAMQ_TRACING says, else on when a tracer provider is set); None when off
-        self.tracer = worker_tracer(tracing, self.id)
-        if self.tracer is not None:
-            self.handler = self.tracer.wrap(handler)
+        self.id = o.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        #: OpenTelemetry spans per sub-request (streamq.tracing); None when off
+        self.tracer = worker_tracer(o.tracing, self.id)
+        self.handler = handler if self.tracer is None else self.tracer.wrap(handler)
         if self.governor is not None:  # all slots serve when slow handlers hold those serving
             self.handler = self.governor.timed(self.handler)
-        self.retry_base_s = retry_base_s
-        self.retry_cap_s = retry_cap_s
         self.metrics = WorkerMetrics(queue)
-        self._metrics_at = (metrics_port, metrics_addr)
         self._init_state()
 
     def _init_state(self) -> None:
@@ -208,6 +149,8 @@ class Worker:
         #: monotonic time Redis was first found unreachable since the last good beat
         self._down_since: float | None = None
         self.leases = LeaseKeeper(self)
+        self.outcomes = Outcomes(self)
+        self.async_entries = AsyncEntries(self)
         self.entries = EntryRunner(self)
         #: the jobs' handler timeouts, and the slots' handler threads for them
         self.timeouts = Timeouts()
@@ -224,8 +167,8 @@ class Worker:
         return Limiter(self)
 
     def _bind(self, queue: str, client: Client) -> None:
-        self.q = Queue(queue, client=client, retention_s=self._retention_s,
-                       shards=self._shards_wanted)
+        self.q = Queue(queue, client=client, retention_s=self.options.retention_s,
+                       shards=self.options.shards)
         self.redis = client
         self.scripts = self.q.scripts
         self.keys = self.q.keys
@@ -282,7 +225,7 @@ class Worker:
             return
         self._check_eviction()
         self._check_library()
-        port, addr = self._metrics_at
+        port, addr = self.options.metrics_port, self.options.metrics_addr
         if port is not None:
             self.metrics.serve(port, addr)
         loop_thread = None
@@ -311,9 +254,9 @@ class Worker:
                 # made, or the cluster could not serve: wait, then connect as it says
                 self.redis.close()
                 self._bind(self.q.name, connect_when_ready(
-                    self._url, log, max_wait_s=self.redis_wait_s, stop=self.stopping,
+                    self._url, log, max_wait_s=self.options.redis_wait_s, stop=self.stopping,
                     max_connections=self._pool_size))
-            wait_for_redis(self.redis, log, max_wait_s=self.redis_wait_s, stop=self.stopping)
+            wait_for_redis(self.redis, log, max_wait_s=self.options.redis_wait_s, stop=self.stopping)
         except ConnectionFailed:
             if self.stopping.is_set() and self.fatal is None:
                 log.info("worker %s stopped before Redis was reachable", self.id)
@@ -370,8 +313,9 @@ class Worker:
                 self.scripts.unregister(qk, self.id)
         except Exception as e:  # Redis down or refusing: the entries expire on their own
             log.warning("could not deregister: %s", e)
-        if self.id_file is not None:
-            self.id_file.unlink(missing_ok=True)
+        path = self.options.id_path
+        if path is not None:
+            path.unlink(missing_ok=True)
         if self._own_client:
             self.redis.close()
 
@@ -385,13 +329,14 @@ class Worker:
 
     def _write_id_file(self) -> None:
         """Tell ``streamq health --worker`` (same host or container) who this worker is."""
-        if self.id_file is None:
+        path = self.options.id_path
+        if path is None:
             return
         doc = {"worker_id": self.id, "queue": self.q.name, "heartbeat_s": self.heartbeat_s,
                "pid": os.getpid()}
-        tmp = self.id_file.with_name(self.id_file.name + ".tmp")
+        tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(doc))
-        tmp.replace(self.id_file)
+        tmp.replace(path)
 
     def fatal_error(self, e: BaseException) -> None:
         """Access refused (wrong credentials, a command the ACL forbids): stop, do not retry."""
@@ -405,7 +350,7 @@ class Worker:
         now = time.monotonic()
         if self._down_since is None:
             self._down_since = now
-        elif (self.redis_wait_s is not None and now - self._down_since > self.redis_wait_s
+        elif (self.options.redis_wait_s is not None and now - self._down_since > self.options.redis_wait_s
               and self.fatal is None):
             self.fatal = f"cannot reach Redis after {now - self._down_since:.0f} s: {e}"
             log.error("%s; stopping", self.fatal)
@@ -421,12 +366,7 @@ class Worker:
 
     def _retry_delay(self, e: Exception, attempt: int) -> int:
         """Milliseconds until the next attempt, or -1 to dead-letter at once."""
-        if isinstance(e, NonRetryable):
-            return -1
-        if isinstance(e, RetryLater):
-            return max(0, int(e.delay_s * 1000))
-        delay = min(self.retry_cap_s, self.retry_base_s * 2 ** (attempt - 1))
-        return int(delay * 1000 * random.uniform(0.5, 1.0))
+        return self.options.retry_delay(e, attempt)
 
     @property
     def _pool_size(self) -> int:
@@ -438,7 +378,7 @@ class Worker:
         """Refuse a Redis that may evict keys (ConfigError) unless allowed; a transient
         error leaves it unchecked (logged), not fatal."""
         try:
-            check_eviction(self.redis, self.allow_eviction)
+            check_eviction(self.redis, self.options.allow_eviction)
         except redis.RedisError as e:
             if not is_transient(e):
                 raise

@@ -127,15 +127,17 @@ def worker(
     Every option can also be set by its environment variable (shown in --help).
     """
     from ..worker import Worker
+    from ..worker_options import WorkerOptions
 
     setup_logging(log_level, log_format)
     fn = load_handler(handler)
-    w = Worker(queue, fn, redis_url, concurrency=concurrency, batch=batch, prefetch=prefetch,
-               heartbeat_s=heartbeat, lease_ms=lease_ms, retry_base_s=retry_base,
-               idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat),
-               metrics_port=metrics_port, metrics_addr=metrics_addr, stop_retry_s=stop_retry,
-               redis_wait_s=redis_wait, id_file=id_file, allow_eviction=allow_eviction)
-    w.run()
+    options = WorkerOptions(
+        concurrency=concurrency, batch=batch, prefetch=prefetch, heartbeat_s=heartbeat,
+        lease_ms=lease_ms, retry_base_s=retry_base,
+        idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat), metrics_port=metrics_port,
+        metrics_addr=metrics_addr, stop_retry_s=stop_retry, redis_wait_s=redis_wait,
+        id_file=id_file, allow_eviction=allow_eviction)
+    Worker(queue, fn, redis_url, options=options).run()
 
 
 @app.command(rich_help_panel="Processes")

@@ -1,0 +1,119 @@
+"""A worker's parts that need no server: its options, the next shard a slot claims from,
+and the round trip that gives each part of a round its own replies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from streamq import config
+from streamq.errors import ConfigError, NonRetryable, RetryLater
+from streamq.keys import QueueKeys
+from streamq.replies import Call
+from streamq.round_trip import RoundTrip
+from streamq.shards import most_urgent_shard
+from streamq.worker_options import WorkerOptions
+
+# -- options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("concurrency", 0), ("concurrency", True), ("batch", -1), ("prefetch", 1.5),
+    ("lease_ms", 99), ("idle_wait_s", 0), ("idle_wait_s", config.DEFAULT_SOCKET_TIMEOUT_S),
+    ("heartbeat_s", 0), ("ack_flush_s", -1), ("retry_base_s", "1"), ("redis_wait_s", 0),
+    ("stop_retry_s", -1),
+])
+def test_an_option_out_of_its_range_is_refused_naming_it(field: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=field):
+        WorkerOptions(**{field: value})
+
+
+def test_options_as_keywords_replace_those_given_and_an_unknown_one_is_named() -> None:
+    base = WorkerOptions(batch=10, prefetch=3)
+    o = WorkerOptions.of(base, {"batch": 20})
+    assert (o.batch, o.prefetch) == (20, 3)
+    assert WorkerOptions.of(None, {}) == WorkerOptions()
+    with pytest.raises(ConfigError, match="unknown worker option.*bacth"):
+        WorkerOptions.of(None, {"bacth": 1})
+    with pytest.raises(ConfigError, match="batch"):  # checked again once replaced
+        WorkerOptions.of(base, {"batch": -5})
+
+
+def test_sizing_follows_the_handlers_kind() -> None:
+    sync = WorkerOptions().sizing(is_async=False)
+    assert (sync.concurrency, sync.slots, sync.slot_share) == (
+        config.DEFAULT_WORKER_CONCURRENCY, config.DEFAULT_WORKER_CONCURRENCY, 1)
+    assert sync.adapt is (config.DEFAULT_WORKER_CONCURRENCY > 1)
+    fixed = WorkerOptions(concurrency=4).sizing(is_async=False)
+    assert (fixed.slots, fixed.adapt) == (4, False)
+    aio = WorkerOptions(concurrency=33).sizing(is_async=True)
+    assert aio.slots == min(33, config.ASYNC_SLOTS) and aio.adapt is False
+    assert aio.slots * aio.slot_share >= 33 > aio.slots * (aio.slot_share - 1)
+
+
+def test_backoff_grows_exponentially_with_jitter() -> None:
+    o = WorkerOptions(retry_base_s=1.0, retry_cap_s=30.0)
+    for attempt, hi in ((1, 1000), (2, 2000), (3, 4000), (4, 8000), (6, 30000), (9, 30000)):
+        draws = [o.retry_delay(RuntimeError(), attempt) for _ in range(200)]
+        assert hi // 2 <= min(draws) and max(draws) <= hi
+        assert len(set(draws)) > 50  # jittered
+    assert o.retry_delay(NonRetryable("no"), 1) == -1
+    assert o.retry_delay(RetryLater(2.5), 1) == 2500
+
+
+# -- the next shard --------------------------------------------------------------------
+
+SHARDS = [QueueKeys("q", f"q~{k}") if k else QueueKeys("q") for k in range(4)]
+
+
+def _head(prio: int, rank: int = 0) -> list[Any]:
+    return [b"job#0", str(prio * 1e12 + rank).encode()]
+
+
+def test_the_most_urgent_head_wins_and_ties_go_to_the_next_in_turn() -> None:
+    heads = [_head(5), _head(2), [], _head(2)]
+    assert most_urgent_shard(SHARDS, SHARDS[0], heads) == (SHARDS[1], True)
+    assert most_urgent_shard(SHARDS, SHARDS[1], heads) == (SHARDS[3], True)
+    assert most_urgent_shard(SHARDS, SHARDS[3], heads) == (SHARDS[1], True)
+
+
+def test_with_nothing_ready_the_next_shard_in_turn() -> None:
+    heads: list[Any] = [[], RuntimeError("lost"), [], []]
+    assert most_urgent_shard(SHARDS, SHARDS[2], heads) == (SHARDS[3], False)
+    assert most_urgent_shard(SHARDS, SHARDS[3], heads[:2]) == (SHARDS[0], False)
+
+
+# -- the round trip --------------------------------------------------------------------
+
+
+class _Echo:
+    """Replies with what was sent: each call's name, each command's first word."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[list[str], list[Any]]] = []
+
+    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = ()
+                 ) -> tuple[list[Any], list[Any]]:
+        self.sent.append(([c.name for c in calls], [c[0] for c in commands]))
+        return [c.name for c in calls], [c[0] for c in commands]
+
+
+def _calls(*names: str) -> list[Call]:
+    return [Call(n, [], []) for n in names]
+
+
+def test_each_part_gets_its_own_replies_calls_first_then_commands() -> None:
+    echo = _Echo()
+    trip = RoundTrip(echo)
+    acks = trip.calls(_calls("ack1", "ack2"))
+    reads = trip.commands([("XREADGROUP",), ("XREADGROUP2",)])
+    none = trip.calls([])
+    settle = trip.calls(_calls("settle"))
+    peeks = trip.commands([("ZRANGE",)])
+    trip.send()
+    assert echo.sent == [(["ack1", "ack2", "settle"], ["XREADGROUP", "XREADGROUP2", "ZRANGE"])]
+    assert (acks.replies, settle.replies, none.replies) == (["ack1", "ack2"], ["settle"], [])
+    assert (reads.replies, peeks.replies) == (["XREADGROUP", "XREADGROUP2"], ["ZRANGE"])
+    assert bool(acks) and not none
