@@ -11,24 +11,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import config, deadletters, lane, schedule
-from .cluster import is_cluster
 from .codec import encode
 from .connection import Client, connect
 from .controls import Controls, check_range
+from .creating import LIVE as _LIVE
+from .creating import Creating
 from .deadletters import DeadLetter
 from .errors import (
     ConfigError,
     DeadLetterReplayed,
-    JobClosed,
-    JobConflict,
-    ScriptError,
     StreamqError,
 )
 from .following import Following
 from .jobs import Job, StreamingJob, wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_client, check_name, shard_queue
-from .models import JobState, completion_message
-from .scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
+from .models import JobState
+from .scripts import JobReply, Scripts
 from .shards import load_shards, read_shards, shard_index
 from .tracing import submit_tracer, traced_submit
 from .watchdog import timeout_ms
@@ -37,9 +35,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 __all__ = ["Job", "Queue", "StreamingJob", "now_ms"]
-
-_LIVE = (JobState.OPEN.value, JobState.ACTIVE.value)
-
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -55,7 +50,7 @@ def _new_ids(n: int) -> list[str]:
     return [pool[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
-class Queue(Following, Controls):
+class Queue(Following, Controls, Creating):
     """A client of one queue: submit jobs and follow them.
 
     ``Queue("images", "redis://localhost:6379/0")``; pass ``client=`` to share
@@ -236,27 +231,8 @@ class Queue(Following, Controls):
             # a plain submit adds the rest, fenced by the job's total, so a retried
             # submit of the same job id resumes where an interrupted one stopped
             reply = self._add_rest_and_finalize(jid, entries, reply.total)
-        if reply.completed:
-            self._finish(jid, reply, qk)
-        elif reply.state in _LIVE:
-            self.register([(jid, reply)], qk)
+        self._settle_created(jid, reply, qk)
         return Job(self, jid, created=created.created)
-
-    def _add_rest_and_finalize(
-        self, jid: str, entries: Sequence[tuple[bytes, bytes]], total: int
-    ) -> JobReply:
-        jk = JobKeys(jid)
-        for start in range(total, len(entries), config.ADD_CHUNK):
-            try:
-                self.scripts.add_tasks(jk, entries[start : start + config.ADD_CHUNK],
-                                       expect_total=start)
-            except ScriptError as e:
-                if e.code != ScriptErrorCode.TOTAL_MISMATCH:
-                    raise
-                raise JobConflict(f"job {jid!r} is being submitted by another producer") from None
-            except JobClosed:
-                break  # another producer finished the same submit
-        return self.scripts.finalize_job(jk)
 
     @traced_submit("submit_many")
     @wrap_connection_errors
@@ -332,10 +308,7 @@ class Queue(Following, Controls):
                                  entries[: config.ADD_CHUNK], "submit", qk=qk, timeout_ms=limit)
         created = self._create(jid, call, None, qk)
         reply = self._add_rest_and_finalize(jid, entries, created.job.total)
-        if reply.completed:
-            self._finish(jid, reply, qk)
-        else:
-            self.register([(jid, reply)], qk)
+        self._settle_created(jid, reply, qk)
         return Job(self, jid)
 
     @wrap_connection_errors
@@ -372,82 +345,6 @@ class Queue(Following, Controls):
             self.register([(jid, created.job)], qk)
         return StreamingJob(self, jid, created=created.created, concurrency=created.job.concurrency,
                             shard=qk)
-
-    def _create_call(self, jid: str, priority: int, concurrency: int, client: str,
-                     max_deliveries: int, dedup: str, entries: Sequence[tuple[bytes, bytes]],
-                     mode: str, token: str | None = None, *, qk: QueueKeys | None = None,
-                     when: str = "", timeout_ms: int = 0) -> Call:
-        qk = qk or self.shard_for(jid, dedup or None)
-        return self.scripts.create_job_call(
-            JobKeys(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
-            client=client, max_deliveries=max_deliveries,
-            retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
-            token=token, when=when, timeout_ms=timeout_ms)
-
-    def _create(self, jid: str, call: Call, dedup_key: str | None, qk: QueueKeys
-                ) -> CreateReply:
-        """Run a job-slot create preceded by its queue-slot intent, in one round trip.
-
-        The intent is the durable first step of the cross-slot submit: should this
-        process die before the job is registered (or finished), the reaper finds the
-        intent and finishes the submit. A dedup key's reservation wrote the intent
-        already (reserve_dedup)."""
-        if dedup_key:
-            return self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
-        intent = self.scripts.intend_jobs_call(qk, [jid])
-        return self.scripts.parse_create(self._intent_then([intent], [call])[0])
-
-    def _intent_then(self, intents: Sequence[Call], calls: Sequence[Call]) -> list[Any]:
-        """Run the queue-slot intent, then ``calls`` (job-slot creates); their replies.
-
-        On one server both go in one round trip, in order. On a cluster a batch's
-        parts on different masters run in no set order, so the intent (the durable
-        first step) is a round trip of its own, acknowledged before any create runs:
-        a create never lands without the intent that lets the reaper finish it."""
-        if is_cluster(self.redis):
-            self.scripts.run_many(intents)
-            return self.scripts.run_many(calls)
-        return self.scripts.run_many([*intents, *calls])[len(intents):]
-
-    def _check_queue(self, jid: str, queue: str) -> QueueKeys:
-        """The shard of job ``jid`` (its meta ``queue`` field), JobConflict when the id
-        names a job of another queue."""
-        if shard_queue(queue) != self.name:
-            raise JobConflict(f"job id {jid!r} already names a job of queue "
-                              f"{shard_queue(queue)!r}")
-        return self.shard_of(queue)
-
-    def register(self, jobs: Sequence[tuple[str, JobReply]], qk: QueueKeys | None = None
-                 ) -> None:
-        """The queue-slot step of a submit: register live jobs (of shard ``qk``, the
-        first by default) and give them their tokens (idempotent; also removes their
-        intents)."""
-        qk = qk or self.keys
-        for start in range(0, len(jobs), config.ADD_CHUNK):
-            call = self.scripts.register_jobs_call(qk, jobs[start : start + config.ADD_CHUNK])
-            self.scripts.run(call.name, call.keys, call.args)
-
-    def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call:
-        """The queue-slot step that records and announces a terminal job's completion
-        (in shard ``qk``, the first by default); the call replies ``[1]`` when it
-        finished the job, ``[0]`` when it was finished."""
-        return self.finish_many_call([(jid, reply)], qk)
-
-    def finish_many_call(self, jobs: Sequence[tuple[str, JobReply]],
-                         qk: QueueKeys | None = None) -> Call:
-        """:meth:`finish_call` for several terminal jobs of one shard (one code per job)."""
-        queue = self.name
-        # finished_ms 0: finish_jobs puts Redis's clock there
-        return self.scripts.finish_jobs_call(
-            qk or self.keys,
-            [(jid, reply, completion_message(jid, queue, reply.state, reply.total, reply.done,
-                                             reply.failed, 0))
-             for jid, reply in jobs],
-            events_maxlen=self.events_maxlen, events_retention_ms=self.retention_ms)
-
-    def _finish(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> bool:
-        call = self.finish_call(jid, reply, qk)
-        return bool(self.scripts.run(call.name, call.keys, call.args)[0])
 
     @wrap_connection_errors
     def dead_letters(self, count: int = 100, job_id: str | None = None) -> list[DeadLetter]:
@@ -496,11 +393,7 @@ class Queue(Following, Controls):
             call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final",
                                      qk=self.shard_for(jid), timeout_ms=timeout_ms)
             created = self.scripts.parse_create(self.scripts.run(call.name, call.keys, call.args))
-            shard = self._check_queue(jid, created.queue)
-            if created.job.completed:
-                self._finish(jid, created.job, shard)
-            elif created.job.state in _LIVE:
-                self.register([(jid, created.job)], shard)
+            self._settle_created(jid, created.job, self._check_queue(jid, created.queue))
             return jid
 
         return deadletters.replay(self.redis, self.scripts, qk, dead, new_job, token)

@@ -264,9 +264,11 @@ def test_pages_through_ties_show_each_job_once(
     pages: each job once, in order, whether a registry's ties are read whole or
     searched (TIE_READ made small), with entries that show nothing among them."""
     from streamq.connection import server_ms
+    from streamq.web import registry_merge
 
     monkeypatch.setattr(listing, "PAGE_SIZE", 7)
-    monkeypatch.setattr(listing, "TIE_READ", 5, raising=False)
+    monkeypatch.setattr(registry_merge, "PAGE_SIZE", 7)
+    monkeypatch.setattr(registry_merge, "TIE_READ", 5)
     q = Queue(queue_name, redis_url)
     jobs = [q.submit([{"n": i}]).id for i in range(23)]
     jobs += [q.submit([{"n": i}, {"n": i}]).id for i in range(23)]

@@ -14,7 +14,7 @@ from streamq.cli.submit import parse_argument, parse_jsonl
 from streamq.connection import cluster_mode, password_from_file
 from streamq.errors import ConfigError
 from streamq.rates import parse_rates
-from streamq.web.listing import format_cursor, parse_cursor
+from streamq.web.registry_merge import format_cursor, parse_cursor
 
 
 @pytest.mark.parametrize(("raw", "mode"), [
