@@ -12,7 +12,7 @@ with the types of this module. From that one declaration come:
   for every call the library sends (``STREAMQ_CHECK_CONTRACTS=1``), so a stub that
   disagrees with its declaration fails every test that uses it;
 - the functions each ACL role may call (:mod:`streamq.roles`);
-- the reference tables of docs/design.md (:func:`streamq.contracts.doc_tables`).
+- the reference tables of docs/design/scripts.md (:func:`streamq.contracts.doc_tables`).
 
 Functions are the security boundary (a role with streamq's module holds no write
 command of its own): a function never takes a command name, a key prefix or a

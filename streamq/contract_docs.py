@@ -1,7 +1,7 @@
-"""The reference tables of docs/design.md, made from the scripts' declared contracts.
+"""The reference tables of docs/design/scripts.md, made from the scripts' declared contracts.
 
 ``python -m streamq.contract_docs`` rewrites the tables between their markers in
-docs/design.md; a test fails when the file holds anything else there.
+docs/design/scripts.md; a test fails when the file holds anything else there.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def render(text: str) -> str:
     for name, make in TABLES.items():
         begin, end = BEGIN.format(name=name), END.format(name=name)
         if begin not in text or end not in text:
-            raise ValueError(f"docs/design.md has no markers for the {name} table")
+            raise ValueError(f"the text has no markers for the {name} table")
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         text = f"{head}{begin}\n{make()}\n{end}{tail}"
@@ -93,5 +93,5 @@ def update(path: Path) -> bool:
 
 
 if __name__ == "__main__":  # pragma: no cover - a maintainer's command
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/design.md")
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/design/scripts.md")
     print(f"{target}: {'updated' if update(target) else 'up to date'}")

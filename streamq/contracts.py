@@ -3,7 +3,7 @@
 One entry per ``lua/<name>-<numkeys>.lua``: its keys (each of a kind, all of one
 tag), its arguments, its reply, its error codes, the roles that may call it and
 its flags. The prologue of every function, the Python-side check of every call,
-the roles' function lists and the reference tables of docs/design.md are made
+the roles' function lists and the reference tables of docs/design/scripts.md are made
 from this module; tests fail when a Lua header, a stub, an ACL rule or a doc
 table disagrees with it.
 """

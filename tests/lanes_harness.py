@@ -104,7 +104,7 @@ def seen(q: Queue, job_id: str) -> dict[str, Any]:
     records and dead letters (index, attempts, the error's last line).
 
     The dead letters are read once the completion record is there: the promise is that
-    a completion shows its dead letters (docs/design.md). On the job lane the job's
+    a completion shows its dead letters (docs/design/job-life.md). On the job lane the job's
     state turns terminal in its own slot a moment before the queue's slot announces
     its dead letters and records the completion; on the small-job lane both happen in
     one call."""

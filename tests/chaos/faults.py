@@ -83,7 +83,7 @@ class Faults:
     #: spells when Redis answered no one (restarts, BUSY scripts), CLOCK_MONOTONIC ns
     outages: list[tuple[int, int]] = field(default_factory=list)
     #: when Redis was SIGKILLed (epoch seconds, Redis's clock too): with appendfsync
-    #: everysec it may lose the writes of the moment before (docs/design.md, known limits)
+    #: everysec it may lose the writes of the moment before (docs/design/invariants.md, known limits)
     crashes: list[float] = field(default_factory=list)
 
     def fire(self, kind: str) -> None:

@@ -8,7 +8,7 @@ counted, and the count must not exceed the cap in force: the job's concurrency (
 re-prioritize changes it: a raised figure counts from when the call was sent, a
 lowered one from ``HOLD_S`` after it returned, since a worker holding a token keeps its
 batch), and never more than the job's sub-requests. Two runs are not counted, by the
-design's own exceptions (docs/design.md, invariant 5 and "Timeouts"):
+design's own exceptions (docs/design/invariants.md, invariant 5; docs/design/recovery.md, "Timeouts"):
 
 - a run past its deadline (its job's timeout): the worker gave it up, and the queue
   counts the attempt failed;

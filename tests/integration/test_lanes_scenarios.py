@@ -1,6 +1,6 @@
 """One promise, both paths, scenario by scenario: each scenario of the table runs once
 as a small job and once as the same job forced onto the job lane (tests/lanes_harness.py),
-and what a user saw must be the same; where docs/design.md lists a difference as meant,
+and what a user saw must be the same; where docs/design/job-life.md lists a difference as meant,
 the test asserts that difference explicitly (``MEANT``)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def wait_times_out_on_an_unfinished_job(c: Ctx) -> dict[str, Any]:
 def dedup_key_twice_is_one_job(c: Ctx) -> dict[str, Any]:
     first = c.submit([{"n": 1}], dedup_key="same")
     again = c.submit([{"n": 2}], dedup_key="same")
-    # meant (docs/design.md): a job with a dedup key takes the job lane
+    # meant (docs/design/job-life.md): a job with a dedup key takes the job lane
     assert c.rides(first.id) == "job"
     c.worker()
     assert again.id == first.id and not again.created
@@ -197,7 +197,7 @@ def a_handler_refuses_for_good_or_asks_to_retry_later(c: Ctx) -> dict[str, Any]:
 @scenario
 def a_handler_past_its_timeout(c: Ctx) -> dict[str, Any]:
     job = c.submit([{"n": 1, "block": True}], timeout=0.5, max_deliveries=2)
-    # meant (docs/design.md): a job with a timeout takes the job lane
+    # meant (docs/design/job-life.md): a job with a timeout takes the job lane
     assert c.rides(job.id) == "job"
     c.worker()
     out = {"seen": seen(c.q, job.id), "starts": dict(c.gate.starts)}
@@ -247,7 +247,7 @@ def a_timed_out_attempt_with_no_delivery_left(c: Ctx) -> dict[str, Any]:
     return {"seen": seen(c.q, job.id), "records": records(c.q, job.id)}
 
 
-#: docs/design.md's intended lane differences: scenario -> a check that asserts what
+#: docs/design/job-life.md's intended lane differences: scenario -> a check that asserts what
 #: each lane saw of the difference, as documented, and then takes those fields out of
 #: the comparison
 def _meant_reprioritize(small: dict[str, Any], job: dict[str, Any]) -> list[str]:

@@ -5,7 +5,7 @@ SIGKILLs (at random and at every fault point), a Redis restart, CLIENT KILL,
 dropped replies, OOM and BUSY spells, queue pauses and skewed clocks, with
 scheduled jobs among the load, jobs re-prioritized and cancelled (resent after a lost
 reply) while they run, and async handlers that run past their job's timeout; then
-every invariant of docs/design.md is checked (tests/chaos/check.py), the concurrency
+every invariant of docs/design/invariants.md is checked (tests/chaos/check.py), the concurrency
 cap on the handlers' own start and end records. The seed is random unless
 ``STREAMQ_CHAOS_SEED`` names one; a failure prints the report with the seed, so
 ``python -m tests.chaos --seed N --duration 25`` runs the same schedule again. It runs

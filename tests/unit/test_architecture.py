@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from streamq import floors_doc
@@ -26,3 +27,21 @@ def test_every_floor_is_read_with_its_group_top_first() -> None:
     package |= {p.name for p in (ROOT / "streamq").iterdir()
                 if p.is_dir() and (p / "__init__.py").exists()}
     assert package == set(modules)
+
+
+def test_every_module_is_named_in_the_design_references_module_table() -> None:
+    """docs/design/modules.md says what each module does: a module added or renamed
+    without a row there fails this."""
+    root = Path(__file__).resolve().parents[2]
+    table = (root / "docs" / "design" / "modules.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/]+\.py)`", table))
+    packages = {m.group(1) for m in re.finditer(r"^\| `(\w+)/` \|", table, re.M)}
+    missing = []
+    for path in sorted((root / "streamq").rglob("*.py")):
+        rel = path.relative_to(root / "streamq").as_posix()
+        if path.name == "__init__.py" and rel != "__init__.py":
+            continue
+        if rel.split("/")[0] in packages or rel in named or path.name in named:
+            continue
+        missing.append(rel)
+    assert missing == []

@@ -83,7 +83,7 @@ def test_roles_come_from_the_contracts() -> None:
 
 
 def test_the_design_docs_tables_are_made_from_the_contracts() -> None:
-    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "design" / "scripts.md").read_text(encoding="utf-8")
     assert contract_docs.render(text) == text, "run: python -m streamq.contract_docs"
 
 
