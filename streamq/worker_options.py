@@ -74,13 +74,16 @@ class WorkerOptions:
             _check_int("concurrency", self.concurrency, 1)
         if not 0 < self.idle_wait_s < config.DEFAULT_SOCKET_TIMEOUT_S:
             raise ConfigError("idle_wait_s must be positive and below the socket timeout")
-        for name in ("heartbeat_s", "ack_flush_s", "retention_s", "retry_base_s",
-                     "retry_cap_s"):
+        for name, zero_too in (("heartbeat_s", False), ("retention_s", False),
+                               ("ack_flush_s", True), ("retry_base_s", True),
+                               ("retry_cap_s", True), ("stop_retry_s", True)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
-        if self.stop_retry_s < 0 or (self.redis_wait_s is not None and self.redis_wait_s <= 0):
-            raise ConfigError("stop_retry_s must be >= 0 and redis_wait_s positive")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or value < 0 or (value == 0 and not zero_too)):
+                raise ConfigError(f"{name} must be a number {'>= 0' if zero_too else 'above 0'}"
+                                  f", got {value!r}")
+        if self.redis_wait_s is not None and self.redis_wait_s <= 0:
+            raise ConfigError(f"redis_wait_s must be above 0, got {self.redis_wait_s!r}")
 
     @classmethod
     def of(cls, options: WorkerOptions | None, settings: dict[str, Any]) -> WorkerOptions:

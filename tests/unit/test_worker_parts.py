@@ -23,11 +23,19 @@ from streamq.worker_options import WorkerOptions
     ("concurrency", 0), ("concurrency", True), ("batch", -1), ("prefetch", 1.5),
     ("lease_ms", 99), ("idle_wait_s", 0), ("idle_wait_s", config.DEFAULT_SOCKET_TIMEOUT_S),
     ("heartbeat_s", 0), ("ack_flush_s", -1), ("retry_base_s", "1"), ("redis_wait_s", 0),
-    ("stop_retry_s", -1),
+    ("stop_retry_s", -1), ("retention_s", 0), ("retry_cap_s", -0.5),
 ])
 def test_an_option_out_of_its_range_is_refused_naming_it(field: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=field):
         WorkerOptions(**{field: value})
+
+
+def test_the_edges_of_the_ranges_are_accepted() -> None:
+    """What the CLI lets through is accepted: no backoff (``--retry-base 0``), no
+    stop retry, an acknowledgement after every entry, one slot, reads of one."""
+    o = WorkerOptions(retry_base_s=0, retry_cap_s=0, stop_retry_s=0, ack_flush_s=0,
+                      concurrency=1, batch=0, prefetch=0, lease_ms=100)
+    assert o.retry_delay(RuntimeError(), 3) == 0
 
 
 def test_options_as_keywords_replace_those_given_and_an_unknown_one_is_named() -> None:
@@ -117,3 +125,16 @@ def test_each_part_gets_its_own_replies_calls_first_then_commands() -> None:
     assert (acks.replies, settle.replies, none.replies) == (["ack1", "ack2"], ["settle"], [])
     assert (reads.replies, peeks.replies) == (["XREADGROUP", "XREADGROUP2"], ["ZRANGE"])
     assert bool(acks) and not none
+
+
+# -- the reaper's log line -------------------------------------------------------------
+
+
+def test_a_reaper_pass_is_logged_in_words_not_as_a_repr() -> None:
+    from streamq.reap_parts import PassReport
+
+    report = PassReport(leases_returned=2, reclaimed=3, dead_workers=["w1", "w2"])
+    line = report.summary()
+    assert line == ("2 expired leases returned; 3 stalled entries handed to other workers; "
+                    "workers presumed dead: w1, w2")
+    assert "PassReport" not in line and PassReport().summary() == "nothing to do"
