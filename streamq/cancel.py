@@ -26,15 +26,11 @@ whose reply was lost, is dropped by that worker's heartbeat:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .config import GROUP
-from .errors import JobNotFound
-from .flow import WaitReport, live_workers
-from .keys import JobKeys, QueueKeys, shard_queue
-from .lane_scripts import LaneCtx
+from .flow import WaitReport
+from .job_store import find_job
 from .replies import new_token
 
 if TYPE_CHECKING:
@@ -66,83 +62,8 @@ def cancel(q: Queue, job_id: str, *, wait: bool = True, timeout: float = 30.0,
     waits again. ``token`` names this cancel (drawn when not given): a call sent again
     with it after a lost reply reports what the first did, on both lanes. Raises
     JobNotFound for an unknown job or one of another queue."""
-    token = token or new_token()
-    jk = JobKeys(job_id)
-    meta: Any = q.redis.hmget(jk.meta, "queue", "state")
-    if meta[0] is None:
-        return _cancel_small(q, job_id, wait, timeout, token)
-    tag = meta[0].decode()
-    if shard_queue(tag) != q.name:
-        raise JobNotFound(job_id)
-    qk = q.shard_of(tag)
-    held, reply = q.scripts.cancel_job(jk, token)
-    report = CancelReport(job_id, reply.state, reply.completed, held)
-    if reply.state != "cancelled":
-        return report
-    # the job's one completion (a no-op when it was recorded before)
-    call = q.finish_call(job_id, reply, qk)
-    q.scripts.run(call.name, call.keys, call.args)
-    report.poll(lambda: _unnoted(q, qk, jk), wait, timeout)
-    return report
-
-
-def _live(q: Queue, qk: QueueKeys, workers: list[str]) -> list[str]:
-    """Those of ``workers`` whose registration is live on shard ``qk``."""
-    if not workers:
-        return []
-    live = set(live_workers(q, qk))
-    return [w for w in workers if w in live]
-
-
-def _unnoted(q: Queue, qk: QueueKeys, jk: JobKeys) -> list[str]:
-    """Live workers holding entries of the cancelled job that have not noted it."""
-    try:
-        summary: Any = q.redis.xpending(jk.tasks, GROUP)
-    except Exception as e:  # noqa: BLE001 - the stream (or its group) is gone: none held
-        if "NOGROUP" in str(e) or "no such key" in str(e).lower():
-            return []
-        raise
-    holders = [c["name"].decode() if isinstance(c["name"], bytes) else str(c["name"])
-               for c in summary.get("consumers") or [] if int(c["pending"]) > 0]
-    live = _live(q, qk, holders)
-    if not live:
-        return []
-    pipe = q.redis.pipeline(transaction=False)
-    for worker in live:
-        pipe.hget(qk.worker(worker), "cancels")
-    return [w for w, noted in zip(live, pipe.execute())
-            if jk.job_id not in (noted or b"").decode().split(",")]
-
-
-def _state_now(q: Queue, qk: QueueKeys, job_id: str, before: str) -> str:
-    """A small job's state after a cancel that did not cancel it (another did, or it
-    ended): read again, not the state read before the call."""
-    raw: Any = q.redis.hget(qk.ljobs, job_id)
-    return str(json.loads(raw)["state"]) if raw else before
-
-
-def _cancel_small(q: Queue, job_id: str, wait: bool, timeout: float,
-                  token: str) -> CancelReport:
-    """Cancel a small job (its record in its shard's ``ljobs``)."""
-    qk = q.lane_shard(job_id)
-    raw: Any = q.redis.hget(qk.ljobs, job_id)
-    if raw is None:
-        raise JobNotFound(job_id)
-    rec = json.loads(raw)
-    if shard_queue(rec["queue"]) != q.name:
-        raise JobNotFound(job_id)
-    done, held = q.scripts.lane_cancel(qk, (int(rec["priority"]), str(rec["client"])),
-                                       LaneCtx.of(q), job_id, token)
-    state = "cancelled" if done else _state_now(q, qk, job_id, str(rec["state"]))
-    report = CancelReport(job_id, state, done, 1 if held else 0)
-    if state != "cancelled" or not held:
-        return report
-    stream = qk.lane(int(rec["priority"]), str(rec["client"]))
-
-    def holders() -> list[str]:
-        holder: Any = q.redis.xpending_range(stream, GROUP, held, held, 1)
-        return _live(q, qk, [h["consumer"].decode() if isinstance(h["consumer"], bytes)
-                             else str(h["consumer"]) for h in holder])
-
-    report.poll(holders, wait, timeout)
+    done = find_job(q, job_id).cancel(token or new_token())
+    report = CancelReport(job_id, done.state, done.cancelled, done.held)
+    if done.unnoted is not None:
+        report.poll(done.unnoted, wait, timeout)
     return report

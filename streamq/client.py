@@ -17,12 +17,9 @@ from .controls import Controls, check_range
 from .creating import LIVE as _LIVE
 from .creating import Creating
 from .deadletters import DeadLetter
-from .errors import (
-    ConfigError,
-    DeadLetterReplayed,
-    StreamqError,
-)
+from .errors import ConfigError, DeadLetterReplayed, JobNotFound, StreamqError
 from .following import Following
+from .job_store import JobSettings, find_job
 from .jobs import Job, StreamingJob, wrap_connection_errors
 from .keys import JobKeys, QueueKeys, check_client, check_name, shard_queue
 from .models import JobState
@@ -75,7 +72,7 @@ class Queue(Following, Controls, Creating):
         self.name = check_name("queue name", name)
         if client is None:
             if url is None:
-                raise ConfigError("give a Redis URL or a client")
+                url = config.redis_url_from_env()
             client = connect(url)
         self.redis = client
         #: the queue's first shard (its only one on one server)
@@ -387,7 +384,10 @@ class Queue(Following, Controls, Creating):
             if target is None:
                 raise StreamqError(f"no dead letter {dead_id!r} in queue {self.name!r}") from None
             raise DeadLetterReplayed(dead_id, target) from None
-        prio, client, md, timeout_ms = deadletters.job_settings(self.redis, qk, dead.job_id)
+        try:  # the settings of its job, the defaults when the job is gone
+            prio, client, md, timeout_ms = find_job(self, dead.job_id).settings()
+        except JobNotFound:
+            prio, client, md, timeout_ms = JobSettings()
 
         def new_job(kind: bytes, payload: bytes, jid: str) -> str:
             call = self._create_call(jid, prio, 1, client, md, "", [(kind, payload)], "final",

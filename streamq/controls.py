@@ -9,6 +9,7 @@ from . import cancel as cancelling
 from . import config, flow
 from . import rates as ratelimits
 from .errors import ConfigError
+from .job_store import find_job
 from .jobs import wrap_connection_errors
 from .keys import check_name
 from .models import JobStatus
@@ -50,13 +51,17 @@ class Controls:
     def reprioritize(self, job_id: str, *, priority: int | None = None,
                      concurrency: int | None = None) -> JobStatus:
         """Change a queued or running job's priority and/or concurrency limit (its
-        next claim follows them); returns its status. See :func:`streamq.flow.reprioritize`."""
+        next claim follows them); returns its status. See :meth:`streamq.job_store.StreamJob.reprioritize`
+        (a small job's priority cannot change: ConfigError)."""
         check_name("job id", job_id)
         if priority is not None:
             check_range("priority", priority, 0, config.MAX_PRIORITY)
         if concurrency is not None:
             check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
-        return flow.reprioritize(self._queue, job_id, priority, concurrency)
+        if priority is None and concurrency is None:
+            raise ConfigError("give a new priority, a new concurrency, or both")
+        find_job(self._queue, job_id).reprioritize(priority, concurrency)
+        return self._queue.status(job_id)
 
     @wrap_connection_errors
     def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0,

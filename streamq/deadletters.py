@@ -18,10 +18,7 @@ from typing import Any, NamedTuple
 from .codec import decode
 from .config import (
     ANNOUNCE_CHUNK,
-    DEFAULT_CLIENT,
     DEFAULT_DEAD_MAXLEN,
-    DEFAULT_MAX_DELIVERIES,
-    DEFAULT_PRIORITY,
     DEFAULT_RETENTION_S,
     UNANNOUNCED_GRACE_MS,
 )
@@ -203,24 +200,6 @@ def _replay_once(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLett
     concurrency: Any = client.hget(JobKeys(dead.job_id).meta, "concurrency")
     scripts.unpark(qk, dead.job_id, int(concurrency or 1))
     return dead.job_id
-
-
-def job_settings(client: Client, qk: QueueKeys, job_id: str) -> tuple[int, str, int, int]:
-    """(priority, client, max_deliveries, timeout ms) of a dead letter's job, for the
-    job it is replayed into: from the job's meta hash (a job of its own) or from its
-    record in the shard's small-job lane (a small job has no meta), the defaults
-    where neither is left."""
-    meta: Any = client.hmget(JobKeys(job_id).meta, "priority", "client", "max_deliveries",
-                             "timeout")
-    if meta[0] is None:
-        raw: Any = client.hget(qk.ljobs, job_id)
-        rec = json.loads(raw) if raw else {}
-        meta = [rec.get("priority"), rec.get("client"), rec.get("max_deliveries"), None]
-    text = [m.decode() if isinstance(m, bytes) else m for m in meta]
-    return (int(text[0]) if text[0] is not None else DEFAULT_PRIORITY,
-            str(text[1]) if text[1] else DEFAULT_CLIENT,
-            int(text[2]) if text[2] else DEFAULT_MAX_DELIVERIES,
-            int(text[3] or 0))
 
 
 def replay_job_id(dead: DeadLetter) -> str:

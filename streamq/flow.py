@@ -19,16 +19,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .connection import server_ms
-from .errors import ConfigError, JobNotFound, ScriptError
-from .keys import JobKeys, QueueKeys, shard_queue
-from .replies import ScriptErrorCode, new_token
+from .keys import QueueKeys
+from .replies import new_token
 
 if TYPE_CHECKING:
-    from .models import JobStatus
     from .queue_view import QueueJobs as Queue
+    from .queue_view import Served
 
-__all__ = ["PauseReport", "WaitReport", "live_workers", "pause", "paused_shards", "reprioritize",
-           "resume"]
+__all__ = ["PauseReport", "WaitReport", "live_workers", "pause", "paused_shards", "resume"]
 
 #: Wake-up signals a pause or resume pushes (slots idle on the wake list wake at once).
 _WAKE = 64
@@ -60,7 +58,7 @@ class WaitReport:
             time.sleep(_POLL_S)
 
 
-def live_workers(q: Queue, qk: QueueKeys) -> list[str]:
+def live_workers(q: Served, qk: QueueKeys) -> list[str]:
     """The workers whose registration on shard ``qk`` is live, by Redis's clock."""
     live: Any = q.redis.zrangebyscore(qk.workers, server_ms(q.redis, qk.workers), "+inf")
     return [w.decode() for w in live]
@@ -130,45 +128,3 @@ def paused_shards(q: Queue) -> int:
     for qk in q.known_shards:
         pipe.exists(qk.paused)
     return sum(int(x) for x in pipe.execute())
-
-
-def reprioritize(q: Queue, job_id: str, priority: int | None,
-                 concurrency: int | None) -> JobStatus:
-    """Change a queued or running job's priority and/or concurrency limit; it takes
-    effect at the job's next claim. Two steps, each idempotent: the tokens in the
-    queue's slot (``retoken``: what workers claim by), then the meta in the job's
-    slot (``reprioritize_job``: what status shows); a caller killed between them
-    leaves the new tokens with the old figures shown, and the call made again
-    completes it. Raises JobNotFound for an unknown job, ConfigError for a terminal
-    job and for a small job (its priority is the lane its one entry waits in)."""
-    if priority is None and concurrency is None:
-        raise ConfigError("give a new priority, a new concurrency, or both")
-    jk = JobKeys(job_id)
-    meta: Any = q.redis.hmget(jk.meta, "queue", "state")
-    if meta[0] is None:
-        if q.redis.hexists(q.lane_shard(job_id).ljobs, job_id):
-            raise ConfigError(f"job {job_id!r} is a small job (one sub-request on its "
-                              "priority's shared lane): its priority cannot change; submit "
-                              "it again with the priority wanted")
-        raise JobNotFound(job_id)
-    tag = meta[0].decode()
-    if shard_queue(tag) != q.name:
-        raise JobNotFound(job_id)
-    _check_live(job_id, meta[1])
-    if q.scripts.retoken(q.shard_of(tag), job_id, priority, concurrency) == 0:
-        _check_live(job_id, q.redis.hget(jk.meta, "state"))  # it finished meanwhile
-        raise ConfigError(f"job {job_id!r} is not registered in its queue yet (its submit "
-                          "is still in progress): try again in a moment")
-    try:
-        q.scripts.reprioritize_job(jk, priority, concurrency)
-    except ScriptError as e:
-        if e.code != ScriptErrorCode.JOB_FINISHED:
-            raise
-    return q.status(job_id)
-
-
-def _check_live(job_id: str, state: Any) -> None:
-    """Raise ConfigError unless the meta ``state`` read is a live one (open, active)."""
-    name = state.decode() if isinstance(state, bytes) else str(state)
-    if name not in ("open", "active"):
-        raise ConfigError(f"job {job_id!r} is {name}: there is nothing to re-prioritize")

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
-import redis
-
-from . import config, lane, schedule, watchdog
-from .codec import decode_result
 from .connection import Client, is_transient
-from .errors import JobNotFound, WaitTimeout
+from .errors import WaitTimeout
+from .job_store import JobHome, find_job, lane_shard
 from .jobs import wrap_connection_errors
-from .keys import JobKeys, QueueKeys, check_name, shard_queue
+from .keys import QueueKeys
 from .models import Completion, JobState, JobStatus
 from .notices import Notices
 
@@ -33,7 +30,7 @@ class Following:
 
     def lane_shard(self, job_id: str) -> QueueKeys:
         """The shard a small job (:mod:`streamq.lane`) of id ``job_id`` lives on."""
-        return lane.shard_of_job(self.known_shards, job_id)
+        return lane_shard(self._home, job_id)
 
     @wrap_connection_errors
     def status(self, job_id: str) -> JobStatus:
@@ -42,62 +39,16 @@ class Following:
 
     def _status(self, job_id: str) -> JobStatus:
         """A snapshot of the job; raises JobNotFound for an unknown or expired job."""
-        jk = JobKeys(check_name("job id", job_id))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(jk.meta)
-        pipe.xlen(jk.tasks)
-        pipe.zcard(jk.retry)
-        pipe.exists(jk.tasks)
-        pipe.hget(self.lane_shard(job_id).ljobs, job_id)
-        meta_raw, xlen, retries, has_stream, lane_rec = pipe.execute()
-        if not meta_raw:
-            if lane_rec is not None:
-                rec = lane.parse(lane_rec)
-                return lane.status(job_id, rec, lane.held(self.redis, self.lane_shard(job_id),
-                                                           job_id, rec))
-            raise JobNotFound(job_id)
-        meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
-        pending = 0
-        if has_stream:
-            try:
-                pending = int(self.redis.xpending(jk.tasks, config.GROUP)["pending"])
-            except redis.ResponseError:
-                pending = 0
-        finished = meta.get("finished")
-        state = JobState(meta["state"])
-        due = int(meta.get("due") or 0) or None
-        if schedule.not_yet_due(meta["state"], due, int(xlen), int(meta["done"]),
-                                int(meta["failed"]), int(retries)):
-            state = JobState.SCHEDULED
-        return JobStatus(
-            job_id=job_id,
-            queue=shard_queue(meta["queue"]),
-            state=state,
-            priority=int(meta["priority"]),
-            concurrency=int(meta["concurrency"]),
-            client=meta["client"],
-            total=int(meta["total"]),
-            done=int(meta["done"]),
-            failed=int(meta["failed"]),
-            in_flight=pending,
-            queued=max(0, int(xlen) - pending) + int(retries),
-            created_ms=int(meta["created"]),
-            finished_ms=int(finished) if finished else None,
-            due_ms=due,
-            timeout_s=watchdog.seconds(meta.get("timeout")),
-        )
+        return find_job(self._home, job_id).status()
+
+    @property
+    def _home(self) -> JobHome:
+        return cast("JobHome", self)
 
     @wrap_connection_errors
     def results(self, job_id: str) -> dict[int, Any]:
         """The stored results by sub-request index (decoded)."""
-        jk = JobKeys(check_name("job id", job_id))
-        if not self.redis.exists(jk.meta):
-            qk = self.lane_shard(job_id)
-            if self.redis.hexists(qk.ljobs, job_id):
-                return lane.results(self.redis, qk, job_id)
-            raise JobNotFound(job_id)
-        raw = self.redis.hscan_iter(jk.results, count=1000)
-        return {int(k): decode_result(v) for k, v in raw}
+        return find_job(self._home, job_id).results()
 
     @wrap_connection_errors
     def wait(self, job_id: str, timeout: float | None = None) -> JobStatus:
@@ -120,14 +71,8 @@ class Following:
                 time.sleep(0.25)
 
     def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> JobStatus:
-        jk = JobKeys(check_name("job id", job_id))
-        tag: Any = self.redis.hget(jk.meta, "queue")
-        # the job's shard announces it (an unknown job: the status read below says so)
-        qk = self.keys
-        if tag is not None and shard_queue(tag.decode()) == self.name:
-            qk = self.shard_of(tag.decode())
-        elif tag is None:
-            qk = self.lane_shard(job_id)  # a small job's shard is the one its id names
+        # the job's shard announces it (JobNotFound for an unknown job)
+        qk = find_job(self._home, job_id).shard
         with Notices(self.redis) as notices:
             notices.subscribe(qk.job_channel(job_id))
             while True:

@@ -155,3 +155,37 @@ def test_a_subscriber_gets_one_notice_per_completion_on_both_lanes(
                                "done": 1, "failed": 0}]
     assert got[0]["job_id"] == job.id
     q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_job_is_found_by_its_own_queue_only_and_its_store_answers_alike(
+        lane: str, redis_url: str, queue_name: str) -> None:
+    """One job model: whichever lane holds a job, its store answers status, results
+    and replay settings alike, and a queue that is not the job's does not find it
+    (its status, results, wait, cancel and re-prioritize all say JobNotFound)."""
+    from streamq import JobNotFound
+    from streamq.job_store import JobSettings, find_job
+
+    # Given a queued one-entry job of priority 7, client c1, 4 deliveries, and a
+    # second queue on the same server
+    q = Queue(queue_name, redis_url)
+    other = Queue(f"{queue_name}-other", redis_url)
+    job = _submit(q, lane, ["x"], priority=7, client="c1", max_deliveries=4)
+    # When its store is asked
+    store = find_job(q, job.id)
+    st = store.status()
+    # Then it answers as the queue does, whichever lane
+    assert (st.state, st.priority, st.client, st.total, st.queued) == (
+        JobState.ACTIVE, 7, "c1", 1, 1)
+    assert st == q.status(job.id) and store.results() == {} == q.results(job.id)
+    assert store.settings() == JobSettings(7, "c1", 4, 0)
+    assert store.shard == q.shards[0]
+    # And the other queue finds nothing of it
+    for call in (other.status, other.results, lambda j: other.wait(j, timeout=0.1),
+                 lambda j: other.cancel(j, wait=False),
+                 lambda j: other.reprioritize(j, priority=1)):
+        with pytest.raises(JobNotFound):
+            call(job.id)
+    assert q.status(job.id).state is JobState.ACTIVE  # untouched
+    q.close()
+    other.close()
