@@ -115,3 +115,18 @@ OWED_PER_PASS = 1000
 REAPER_CONSUMER = "streamq-reaper"
 #: Jobs per ``lane_submit`` call of a ``submit_many`` (:mod:`streamq.lane`).
 LANE_SUBMIT_CHUNK = 500
+
+
+def redis_url_from_env() -> str:
+    """The Redis URL a ``Queue`` or ``Worker`` given neither URL nor client uses:
+    ``STREAMQ_REDIS_URL``, else ``REDIS_URL`` (what most hosts and peers set);
+    ConfigError when neither is set."""
+    import os
+
+    from .errors import ConfigError
+
+    url = os.environ.get("STREAMQ_REDIS_URL") or os.environ.get("REDIS_URL")
+    if not url:
+        raise ConfigError("give a Redis URL or a client, or set STREAMQ_REDIS_URL "
+                          "(or REDIS_URL)")
+    return url

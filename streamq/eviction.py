@@ -12,12 +12,14 @@ unless told ``allow_eviction``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from . import functions
 from .cluster import is_cluster
-from .connection import Client
+from .connection import Client, is_transient
 from .errors import ConfigError
 
 log = logging.getLogger("streamq.eviction")
@@ -60,3 +62,20 @@ def check_eviction(client: Client, allow: bool) -> None:
                           f"{SAFE_POLICY}, or start the worker with --allow-eviction")
     log.warning("Redis may evict keys (maxmemory-policy on %s): queued work can be lost; "
                 "running because eviction was allowed", where)
+
+
+def check_server(client: Client, allow_eviction: bool) -> None:
+    """What a worker checks of its Redis before it serves: that it may not evict keys
+    (ConfigError, unless allowed) and that every master has streamq's functions library
+    (LibraryMissing, saying what to run, when this user may not load it). A transient
+    error leaves a check to later (logged), never fatal."""
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("Redis's maxmemory-policy", lambda: check_eviction(client, allow_eviction)),
+        ("streamq's functions library", lambda: functions.ensure(client))]
+    for what, check in checks:
+        try:
+            check()
+        except redis.RedisError as e:
+            if not is_transient(e):
+                raise
+            log.warning("could not check %s now (%s)", what, e)

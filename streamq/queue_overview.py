@@ -59,10 +59,12 @@ def _shards(shards: Shards) -> Sequence[QueueKeys]:
 
 def queue_exists(r: Client, shards: Shards) -> bool:
     """True when any key of the queue exists (a queue is nothing but its keys)."""
-    for qk in _shards(shards):
+    for k, qk in enumerate(_shards(shards)):
         keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
-                qk.workers, qk.events, qk.dead, qk.fair, qk.dedup, qk.lanes, qk.ljobs)
-        if int(r.exists(*keys)) > 0:
+                qk.workers, qk.events, qk.dead, qk.fair, qk.dedup, qk.lanes, qk.ljobs,
+                qk.paused)
+        # the configuration and rate limits live in the first shard's slot only
+        if int(r.exists(*keys, *((qk.config, qk.rates) if k == 0 else ()))) > 0:
             return True
     return False
 

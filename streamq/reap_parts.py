@@ -43,6 +43,25 @@ class PassReport:
     #: unfinished small jobs (:mod:`streamq.lane`)
     lane_active: int = 0
 
+    def summary(self) -> str:
+        """What the pass changed, in words (the counts that are not 0), for its log line."""
+        parts = [f"{n} {what}" for n, what in (
+            (self.leases_returned, "expired leases returned"),
+            (self.reclaimed, "stalled entries handed to other workers"),
+            (self.dead_lettered, "entries dead-lettered after their last delivery"),
+            (self.retries_promoted, "retries promoted"),
+            (self.finished, "jobs finished"), (self.orphans, "orphaned jobs dropped"),
+            (self.announced, "dead letters announced"),
+            (self.intents_registered, "interrupted submits registered"),
+            (self.intents_finished, "interrupted submits finished"),
+            (self.intents_dropped, "intents dropped"),
+            (self.consumers_deleted, "consumers of gone workers deleted")) if n]
+        if self.dead_workers:
+            parts.append(f"workers presumed dead: {', '.join(self.dead_workers)}")
+        if self.job_errors:
+            parts.append(f"{len(self.job_errors)} jobs could not be checked (logged)")
+        return "; ".join(parts) or "nothing to do"
+
 
 def undelivered(client: Client, jk: JobKeys | str) -> int:
     """Entries of a job's stream (or a lane's, by key) not yet delivered to any worker

@@ -108,7 +108,7 @@ class Reaper:
                 report.finished, report.orphans, report.dead_workers, report.announced,
                 report.intents_registered, report.intents_finished,
                 report.intents_dropped)):
-            log.info("reaper pass: %s", report)
+            log.info("reaper pass: %s", report.summary())
         return report
 
     def _shard_pass(self, report: PassReport) -> bool:

@@ -36,9 +36,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from . import functions, hooks
+from . import config, hooks
 from .async_entries import AsyncEntries
 from .client import Queue, now_ms
 from .connection import (
@@ -51,8 +49,8 @@ from .connection import (
     wait_for_redis,
 )
 from .entries import EntryRunner
-from .errors import ConfigError, ConnectionFailed
-from .eviction import check_eviction
+from .errors import ConnectionFailed
+from .eviction import check_server
 from .governor import Governor
 from .history import ActivityCounter
 from .leases import LeaseKeeper
@@ -110,7 +108,7 @@ class Worker:
         self._url = url
         if client is None:
             if url is None:
-                raise ConfigError("give a Redis URL or a client")
+                url = config.redis_url_from_env()
             client = connect(url, max_connections=self._pool_size)
         self._bind(queue, client)
         # what the worker's parts read, as their protocols name it
@@ -220,11 +218,10 @@ class Worker:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop())
+                signal.signal(sig, self._signalled)
         if not self._reach_redis():
             return
-        self._check_eviction()
-        self._check_library()
+        check_server(self.redis, self.options.allow_eviction)
         port, addr = self.options.metrics_port, self.options.metrics_addr
         if port is not None:
             self.metrics.serve(port, addr)
@@ -244,6 +241,22 @@ class Worker:
         self._write_id_file()
         self._serve(slot_threads(self))
         self._stopped(loop_thread)
+
+    def _signalled(self, signum: int, _frame: object) -> None:
+        """SIGTERM or SIGINT: the first drains (said at once: a warm shutdown), a second
+        exits now (128 + the signal); what the worker held then goes to other workers
+        once the reaper finds it stalled, as after a crash."""
+        name = signal.Signals(signum).name
+        if not self.stopping.is_set():
+            log.warning("%s: warm shutdown: finishing the sub-requests running, handing "
+                        "back what has not started; send %s again to stop at once", name,
+                        name)
+            self.stop()
+            return
+        log.warning("%s again: cold shutdown: exiting now; what this worker held is "
+                    "handed to other workers once the reaper finds it stalled", name)
+        logging.shutdown()
+        os._exit(128 + signum)
 
     def _reach_redis(self) -> bool:
         """Wait until Redis answers (connecting again as it says, when the worker was
@@ -373,25 +386,3 @@ class Worker:
         """Connections the worker may open: two per slot thread (its calls, and its
         reads while the heartbeat runs), the main thread's, and the wakers'."""
         return self.slots * 2 + 4 + _WAKER_CONNECTIONS
-
-    def _check_eviction(self) -> None:
-        """Refuse a Redis that may evict keys (ConfigError) unless allowed; a transient
-        error leaves it unchecked (logged), not fatal."""
-        try:
-            check_eviction(self.redis, self.options.allow_eviction)
-        except redis.RedisError as e:
-            if not is_transient(e):
-                raise
-            log.warning("could not check Redis's maxmemory-policy now (%s)", e)
-
-    def _check_library(self) -> None:
-        """Refuse to start (LibraryMissing, saying what to run) when a master lacks
-        streamq's functions library and this user may not load it; a transient error
-        leaves it to the first call."""
-        try:
-            functions.ensure(self.redis)
-        except redis.RedisError as e:
-            if not is_transient(e):
-                raise
-            log.warning("could not check streamq's functions library now (%s)", e)
-

@@ -25,7 +25,7 @@ from ..errors import (
     PayloadError,
     StreamqError,
 )
-from ..queue_overview import DeadLetterNotFound, QueueNotFound
+from ..queue_overview import DeadLetterNotFound, QueueNotFound, require_queue
 
 
 class ExitCode(enum.IntEnum):
@@ -227,3 +227,20 @@ def ms(value: int | None) -> str:
 def fold(header: str) -> Column:
     """A table column for ids: folded onto more lines, never cut short."""
     return Column(header, overflow="fold")
+
+
+CreateOpt = Annotated[bool, typer.Option(
+    "--create", help="act on a queue that has no key yet (without it, a queue name "
+                     "unknown to this Redis is refused: exit 4)")]
+
+
+def existing_queue(name: str, url: str, create: bool = False) -> Any:
+    """The queue client of ``name``; QueueNotFound (exit 4) when this Redis holds no key
+    of it, unless ``create`` (a mistyped name must not succeed and leave a key)."""
+    from ..client import Queue
+    from ..keys import check_name
+
+    q = Queue(check_name("queue name", name), client=client(url))
+    if not create:
+        require_queue(q.redis, q.known_shards)
+    return q

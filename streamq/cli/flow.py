@@ -11,6 +11,7 @@ from ..client import Queue
 from ..keys import check_name
 from .common import (
     DEFAULT_URL,
+    CreateOpt,
     ExitCode,
     JsonOut,
     QueueArg,
@@ -19,6 +20,7 @@ from .common import (
     client,
     emit_json,
     error_line,
+    existing_queue,
 )
 
 
@@ -30,11 +32,13 @@ def pause(
                                  "sub-request starts after that)")] = True,
     timeout: Annotated[float, typer.Option(min=0.0, help="longest wait, seconds")] = 30.0,
     json_out: JsonOut = False,
+    create: CreateOpt = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
     """Pause QUEUE: workers finish what they hold and claim nothing until `resume`.
-    Exit 1 when a worker was still finishing held work at --timeout (the pause holds)."""
-    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    Exit 1 when a worker was still finishing held work at --timeout (the pause holds);
+    exit 4 for a queue this Redis holds no key of (--create pauses it ahead)."""
+    q = existing_queue(queue, redis_url, create)
     report = q.pause(wait=wait, timeout=timeout)
     if json_out:
         emit_json({"queue": queue, **report.as_dict()})
@@ -51,8 +55,9 @@ def pause(
 @app.command(rich_help_panel="Flow control")
 def resume(queue: QueueArg, json_out: JsonOut = False,
            redis_url: RedisUrl = DEFAULT_URL) -> None:
-    """Resume a paused QUEUE; resuming a queue that is not paused changes nothing."""
-    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    """Resume a paused QUEUE; resuming a queue that is not paused changes nothing.
+    Exit 4 for a queue this Redis holds no key of."""
+    q = existing_queue(queue, redis_url)
     was = q.resume()
     if json_out:
         emit_json({"queue": queue, "was_paused": was})

@@ -6,10 +6,18 @@ from typing import Annotated
 
 import typer
 
-from ..client import Queue
 from ..errors import ConfigError
-from ..keys import check_client, check_name
-from .common import DEFAULT_URL, JsonOut, QueueArg, RedisUrl, app, client, emit_json
+from ..keys import check_client
+from .common import (
+    DEFAULT_URL,
+    CreateOpt,
+    JsonOut,
+    QueueArg,
+    RedisUrl,
+    app,
+    emit_json,
+    existing_queue,
+)
 
 
 @app.command(rich_help_panel="Flow control")
@@ -25,15 +33,17 @@ def rate(
         show_default=False, help="starts saved up at most (default: one second's)")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="remove the limit")] = False,
     json_out: JsonOut = False,
+    create: CreateOpt = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
     """Set (--per-second), or --clear, a rate limit of QUEUE or of one --client in it;
-    with neither, show the limits. Work over a limit waits; other clients' does not."""
+    with neither, show the limits. Work over a limit waits; other clients' does not.
+    Exit 4 for a queue this Redis holds no key of (--create sets a limit ahead)."""
     if clear and (per_second is not None or burst is not None):
         raise ConfigError("give --per-second (and --burst) or --clear, not both")
     if burst is not None and per_second is None:
         raise ConfigError("--burst needs --per-second")
-    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    q = existing_queue(queue, redis_url, create)
     if client_name is not None:
         check_client(client_name)
     changed = None

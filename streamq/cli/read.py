@@ -18,6 +18,8 @@ from ..connection import Client
 from ..errors import ConnectionFailed, JobNotFound
 from ..keys import QueueKeys, check_name
 from ..models import JobStatus
+from ..queue_overview import QueueNotFound
+from ..shards import read_shards
 from .common import (
     DEFAULT_URL,
     ExitCode,
@@ -187,7 +189,8 @@ def health(
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
     """Exit 0 if Redis answers PING (with --queue, and a worker is live; with --worker,
-    this host's worker is beating), else 5 or 3.
+    this host's worker is beating), else 5 or 3; 4 for a --queue this Redis holds no
+    key of.
 
     3 means Redis is unreachable. A failure is one line on stderr; a success prints
     nothing unless -v or --json.
@@ -203,7 +206,10 @@ def health(
         if qk is not None:
             live = len(queue_pending.live_workers(r, qk))
             doc["queue"], doc["live_workers"] = qk.name, live
-            if live == 0:
+            if live == 0 and not queue_overview.queue_exists(r, read_shards(r, qk.name)
+                                                             or [qk]):
+                code, doc["error"] = ExitCode.NOT_FOUND, str(QueueNotFound(qk.name))
+            elif live == 0:
                 code, doc["error"] = ExitCode.UNHEALTHY, f"no live worker in queue {qk.name}"
         if worker and code == ExitCode.OK:
             problem = _worker_health(r, id_file, max_age, doc)

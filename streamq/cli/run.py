@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import sys
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -31,18 +34,41 @@ from .common import (
 
 
 def load_handler(ref: str) -> Callable[..., Any]:
-    """Import ``module:function``; raise HandlerError with a clear reason."""
+    """Import ``module:function``; raise HandlerError with a clear reason.
+
+    The current directory is searched first, as ``python -m`` would: a handler module
+    next to where the worker starts is found without PYTHONPATH. A module that fails
+    while it is imported is named with the file and line of the error; the whole
+    traceback is logged (at DEBUG)."""
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise HandlerError(f"handler {ref!r} is not of the form module:function")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name):
+            raise HandlerError(f"cannot import module {module_name!r}: no module named "
+                               f"{e.name!r} in {here} or on the Python path") from None
+        raise HandlerError(_import_failed(module_name, e)) from None
     except Exception as e:
-        raise HandlerError(f"cannot import module {module_name!r}: {e}") from None
+        raise HandlerError(_import_failed(module_name, e)) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise HandlerError(f"{module_name!r} has no callable {attr!r}")
     return fn  # type: ignore[no-any-return]
+
+
+def _import_failed(module_name: str, e: BaseException) -> str:
+    """One line for a handler module whose import raised ``e``: the error, and the file
+    and line it was raised at; the traceback goes to the log."""
+    logging.getLogger("streamq.worker").debug("importing %s failed", module_name,
+                                              exc_info=(type(e), e, e.__traceback__))
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"cannot import module {module_name!r}: {type(e).__name__}: {e}{where}"
 
 
 class JsonFormatter(logging.Formatter):

@@ -497,6 +497,9 @@ def test_watch_dashboard_in_tmux(r: redis.Redis, redis_url: str, queue_name: str
 def test_health(r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
     res = cli(redis_url, "health")
     assert (res.exit_code, res.stdout, res.stderr) == (0, "", "")
+    res = cli(redis_url, "health", "--queue", queue_name)  # nothing of it in Redis yet
+    one_error_line(res.stderr, ExitCode.NOT_FOUND, res.exit_code, "not found")
+    Queue(queue_name, redis_url).submit([1])  # the queue exists, no worker serves it
     res = cli(redis_url, "health", "--queue", queue_name)  # without -v: one line says why
     assert res.stdout == ""
     one_error_line(res.stderr, ExitCode.UNHEALTHY, res.exit_code, "no live worker")

@@ -1,0 +1,159 @@
+"""A newcomer's first hour, through the ``streamq`` command as a shell runs it (real
+processes, one private redis-server): a handler next to where the worker starts is
+found; a handler module that fails on import is named with its file and line; Ctrl-C
+says what it does at once and a second one forces; a mistyped queue name is refused
+instead of succeeding; a ``Queue`` finds its Redis in the environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_until
+
+from streamq import ConfigError, JobState, Queue
+
+#: the console script a shell runs (its sys.path does not start at the current folder,
+#: as ``python -m`` does)
+STREAMQ = str(Path(sys.executable).with_name("streamq"))
+
+
+def _env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMQ_HOOK")}
+    return dict(env, STREAMQ_REDIS_URL=url)
+
+
+def _shell(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([STREAMQ, *args], cwd=cwd, env=_env(url), text=True,
+                          capture_output=True, timeout=60)
+
+
+def _worker(url: str, cwd: Path, queue: str, handler: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([STREAMQ, "worker", queue, "--handler", handler, "--heartbeat",
+                             "0.3"], cwd=cwd, env=_env(url), text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_a_handler_next_to_the_worker_is_found_without_pythonpath(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given app.py in the folder the worker starts in, and no PYTHONPATH
+    (tmp_path / "app.py").write_text("def handle(p):\n    return {'seen': p}\n")
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1])
+    # When `streamq worker QUEUE --handler app:handle` starts there
+    proc = _worker(redis_url, tmp_path, queue_name, "app:handle")
+    try:
+        # Then it serves the job
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+        assert q.results(job.id) == {0: {"seen": 1}}
+    finally:
+        proc.kill()
+        proc.communicate()
+    q.close()
+
+
+def test_a_handler_module_that_fails_on_import_is_named_with_its_file_and_line(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a handler module that raises while it is imported, on its line 3
+    (tmp_path / "rterr.py").write_text("import os\n\nraise RuntimeError('config missing')\n")
+    # When a worker is started with it
+    res = _shell(redis_url, tmp_path, "worker", queue_name, "--handler", "rterr:handle")
+    # Then one line names the error, the file and the line; exit 2, no traceback
+    assert res.returncode == 2, res.stderr
+    line = res.stderr.strip().splitlines()[-1]
+    assert "RuntimeError: config missing" in line and "rterr.py:3" in line, res.stderr
+    assert "Traceback" not in res.stderr
+    # And a module that is not there says where it was looked for
+    res = _shell(redis_url, tmp_path, "worker", queue_name, "--handler", "nosuch:handle")
+    assert res.returncode == 2 and str(tmp_path) in res.stderr, res.stderr
+
+
+def test_ctrl_c_says_warm_shutdown_at_once_and_a_second_one_forces(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a worker running a 30 s handler
+    started = tmp_path / "started"
+    (tmp_path / "slow.py").write_text(
+        "import pathlib, time\n"
+        f"def handle(p):\n    pathlib.Path({str(started)!r}).write_text('1')\n"
+        "    time.sleep(30)\n    return p\n")
+    q = Queue(queue_name, redis_url)
+    q.submit([1])
+    proc = _worker(redis_url, tmp_path, queue_name, "slow:handle")
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    said: list[str] = []
+
+    def heard(fragment: str) -> bool:
+        said.append(proc.stderr.read() or "")  # type: ignore[union-attr]
+        return fragment in "".join(said)
+
+    try:
+        wait_until(started.exists, 30, "the handler to start")
+        # When Ctrl-C is pressed once
+        proc.send_signal(signal.SIGINT)
+        # Then it says at once that it drains, and keeps running the handler
+        wait_until(lambda: heard("warm shutdown"), 5, "the warm shutdown line")
+        assert proc.poll() is None
+        # And a second Ctrl-C stops it now, with 130 (128 + SIGINT)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+        assert heard("cold shutdown")
+    finally:
+        proc.kill()
+        proc.communicate()
+    q.close()
+
+
+@pytest.mark.parametrize("command", [
+    ["pause", "--no-wait"], ["resume"], ["rate"], ["rate", "--per-second", "5"],
+    ["health", "--queue"],
+])
+def test_a_mistyped_queue_name_is_not_found_and_leaves_no_key(
+        redis_url: str, r: Any, command: list[str], tmp_path: Path) -> None:
+    # Given a queue that has work, and a mistyped name of it
+    q = Queue("images", redis_url)
+    q.submit([1], job_id="shared1")
+    # When a command is given the mistyped name
+    args = ([command[0], "imagez", *command[1:]] if command[0] != "health"
+            else ["health", "--queue", "imagez"])
+    res = _shell(redis_url, tmp_path, *args)
+    # Then it exits 4 (not found) with one line, and wrote nothing of it
+    assert res.returncode == 4, (res.stdout, res.stderr)
+    assert "imagez" in res.stderr and "not found" in res.stderr
+    assert r.keys("*imagez*") == []
+    q.close()
+
+
+def test_pause_and_rate_with_create_act_on_a_queue_ahead_of_its_work(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a queue name with nothing of it in Redis yet
+    # When it is paused with --create
+    res = _shell(redis_url, tmp_path, "pause", queue_name, "--no-wait", "--create")
+    # Then the pause holds, and the queue is known from then on
+    assert res.returncode == 0, res.stderr
+    assert _shell(redis_url, tmp_path, "status", queue_name).returncode == 0
+    assert _shell(redis_url, tmp_path, "resume", queue_name).returncode == 0
+
+
+def test_a_queue_finds_its_redis_in_the_environment(
+        redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMQ_REDIS_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with pytest.raises(ConfigError, match="STREAMQ_REDIS_URL"):
+        Queue(queue_name)
+    for var in ("REDIS_URL", "STREAMQ_REDIS_URL"):
+        monkeypatch.setenv(var, redis_url)
+        q = Queue(queue_name)
+        job = q.submit([1])
+        assert q.status(job.id).state is JobState.ACTIVE
+        q.close()
+    # STREAMQ_REDIS_URL wins over REDIS_URL
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    q = Queue(queue_name)
+    assert q.redis.ping()
+    q.close()
