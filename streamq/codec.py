@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import PayloadError, PayloadTooLarge
+from .errors import PayloadError, PayloadTooLarge, ResultError
 
 BYTES, TEXT, JSON = b"b", b"s", b"j"
 
@@ -116,7 +116,11 @@ def encode_result(value: Any) -> bytes:
             return JSON + _dumps(value).encode()
         except (TypeError, ValueError):
             pass  # encode() says what is wrong
-    kind, data = encode(value, what="result")
+    try:
+        kind, data = encode(value, what="result")
+    except PayloadError as e:
+        raise ResultError(f"{e} (the handler's return value cannot be stored: return "
+                          "bytes, str or a JSON value)") from None
     return kind + data
 
 

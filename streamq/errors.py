@@ -108,6 +108,12 @@ class NonRetryable(StreamqError):
     """Raised by a handler when another attempt cannot help: dead-letter at once."""
 
 
+class ResultError(PayloadError, NonRetryable):
+    """Raised in a worker when a handler's return value cannot be stored (not bytes, str
+    or a JSON value): the sub-request is dead-lettered at once, since running the
+    handler again would return the same kind of value."""
+
+
 class HandlerTimeout(StreamqError):
     """Raised in a worker, and recorded as the failed attempt's error, when a handler
     ran past its job's timeout (``submit(..., timeout=S)``): the attempt counts as

@@ -41,7 +41,7 @@ from redis.crc import key_slot
 from .cluster import is_cluster
 from .connection import Client
 from .errors import ConfigError
-from .keys import QUEUES, SHARD_SEP, QueueKeys
+from .keys import QUEUES, SHARD_SEP, QueueKeys, check_name
 
 log = logging.getLogger("streamq.shards")
 
@@ -243,3 +243,20 @@ def most_urgent_shard(shards: Sequence[QueueKeys], current: QueueKeys, heads: Se
         if best is None or prio < best:
             best, pick = prio, shards[k]
     return pick, best is not None
+
+
+def registered_queues(client: Client, limit: int = 1000) -> list[str]:
+    """The names in the registry of queues (``keys.QUEUES``: each added at its first
+    use), sorted; at most ``limit``, and only valid queue names."""
+    names: set[str] = set()
+    cursor: Any = 0
+    while True:
+        cursor, got = client.sscan(QUEUES, cursor, count=500)
+        for raw in got:
+            name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            try:
+                names.add(check_name("queue name", name))
+            except ConfigError:
+                continue
+        if int(cursor) == 0 or len(names) >= limit:
+            return sorted(names)[:limit]

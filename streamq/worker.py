@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     pass
 from .wakers import Wakers
 from .watchdog import Timeouts, Watchdog
-from .worker_options import WorkerOptions
+from .worker_options import WorkerOptions, check_handler
 
 __all__ = ["Handler", "Worker", "WorkerOptions", "current_task"]
 
@@ -97,6 +97,7 @@ class Worker:
         """``options`` (:class:`streamq.worker_options.WorkerOptions`), or its fields as
         keywords (``settings``, in place of those of ``options``)."""
         o = self.options = WorkerOptions.of(options, settings)
+        check_handler(handler)
         self.is_async = inspect.iscoroutinefunction(handler)
         size = o.sizing(self.is_async)
         #: sub-requests in flight at once, the slot threads, and the most tokens

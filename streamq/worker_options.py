@@ -8,8 +8,10 @@ options as keywords: ``Worker("images", handle, url, batch=100)``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,8 +84,8 @@ class WorkerOptions:
                     or value < 0 or (value == 0 and not zero_too)):
                 raise ConfigError(f"{name} must be a number {'>= 0' if zero_too else 'above 0'}"
                                   f", got {value!r}")
-        if self.redis_wait_s is not None and self.redis_wait_s <= 0:
-            raise ConfigError(f"redis_wait_s must be above 0, got {self.redis_wait_s!r}")
+        if self.redis_wait_s is not None and not self.redis_wait_s >= 0:
+            raise ConfigError(f"redis_wait_s must be >= 0, got {self.redis_wait_s!r}")
 
     @classmethod
     def of(cls, options: WorkerOptions | None, settings: dict[str, Any]) -> WorkerOptions:
@@ -136,3 +138,20 @@ class Sizing:
 def _check_int(name: str, value: object, lo: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo:
         raise ConfigError(f"{name} must be an integer >= {lo}, got {value!r}")
+
+
+def check_handler(handler: Callable[..., Any]) -> None:
+    """ConfigError unless ``handler`` can be called with one argument (the payload): a
+    wrong signature would fail every sub-request, so the worker does not start."""
+    if not callable(handler):
+        raise ConfigError(f"the handler {handler!r} is not callable")
+    try:
+        sig = inspect.signature(handler)
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as it is
+        return
+    try:
+        sig.bind(None)
+    except TypeError:
+        name = getattr(handler, "__qualname__", repr(handler))
+        raise ConfigError(f"the handler {name}{sig} must take one argument, the "
+                          "payload") from None

@@ -6,6 +6,7 @@ module     commands
 run        ``worker``, ``reaper`` (long-running), ``demo``
 submit     ``submit``
 read       ``status``, ``pending``, ``workers``, ``health``
+results    ``results``, ``queues``
 dlq        ``dlq list|show|replay|purge``
 live       ``subscribe``, ``watch``
 flow       ``pause``, ``resume``
@@ -31,7 +32,7 @@ from .. import __version__
 from .common import ExitCode, app, fail
 
 # importing a command module registers its commands, in this order in --help
-from . import submit, read, live, flow, rates, dlq, admin, web  # isort: skip  # noqa: F401, E402
+from . import submit, read, results, live, flow, rates, dlq, admin, web  # isort: skip  # noqa: F401, E402
 from .run import load_handler  # isort: skip  # noqa: E402
 
 __all__ = ["ExitCode", "app", "load_handler", "main"]
@@ -45,7 +46,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                           help="print the version and exit")] = False,
     cluster: Annotated[bool | None, typer.Option(
         "--cluster/--no-cluster", show_default=False,

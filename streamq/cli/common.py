@@ -244,3 +244,8 @@ def existing_queue(name: str, url: str, create: bool = False) -> Any:
     if not create:
         require_queue(q.redis, q.known_shards)
     return q
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an "s" unless ``n`` is 1: "1 shard", "3 shards"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -21,6 +21,7 @@ from .common import (
     emit_json,
     error_line,
     existing_queue,
+    plural,
 )
 
 
@@ -43,10 +44,10 @@ def pause(
     if json_out:
         emit_json({"queue": queue, **report.as_dict()})
     else:
-        typer.echo(f"paused {queue} ({report.shards} shards): "
-                   f"{len(report.acknowledged)} worker slots stopped claiming")
+        typer.echo(f"paused {queue} ({plural(report.shards, 'shard')}): "
+                   f"{plural(len(report.acknowledged), 'worker slot')} stopped claiming")
     if wait and report.waiting:
-        error_line(f"{len(report.waiting)} worker slots still finish what they hold after "
+        error_line(f"{plural(len(report.waiting), 'worker slot')} still finish what they hold after "
                    f"{timeout:g} s: {', '.join(report.waiting[:5])}"
                    f"{' ...' if len(report.waiting) > 5 else ''}")
         raise typer.Exit(ExitCode.FAILURE)

@@ -34,6 +34,7 @@ from .common import (
     fail,
     fold,
     ms,
+    plural,
 )
 from .read import job_status
 
@@ -98,7 +99,7 @@ def subscribe(
             if left <= 0:
                 if until_done:
                     raise fail(f"timed out after {timeout} s waiting for "
-                               f"{len(wanted) - len(outcome)} jobs", ExitCode.FAILURE)
+                               f"{plural(len(wanted) - len(outcome), 'job')}", ExitCode.FAILURE)
                 return
             msg = notices.get(left)
             if msg is not None and msg.get("type") == "message":
@@ -177,7 +178,7 @@ class Dashboard:
             t.add_row(f"rate limits [bold]{'; '.join(ov.rate_limits.describe())}[/]")
         title = self._title()
         if ov.paused:  # workers claim nothing until `streamq resume`
-            title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards)"
+            title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {plural(ov.shards, 'shard')})"
         return Panel(t, title=title, title_align="left")
 
     def _backlog(self, ov: queue_overview.Overview) -> Table:

@@ -37,6 +37,7 @@ from .common import (
     is_bad_db,
     make_client,
     ms,
+    plural,
 )
 
 JobArg = Annotated[str | None, typer.Argument(help="a job id (omit for the whole queue)",
@@ -85,7 +86,7 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
 def print_overview(ov: queue_overview.Overview) -> None:
     out = console()
     if ov.paused:
-        out.print(f"[bold yellow]PAUSED[/] ({ov.paused_shards} of {ov.shards} shards): workers "
+        out.print(f"[bold yellow]PAUSED[/] ({ov.paused_shards} of {plural(ov.shards, 'shard')}): workers "
                   "claim nothing until `streamq resume`")
     out.print(f"[bold]queue {ov.queue}[/]  shards {ov.shards}  active jobs {ov.active_jobs}"
               f"{f' ({ov.scheduled_jobs} scheduled)' if ov.scheduled_jobs else ''}  "

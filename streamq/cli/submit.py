@@ -28,6 +28,7 @@ from .common import (
     app,
     client,
     emit_json,
+    plural,
 )
 
 
@@ -184,7 +185,7 @@ def submit(
         if doc.get("due_ms"):
             due = ", scheduled for " + datetime.fromtimestamp(
                 doc["due_ms"] / 1000, UTC).isoformat(timespec="milliseconds")
-        typer.echo(f"{what} job {job.id} ({count} sub-requests, priority {prio}{due})")
+        typer.echo(f"{what} job {job.id} ({plural(count, 'sub-request')}, priority {prio}{due})")
     if not wait:
         if json_out:
             emit_json(doc)

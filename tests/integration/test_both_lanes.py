@@ -189,3 +189,28 @@ def test_a_job_is_found_by_its_own_queue_only_and_its_store_answers_alike(
     assert q.status(job.id).state is JobState.ACTIVE  # untouched
     q.close()
     other.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_result_that_cannot_be_stored_is_dead_lettered_at_once(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    # Given a handler whose return value is not bytes, str or JSON (a datetime), and a
+    # job of 5 deliveries
+    import datetime
+
+    runs: list[int] = []
+
+    def handle(p: Any) -> Any:
+        runs.append(1)
+        return {"at": datetime.datetime(2026, 1, 1)}
+
+    q = Queue(queue_name, redis_url)
+    job = _submit(q, lane, ["x"], max_deliveries=5)
+    workers(queue_name, handle, concurrency=1, retry_base_s=0.01)
+    # When it runs
+    st = q.wait(job.id, timeout=30)
+    # Then it is dead-lettered after one run, saying why, on both lanes
+    assert (st.state, len(runs)) == (JobState.FAILED, 1)
+    (dead,) = q.dead_letters(job_id=job.id)
+    assert "ResultError" in dead.error and "cannot be stored" in dead.error
+    q.close()

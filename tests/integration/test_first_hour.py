@@ -157,3 +157,67 @@ def test_a_queue_finds_its_redis_in_the_environment(
     q = Queue(queue_name)
     assert q.redis.ping()
     q.close()
+
+
+def test_results_and_queues_are_everyday_commands(
+        redis_url: str, queue_name: str, tmp_path: Path, workers: Any) -> None:
+    import json
+
+    # Given a finished job of two sub-requests (a bytes result among them), and a worker
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 1}, b"raw"])
+    workers(queue_name, lambda p: p)
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    # When its results are asked for
+    res = _shell(redis_url, tmp_path, "results", queue_name, job.id, "--json")
+    # Then every result is there by index, bytes as base64
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["state"] == "succeeded" and doc["results"] == {
+        "0": {"n": 1}, "1": {"base64": "cmF3"}}
+    table = _shell(redis_url, tmp_path, "results", queue_name, job.id)
+    assert "2 of 2 results" in table.stdout and "b'raw'" in table.stdout
+    # And an unknown job is not found (4)
+    assert _shell(redis_url, tmp_path, "results", queue_name, "nosuch").returncode == 4
+    # And the queue is listed with its live worker
+    listed = json.loads(_shell(redis_url, tmp_path, "queues", "--json").stdout)
+    assert {"queue": queue_name, "live_workers": 1} in listed["queues"]
+    q.close()
+
+
+def test_jobs_lists_filters_and_searches_a_queues_jobs(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    import json
+
+    # Given queued jobs of two clients (one small, one of its own stream) and one
+    # found by its dedup key
+    q = Queue(queue_name, redis_url)
+    a = q.submit([1], client="alpha")
+    b = q.submit([1, 2], client="beta", priority=3)
+    c = q.submit([1], client="beta", dedup_key="order-7")
+    # When the queue's jobs are listed
+    doc = json.loads(_shell(redis_url, tmp_path, "jobs", queue_name, "--json").stdout)
+    # Then every job is there, newest first, with its client and priority
+    assert {row["job_id"] for row in doc["jobs"]} == {a.id, b.id, c.id}
+    assert doc["next_cursor"] is None
+    # And filters and search narrow it
+    beta = json.loads(_shell(redis_url, tmp_path, "jobs", queue_name, "--client", "beta",
+                             "--json").stdout)
+    assert {row["job_id"] for row in beta["jobs"]} == {b.id, c.id}
+    found = json.loads(_shell(redis_url, tmp_path, "jobs", queue_name, "--search", "order-7",
+                              "--json").stdout)
+    assert [row["job_id"] for row in found["jobs"]] == [c.id]
+    table = _shell(redis_url, tmp_path, "jobs", queue_name, "--priority", "3")
+    assert b.id in table.stdout and a.id not in table.stdout
+    # And a bad state is a usage error, an unknown queue not found
+    assert _shell(redis_url, tmp_path, "jobs", queue_name, "--state", "done").returncode == 2
+    assert _shell(redis_url, tmp_path, "jobs", "nosuchqueue").returncode == 4
+    q.close()
+
+
+def test_the_version_is_one_flag_away(tmp_path: Path, redis_url: str) -> None:
+    from streamq import __version__
+
+    for flag in ("-V", "--version"):
+        res = _shell(redis_url, tmp_path, flag)
+        assert (res.returncode, res.stdout.strip()) == (0, f"streamq {__version__}")

@@ -89,3 +89,10 @@ def test_a_jsonl_file_skips_blank_lines_and_names_its_bad_line() -> None:
     assert parse_jsonl(io.StringIO('{"a": 1}\n\n[2]\n'), "in.jsonl") == [{"a": 1}, [2]]
     with pytest.raises(typer.BadParameter, match="3"):
         parse_jsonl(io.StringIO('1\n2\n{bad\n'), "in.jsonl")
+
+
+def test_counts_in_messages_agree_with_their_number() -> None:
+    from streamq.cli.common import plural
+
+    assert [plural(n, "shard") for n in (0, 1, 2)] == ["0 shards", "1 shard", "2 shards"]
+    assert plural(1, "sub-request") == "1 sub-request"

@@ -22,7 +22,7 @@ from streamq.worker_options import WorkerOptions
 @pytest.mark.parametrize(("field", "value"), [
     ("concurrency", 0), ("concurrency", True), ("batch", -1), ("prefetch", 1.5),
     ("lease_ms", 99), ("idle_wait_s", 0), ("idle_wait_s", config.DEFAULT_SOCKET_TIMEOUT_S),
-    ("heartbeat_s", 0), ("ack_flush_s", -1), ("retry_base_s", "1"), ("redis_wait_s", 0),
+    ("heartbeat_s", 0), ("ack_flush_s", -1), ("retry_base_s", "1"), ("redis_wait_s", -1),
     ("stop_retry_s", -1), ("retention_s", 0), ("retry_cap_s", -0.5),
 ])
 def test_an_option_out_of_its_range_is_refused_naming_it(field: str, value: Any) -> None:
@@ -34,7 +34,7 @@ def test_the_edges_of_the_ranges_are_accepted() -> None:
     """What the CLI lets through is accepted: no backoff (``--retry-base 0``), no
     stop retry, an acknowledgement after every entry, one slot, reads of one."""
     o = WorkerOptions(retry_base_s=0, retry_cap_s=0, stop_retry_s=0, ack_flush_s=0,
-                      concurrency=1, batch=0, prefetch=0, lease_ms=100)
+                      concurrency=1, batch=0, prefetch=0, lease_ms=100, redis_wait_s=0)
     assert o.retry_delay(RuntimeError(), 3) == 0
 
 
@@ -138,3 +138,40 @@ def test_a_reaper_pass_is_logged_in_words_not_as_a_repr() -> None:
     assert line == ("2 expired leases returned; 3 stalled entries handed to other workers; "
                     "workers presumed dead: w1, w2")
     assert "PassReport" not in line and PassReport().summary() == "nothing to do"
+
+
+def test_a_handler_that_cannot_take_one_payload_is_refused_at_start() -> None:
+    import functools
+
+    from streamq.worker_options import check_handler
+
+    def two(a: Any, b: Any) -> None: ...
+
+    def none() -> None: ...
+
+    for bad in (two, none, lambda: 1, 42):
+        with pytest.raises(ConfigError, match="handler"):
+            check_handler(bad)  # type: ignore[arg-type]
+
+    class Call:
+        def __call__(self, payload: Any) -> Any:
+            return payload
+
+    async def coro(payload: Any) -> Any:
+        return payload
+
+    for good in (lambda p: p, lambda p, x=1: p, lambda *a: a, Call(), coro, print,
+                 functools.partial(two, 1)):
+        check_handler(good)
+
+
+def test_a_result_that_cannot_be_stored_is_not_retried() -> None:
+    import datetime
+
+    from streamq.codec import encode_result
+    from streamq.errors import PayloadError, ResultError
+
+    with pytest.raises(ResultError, match="cannot be stored") as info:
+        encode_result({"at": datetime.datetime(2026, 1, 1)})
+    assert isinstance(info.value, NonRetryable) and isinstance(info.value, PayloadError)
+    assert WorkerOptions().retry_delay(info.value, 1) == -1  # dead-lettered at once
