@@ -28,6 +28,10 @@ import redis
 # every call a test makes (and the processes it starts) is checked against its
 # script's declared contract before it is sent (streamq.script_base)
 os.environ.setdefault("STREAMQ_CHECK_CONTRACTS", "1")
+# worker processes the tests start run no recovery passes of their own (the tests that
+# are about recovery start a reaper, or ask for it: STREAMQ_RECOVER=1), so what a
+# test's reaper recovers is its own to count
+os.environ.setdefault("STREAMQ_RECOVER", "0")
 
 from streamq import Worker, functions  # noqa: E402
 from tests.fault_points import env_with_fault  # noqa: E402

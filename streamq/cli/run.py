@@ -142,6 +142,15 @@ def worker(
         "--allow-eviction", envvar="STREAMQ_ALLOW_EVICTION",
         help="start even when Redis's maxmemory-policy may evict keys (queued work "
              "can then be lost)")] = False,
+    recover: Annotated[bool, typer.Option(
+        "--recover/--no-recover", envvar="STREAMQ_RECOVER",
+        help="run the reaper's recovery passes in this worker too, so stalled work "
+             "recovers without a separate reaper (a worker whose ACL user may not run "
+             "them says so once and goes on serving)")] = True,
+    min_idle: Annotated[float, typer.Option(
+        min=0.1, envvar="STREAMQ_MIN_IDLE",
+        help="recovery: seconds before a pending entry counts as stalled")] =
+        config.DEFAULT_MIN_IDLE_S,
     log_level: LogLevel = "INFO",
     log_format: LogFormatOpt = LogFormat.text,
 ) -> None:
@@ -163,7 +172,18 @@ def worker(
         idle_wait_s=min(config.DEFAULT_IDLE_WAIT_S, heartbeat), metrics_port=metrics_port,
         metrics_addr=metrics_addr, stop_retry_s=stop_retry, redis_wait_s=redis_wait,
         id_file=id_file, allow_eviction=allow_eviction)
-    Worker(queue, fn, redis_url, options=options).run()
+    w = Worker(queue, fn, redis_url, options=options)
+    recovery = None
+    if recover:
+        from ..recovery import Recovery
+
+        recovery = Recovery(queue, redis_url, interval_s=config.DEFAULT_REAPER_INTERVAL_S,
+                            min_idle_s=min_idle).start()
+    try:
+        w.run()
+    finally:
+        if recovery is not None:
+            recovery.stop()
 
 
 @app.command(rich_help_panel="Processes")

@@ -163,8 +163,9 @@ class Fleet:
     _reaper_faults: int = 0
 
     def _env(self, fault: str) -> dict[str, str]:
+        # workers recover stalled work too, as by default (beside the fleet's reapers)
         env = dict(os.environ, PYTHONPATH=str(ROOT), CHAOS_DIR=str(self.workdir),
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", STREAMQ_RECOVER="1")
         env.pop("STREAMQ_FAULT", None)
         if fault:
             env["STREAMQ_FAULT"] = fault

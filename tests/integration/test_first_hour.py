@@ -221,3 +221,39 @@ def test_the_version_is_one_flag_away(tmp_path: Path, redis_url: str) -> None:
     for flag in ("-V", "--version"):
         res = _shell(redis_url, tmp_path, flag)
         assert (res.returncode, res.stdout.strip()) == (0, f"streamq {__version__}")
+
+
+def test_a_stalled_job_recovers_with_workers_alone(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    """No reaper: a worker SIGKILLed inside a job's handler, a new worker started; the
+    new worker's own recovery passes hand the stalled entry on (min idle 1 s here)."""
+    # Given a handler that hangs on its first run, and a worker running it
+    started = tmp_path / "started"
+    (tmp_path / "once.py").write_text(
+        "import pathlib, time\n"
+        f"def handle(p):\n    f = pathlib.Path({str(started)!r})\n"
+        "    if not f.exists():\n        f.write_text('1')\n        time.sleep(60)\n"
+        "    return 'done'\n")
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["x"], job_id="stalls")
+    env = dict(_env(redis_url), STREAMQ_RECOVER="1", STREAMQ_MIN_IDLE="1")
+    args = [STREAMQ, "worker", queue_name, "--handler", "once:handle", "--heartbeat", "0.3",
+            "--lease-ms", "1000"]
+    first = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(started.exists, 30, "the first run to start")
+        # When that worker is SIGKILLed and another one started (no reaper anywhere)
+        first.kill()
+        first.wait()
+        second = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+        try:
+            # Then the job finishes, run again by the second worker
+            st = q.wait(job.id, timeout=60)
+            assert st.state is JobState.SUCCEEDED and q.results(job.id) == {0: "done"}
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        first.kill()
+        first.wait()
+    q.close()
