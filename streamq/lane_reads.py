@@ -204,8 +204,11 @@ class LaneReads:
             if isinstance(reply, redis.ResponseError):
                 if is_transient(reply):
                     raise reply
-                # NOGROUP: a lane stream removed under us; the registry is read again
-                log.warning("lane read failed on %s: %s", qk.tag, reply)
+                # NOGROUP: a lane stream removed under us (the reaper drops idle lanes:
+                # expected, so not a warning); the registry is read again
+                expected = str(reply).startswith("NOGROUP")
+                log.log(logging.DEBUG if expected else logging.WARNING,
+                        "lane read failed on %s: %s", qk.tag, reply)
                 reply = None
             elif isinstance(reply, Exception):
                 raise reply

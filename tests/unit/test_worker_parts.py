@@ -175,3 +175,25 @@ def test_a_result_that_cannot_be_stored_is_not_retried() -> None:
         encode_result({"at": datetime.datetime(2026, 1, 1)})
     assert isinstance(info.value, NonRetryable) and isinstance(info.value, PayloadError)
     assert WorkerOptions().retry_delay(info.value, 1) == -1  # dead-lettered at once
+
+
+def test_a_lane_the_reaper_dropped_is_not_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A lane read meeting NOGROUP (the reaper dropped an idle lane meanwhile) is
+    expected: logged at DEBUG, not as a warning a live worker repeats; another error
+    reply still warns."""
+    import logging
+
+    import redis
+
+    from streamq.lane_reads import LaneReads
+
+    reads = LaneReads(None)  # type: ignore[arg-type]  # parse reads nothing of the worker
+    qk = QueueKeys("q")
+    with caplog.at_level(logging.DEBUG, logger="streamq.worker"):
+        got = reads.parse(qk, [None, redis.ResponseError("NOGROUP No such key 'x'")], 10,
+                          [(50, "default")])
+        assert got == ([], False)
+        assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+        reads.parse(qk, [None, redis.ResponseError("WRONGTYPE Operation")], 10,
+                    [(50, "default")])
+        assert caplog.records[-1].levelno == logging.WARNING
