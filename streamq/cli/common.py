@@ -249,3 +249,13 @@ def existing_queue(name: str, url: str, create: bool = False) -> Any:
 def plural(n: int, word: str) -> str:
     """``n`` and ``word``, with an "s" unless ``n`` is 1: "1 shard", "3 shards"."""
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def when(ms_epoch: int | None) -> str:
+    """A time in ms since the epoch as local ISO 8601 with its zone ("-" for None)."""
+    if ms_epoch is None:
+        return "-"
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ms_epoch / 1000).astimezone().isoformat(
+        sep=" ", timespec="seconds")

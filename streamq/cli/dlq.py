@@ -26,6 +26,7 @@ from .common import (
     error_line,
     fail,
     fold,
+    when,
 )
 
 dlq_app = typer.Typer(no_args_is_help=True, help="Inspect, replay and purge dead letters.")
@@ -98,6 +99,8 @@ def show(queue: QueueArg, dead: DeadIdArg, json_out: JsonOut = False,
         return
     t = Table.grid(padding=(0, 2))
     for k, v in doc.items():  # values as JSON, as --json prints them (a str as itself)
+        if k.endswith("_ms") and isinstance(v, int) and k != "retention_ms":
+            k, v = k[:-3], when(v)  # a time, with its zone
         t.add_row(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
     console().print(t)
 

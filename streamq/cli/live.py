@@ -35,6 +35,7 @@ from .common import (
     fold,
     ms,
     plural,
+    when,
 )
 from .read import job_status
 
@@ -45,7 +46,7 @@ RECHECK_S = 5.0
 def _line(c: Completion, json_out: bool) -> str:
     if json_out:
         return json.dumps(c.as_dict())
-    at = datetime.fromtimestamp(c.finished_ms / 1000).isoformat(sep=" ", timespec="seconds")
+    at = when(c.finished_ms)
     return f"{c.job_id} {c.state.value} done={c.done}/{c.total} failed={c.failed} at {at}"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +37,7 @@ from .common import (
     make_client,
     ms,
     plural,
+    when,
 )
 
 JobArg = Annotated[str | None, typer.Argument(help="a job id (omit for the whole queue)",
@@ -53,9 +53,7 @@ def job_status(q: Queue, job_id: str) -> JobStatus:
 
 
 def _when(ms_epoch: int | None) -> str:
-    if ms_epoch is None:
-        return "-"
-    return datetime.fromtimestamp(ms_epoch / 1000).isoformat(sep=" ", timespec="seconds")
+    return when(ms_epoch)
 
 
 @app.command(rich_help_panel="Inspect")

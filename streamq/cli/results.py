@@ -4,7 +4,6 @@ Redis knows, with their live workers) and ``jobs`` (a page of a queue's jobs, fi
 from __future__ import annotations
 
 import base64
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -26,6 +25,7 @@ from .common import (
     console,
     emit_json,
     plural,
+    when,
 )
 
 
@@ -126,5 +126,4 @@ def jobs(
 
 
 def _when(ms_epoch: int) -> str:
-    """An epoch time in ms as local ISO 8601 with its zone."""
-    return datetime.fromtimestamp(ms_epoch / 1000).astimezone().isoformat(timespec="seconds")
+    return when(ms_epoch)

@@ -257,3 +257,29 @@ def test_a_stalled_job_recovers_with_workers_alone(
         first.kill()
         first.wait()
     q.close()
+
+
+def test_times_are_shown_with_their_zone_not_as_raw_ms(
+        redis_url: str, queue_name: str, tmp_path: Path, workers: Any) -> None:
+    import re
+
+    from streamq import NonRetryable
+
+    # Given a job whose one sub-request was dead-lettered
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["x"], job_id="dead-one")
+
+    def refuse(p: Any) -> Any:
+        raise NonRetryable("no")
+
+    workers(queue_name, refuse)
+    assert q.wait(job.id, timeout=30).state is JobState.FAILED
+    (dead,) = q.dead_letters(job_id=job.id)
+    # When the dead letter and the job's status are shown
+    shown = _shell(redis_url, tmp_path, "dlq", "show", queue_name, dead.id).stdout
+    status = _shell(redis_url, tmp_path, "status", queue_name, job.id).stdout
+    # Then their times read as dates with a zone offset, and no raw ms is left
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d"
+    assert re.search(stamp, shown) and not re.search(r"\b1[6-9]\d{11}\b(?!-)", shown), shown
+    assert re.search(r"created_ms\s+" + stamp, status), status
+    q.close()
