@@ -75,7 +75,8 @@ def test_cli_help_and_bad_handler(redis_url: str) -> None:
     _, err = bad.communicate(timeout=60)
     assert bad.returncode == 2
     assert err.decode().strip().splitlines() == [
-        "streamq: cannot import module 'no_such_module': No module named 'no_such_module'"]
+        "streamq: cannot import module 'no_such_module': no module named 'no_such_module' "
+        f"in {ROOT} or on the Python path"]
     bad = spawn_worker("redis://127.0.0.1:1/0", "q", "tests.handlers:echo", "--redis-wait", "0.5")
     _, err = bad.communicate(timeout=60)
     assert bad.returncode == 3
