@@ -56,8 +56,14 @@ def _root(
         "--wait-replicas", min=0, show_default=False,
         help="after each write that must survive a failover, WAIT for this many "
              "replicas (default: STREAMQ_WAIT_REPLICAS, else 0)")] = None,
+    redis_url: Annotated[str | None, typer.Option(
+        "--redis-url", show_default=False,
+        help="the Redis URL of every command (as each command's own --redis-url, or "
+             "STREAMQ_REDIS_URL)")] = None,
 ) -> None:
     """A job queue on Redis Streams."""
+    if redis_url is not None:
+        os.environ["STREAMQ_REDIS_URL"] = redis_url
     if wait_replicas is not None:
         os.environ["STREAMQ_WAIT_REPLICAS"] = str(wait_replicas)
     if cluster is not None:

@@ -259,3 +259,14 @@ def when(ms_epoch: int | None) -> str:
 
     return datetime.fromtimestamp(ms_epoch / 1000).astimezone().isoformat(
         sep=" ", timespec="seconds")
+
+
+def print_table(table: Any, empty: str) -> None:
+    """Print ``table``; with no row, one line instead (its title, then ``empty``)
+    rather than a header over nothing."""
+    out = console()
+    if table.row_count:
+        out.print(table)
+    else:
+        title = str(table.title) if table.title else ""
+        out.print(f"{title}: {empty}" if title else empty)

@@ -26,6 +26,7 @@ from .common import (
     error_line,
     fail,
     fold,
+    print_table,
     when,
 )
 
@@ -84,7 +85,7 @@ def list_(
               title=f"dead letters of {queue}")
     for d in dead:
         t.add_row(d.id, d.job_id, d.index, str(d.attempts), _short(d.error))
-    console().print(t)
+    print_table(t, "none")
 
 
 @dlq_app.command()

@@ -37,6 +37,7 @@ from .common import (
     make_client,
     ms,
     plural,
+    print_table,
     when,
 )
 
@@ -101,7 +102,7 @@ def print_overview(ov: queue_overview.Overview) -> None:
     for p in ov.by_priority:
         t.add_row(str(p.priority), str(p.jobs), str(p.queued), str(p.in_flight),
                   str(p.retrying))
-    out.print(t)
+    print_table(t, "no unfinished job")
 
 
 @app.command(rich_help_panel="Inspect")
@@ -136,7 +137,7 @@ def pending(
     for g in rep.groups:
         t.add_row(g.job_id, g.consumer, str(g.count), ms(g.oldest_idle_ms),
                   str(g.max_deliveries), "yes" if g.consumer_live else "no")
-    out.print(t)
+    print_table(t, "nothing is pending")
     if rep.entries is not None:
         e = Table(fold("job"), fold("entry"), "index", fold("consumer"), "idle ms", "deliveries")
         for p in rep.entries:
@@ -163,7 +164,7 @@ def workers(queue: QueueArg, json_out: JsonOut = False,
         t.add_row(w.worker_id, "live" if w.alive else "[red]dead[/]", due, str(w.leases),
                   _opt(w.processed), _opt(w.failed), f"{_opt(w.serving)} / {_opt(w.slots)}",
                   w.host or "-", _opt(w.pid))
-    console().print(t)
+    print_table(t, "none registered")
 
 
 def _opt(v: object) -> str:

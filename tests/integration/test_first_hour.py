@@ -283,3 +283,27 @@ def test_times_are_shown_with_their_zone_not_as_raw_ms(
     assert re.search(stamp, shown) and not re.search(r"\b1[6-9]\d{11}\b(?!-)", shown), shown
     assert re.search(r"created_ms\s+" + stamp, status), status
     q.close()
+
+
+def test_the_redis_url_goes_before_or_after_the_command(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1])
+    env = {k: v for k, v in _env(redis_url).items() if k != "STREAMQ_REDIS_URL"}
+    for args in (["--redis-url", redis_url, "status", queue_name, job.id],
+                 ["status", queue_name, job.id, "--redis-url", redis_url]):
+        res = subprocess.run([STREAMQ, *args], cwd=tmp_path, env=env, text=True,
+                             capture_output=True, timeout=60)
+        assert res.returncode == 0 and job.id in res.stdout, (args, res.stderr)
+    q.close()
+
+
+def test_an_empty_table_says_none(redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    q = Queue(queue_name, redis_url)
+    q.submit([1])
+    res = _shell(redis_url, tmp_path, "workers", queue_name)
+    assert res.returncode == 0 and res.stdout.strip() == (
+        f"workers of queue {queue_name}: none registered"), res.stdout
+    res = _shell(redis_url, tmp_path, "dlq", "list", queue_name)
+    assert res.stdout.strip() == f"dead letters of {queue_name}: none", res.stdout
+    q.close()
