@@ -96,6 +96,10 @@ DEFAULT_MIN_IDLE_S = 60.0
 DEFAULT_INTENT_GRACE_S = 30.0
 #: Reaper pass period, in seconds.
 DEFAULT_REAPER_INTERVAL_S = 5.0
+#: seconds between the recovery passes a worker runs itself (``--recover``): a quarter
+#: of the default min idle, so a stalled entry waits at most about 75 s; a dedicated
+#: reaper passes every DEFAULT_REAPER_INTERVAL_S
+WORKER_RECOVERY_INTERVAL_S = 15.0
 #: Entries one XAUTOCLAIM call examines.
 RECLAIM_COUNT = 100
 #: Dead letters kept in a queue's dead-letter stream at most (approximate trim).

@@ -2,7 +2,8 @@
 of every ``streamq worker`` (``--recover``, the default), so a stalled job recovers
 with workers alone, as with BullMQ, arq, Dramatiq and RQ. The passes are the
 reaper's own (:class:`streamq.reaper.Reaper`), one at a time across every process
-(the reaper's lock), each every ``interval_s`` with jitter.
+(the reaper's lock), each every ``interval_s`` with jitter (15 s from the CLI:
+``config.WORKER_RECOVERY_INTERVAL_S``).
 
 A dedicated reaper (``streamq reaper``, the reaper container of the deployment) is
 still the way under least-privilege credentials: a worker's ACL user may not run the

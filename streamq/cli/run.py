@@ -177,7 +177,7 @@ def worker(
     if recover:
         from ..recovery import Recovery
 
-        recovery = Recovery(queue, redis_url, interval_s=config.DEFAULT_REAPER_INTERVAL_S,
+        recovery = Recovery(queue, redis_url, interval_s=config.WORKER_RECOVERY_INTERVAL_S,
                             min_idle_s=min_idle).start()
     try:
         w.run()

@@ -248,7 +248,7 @@ def test_a_stalled_job_recovers_with_workers_alone(
         second = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
         try:
             # Then the job finishes, run again by the second worker
-            st = q.wait(job.id, timeout=60)
+            st = q.wait(job.id, timeout=120)  # passes every 15 s, min idle 1 s here
             assert st.state is JobState.SUCCEEDED and q.results(job.id) == {0: "done"}
         finally:
             second.kill()
