@@ -57,6 +57,7 @@ class Reaper:
         exclusive: bool = True,
         metrics_port: int | None = None,
         metrics_addr: str = "0.0.0.0",
+        watched_gap_s: float | None = None,
     ) -> None:
         self.q = Queue(queue, url, client=client, retention_s=retention_s)
         self.redis = self.q.redis
@@ -68,8 +69,12 @@ class Reaper:
         self.idle_ms = self.min_idle_ms
         #: the longest time between two passes (of any reaper) that counts as watched: a
         #: longer one means Redis (or every reaper) was away, and deadlines that fell in
-        #: it are spared for min_idle after it (``reap_leases``)
-        self.watched_gap_ms = max(1, int(interval_s * 1500))
+        #: it are spared for min_idle after it (``reap_leases``); 1.5 intervals unless
+        #: given. It must stay below twice the workers' heartbeat: an outage that lapses
+        #: a registration is longer than that, and must read as unwatched
+        if watched_gap_s is None:  # (the default heartbeat's, for a rare pass)
+            watched_gap_s = min(interval_s * 1.5, 2 * config.DEFAULT_HEARTBEAT_S)
+        self.watched_gap_ms = max(1, int(watched_gap_s * 1000))
         self.max_deliveries = max_deliveries
         self.intent_grace_ms = int(intent_grace_s * 1000)
         self.lock_ttl_ms = int(lock_ttl_s * 1000)

@@ -29,8 +29,14 @@ class Recovery:
     """A thread running reaper passes for one queue until :meth:`stop`."""
 
     def __init__(self, queue: str, url: str, *, interval_s: float, min_idle_s: float,
-                 retention_s: float = config.DEFAULT_RETENTION_S) -> None:
+                 heartbeat_s: float, retention_s: float = config.DEFAULT_RETENTION_S) -> None:
         self.queue, self.url = queue, url
+        #: a gap between two passes longer than this reads as unwatched (Redis away):
+        #: below twice the heartbeat, as an outage that lapses a worker's registration
+        #: is longer than that (its passes are rarer than a dedicated reaper's, so 1.5
+        #: intervals, the reaper's own rule, would take such an outage as watched and
+        #: presume live workers dead)
+        self.watched_gap_s = min(1.5 * interval_s, 2 * heartbeat_s)
         self.min_idle_s, self.retention_s = min_idle_s, retention_s
         self.reaper: Reaper | None = None  # connected in the thread, once Redis answers
         self.interval_s = interval_s
@@ -59,7 +65,8 @@ class Recovery:
                 client = connect_when_ready(self.url, log, stop=self.stopping)
                 self.reaper = Reaper(self.queue, client=client, min_idle_s=self.min_idle_s,
                                      interval_s=self.interval_s, retention_s=self.retention_s,
-                                     lock_ttl_s=max(10.0, self.interval_s * 5))
+                                     lock_ttl_s=max(10.0, self.interval_s * 5),
+                                     watched_gap_s=self.watched_gap_s)
             self.reaper.run_once()
             self.passes += 1
         except Exception as e:

@@ -178,7 +178,7 @@ def worker(
         from ..recovery import Recovery
 
         recovery = Recovery(queue, redis_url, interval_s=config.WORKER_RECOVERY_INTERVAL_S,
-                            min_idle_s=min_idle).start()
+                            min_idle_s=min_idle, heartbeat_s=heartbeat).start()
     try:
         w.run()
     finally:

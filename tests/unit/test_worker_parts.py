@@ -197,3 +197,19 @@ def test_a_lane_the_reaper_dropped_is_not_a_warning(caplog: pytest.LogCaptureFix
         reads.parse(qk, [None, redis.ResponseError("WRONGTYPE Operation")], 10,
                     [(50, "default")])
         assert caplog.records[-1].levelno == logging.WARNING
+
+
+def test_a_rare_recovery_pass_reads_an_outage_that_lapses_registrations_as_unwatched(
+) -> None:
+    """A worker's recovery passes are rarer than its heartbeats: a Redis outage longer
+    than twice the heartbeat (which lapses a registration) must read as an unwatched gap,
+    or the first pass after it presumes live workers dead and hands their tokens on
+    (the fault suite's cap exceeded, with a 15 s pass and 0.3 s beats)."""
+    from streamq.recovery import Recovery
+
+    assert Recovery("q", "redis://127.0.0.1:1/0", interval_s=15.0, min_idle_s=60.0,
+                    heartbeat_s=0.3).watched_gap_s == pytest.approx(0.6)
+    assert Recovery("q", "redis://127.0.0.1:1/0", interval_s=15.0, min_idle_s=60.0,
+                    heartbeat_s=5.0).watched_gap_s == pytest.approx(10.0)
+    assert Recovery("q", "redis://127.0.0.1:1/0", interval_s=1.0, min_idle_s=60.0,
+                    heartbeat_s=5.0).watched_gap_s == pytest.approx(1.5)
