@@ -94,7 +94,7 @@ class LocalCluster:
             self.nodes.append(Node(port, self._spawn(port, d), d))
         try:
             for n in self.nodes:
-                self._wait_ping(n)
+                self._up(n)
             if len(self.nodes) == 1:  # redis-cli creates clusters of 3 masters or more
                 c = self.nodes[0].client()
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
@@ -129,16 +129,33 @@ class LocalCluster:
         """Start a killed node again on its port and directory: it rejoins the cluster
         (as a replica, when another node took its slots meanwhile)."""
         node.proc = self._spawn(node.port, node.dir)
-        self._wait_ping(node)
+        if not self._wait_ping(node):
+            raise RuntimeError(f"redis-server on {node.addr} exited at once")
 
-    def _wait_ping(self, n: Node) -> None:
+    def _up(self, n: Node) -> None:
+        """Wait until node ``n`` answers. A node that exited at once (another process
+        took its port, or its bus port, between the choice and the start) is started
+        again on other free ports."""
+        for _ in range(5):
+            if self._wait_ping(n):
+                return
+            (n.port,) = _free_ports(1)
+            n.dir = self.workdir / f"node-{n.port}"
+            n.dir.mkdir(parents=True, exist_ok=True)
+            n.proc = self._spawn(n.port, n.dir)
+        raise RuntimeError(f"redis-server could not start on a free port ({n.addr})")
+
+    def _wait_ping(self, n: Node) -> bool:
+        """True once node ``n`` answers; False when its process exited first."""
         c = n.client()
         try:
             for _ in range(200):
+                if n.proc.poll() is not None:
+                    return False
                 try:
                     c.ping()
-                    return
-                except redis.ConnectionError:
+                    return True
+                except (redis.ConnectionError, redis.TimeoutError):
                     time.sleep(0.05)
             raise RuntimeError(f"redis-server on {n.addr} did not start")
         finally:
