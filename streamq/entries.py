@@ -67,7 +67,8 @@ class EntryRunner:
         w, out = self.w, self.w.outcomes
         done: list[tuple[str, int, bytes]] = []
         completed = slow = False  # slow: the last handler took SLOW_ENTRY_S or more
-        job, stopping, cancelled, clock = jk.job_id, w.stopping, cancels.seen, time.perf_counter
+        job, queue, stopping, cancelled = jk.job_id, w.q.name, w.stopping, cancels.seen
+        clock = time.perf_counter
         handler, sync, flush_s, faults = w.handler, w.loop is None, w.ack_flush_s, hooks.active()
         # wall-clock seconds = clock() + to_wall: an entry's queue wait (from the ms in its
         # id) is measured at its start without a second clock read per entry
@@ -96,8 +97,8 @@ class EntryRunner:
             started = clock()
             wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
             waits.append(wait if wait > 0.0 else 0.0)
-            task: tuple[Any, ...] = (w.q.name, job, index, eid, attempt) if limit is None else (
-                w.q.name, job, index, eid, attempt, started + to_wall + limit)
+            task: tuple[Any, ...] = (queue, job, index, eid, attempt) if limit is None else (
+                queue, job, index, eid, attempt, started + to_wall + limit)
             try:
                 if sync:  # inline rather than a method call: this runs per sub-request
                     reset = _current.set(task)

@@ -41,7 +41,6 @@ class Recovery:
         self.reaper: Reaper | None = None  # connected in the thread, once Redis answers
         self.interval_s = interval_s
         self.stopping = threading.Event()
-        self.passes = 0
         self.thread = threading.Thread(target=self._run, name="streamq-recovery", daemon=True)
 
     def start(self) -> Recovery:
@@ -68,7 +67,6 @@ class Recovery:
                                      lock_ttl_s=max(10.0, self.interval_s * 5),
                                      watched_gap_s=self.watched_gap_s)
             self.reaper.run_once()
-            self.passes += 1
         except Exception as e:
             if isinstance(e, LibraryMissing) or is_access_error(e):
                 log.warning("this worker may not run recovery passes (%s): stalled work "

@@ -245,18 +245,25 @@ def most_urgent_shard(shards: Sequence[QueueKeys], current: QueueKeys, heads: Se
     return pick, best is not None
 
 
-def registered_queues(client: Client, limit: int = 1000) -> list[str]:
-    """The names in the registry of queues (``keys.QUEUES``: each added at its first
-    use), sorted; at most ``limit``, and only valid queue names."""
-    names: set[str] = set()
+def registered_queues(client: Client, limit: int = 1000, *, count: int = 250,
+                      calls: int = 20) -> tuple[list[str], list[str], int]:
+    """The registry of queues (``keys.QUEUES``: each added at its first use), a bounded
+    part of it (SSCAN, ``count`` a call, at most ``calls`` calls or about ``limit``
+    names): the valid queue names, sorted, at most ``limit``; the names that are no
+    valid queue name (kept apart, never used as one); and how many names were read."""
+    raw: set[bytes] = set()
     cursor: Any = 0
-    while True:
-        cursor, got = client.sscan(QUEUES, cursor, count=500)
-        for raw in got:
-            name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            try:
-                names.add(check_name("queue name", name))
-            except ConfigError:
-                continue
-        if int(cursor) == 0 or len(names) >= limit:
-            return sorted(names)[:limit]
+    for _ in range(calls):
+        cursor, got = client.sscan(QUEUES, cursor, count=count)
+        raw.update(v if isinstance(v, bytes) else str(v).encode() for v in got)
+        if int(cursor) == 0 or len(raw) >= limit:
+            break
+    valid: set[str] = set()
+    invalid: list[str] = []
+    for v in raw:
+        name = v.decode("utf-8", "backslashreplace")
+        try:
+            valid.add(check_name("queue name", name))
+        except ConfigError:
+            invalid.append(name)
+    return sorted(valid)[:limit], invalid, len(raw)

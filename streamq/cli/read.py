@@ -53,10 +53,6 @@ def job_status(q: Queue, job_id: str) -> JobStatus:
     return st
 
 
-def _when(ms_epoch: int | None) -> str:
-    return when(ms_epoch)
-
-
 @app.command(rich_help_panel="Inspect")
 def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
            redis_url: RedisUrl = DEFAULT_URL) -> None:
@@ -71,7 +67,7 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
         t = Table.grid(padding=(0, 2))
         for k, v in st.as_dict().items():
             if k.endswith("_ms"):
-                v = _when(v)
+                v = when(v)
             t.add_row(k, _opt(v))
         console().print(t)
         return

@@ -67,7 +67,7 @@ def queues(json_out: JsonOut = False, redis_url: RedisUrl = DEFAULT_URL) -> None
     workers."""
     r = client(redis_url)
     rows = [(name, len(queue_pending.live_workers(r, QueueKeys(name))))
-            for name in registered_queues(r)]
+            for name in registered_queues(r)[0]]
     if json_out:
         emit_json({"queues": [{"queue": n, "live_workers": w} for n, w in rows]})
         return
@@ -119,11 +119,7 @@ def jobs(
         t = Table("job", "state", "priority", "client", "done", "failed", "total", "created")
         for row in page.rows:
             t.add_row(row.job_id, row.state, str(row.priority), row.client, str(row.done),
-                      str(row.failed), str(row.total), _when(row.created_ms))
+                      str(row.failed), str(row.total), when(row.created_ms))
         console().print(t)
     if page.next_cursor is not None:
         typer.echo(f"more: --cursor {page.next_cursor}")
-
-
-def _when(ms_epoch: int) -> str:
-    return when(ms_epoch)

@@ -21,9 +21,9 @@ from redis.retry import Retry
 from .. import queue_overview
 from ..client import Queue
 from ..connection import Client, connect, undecided
-from ..errors import ConfigError, ConnectionFailed
+from ..errors import ConnectionFailed
 from ..keys import QUEUES, QueueKeys, check_name
-from ..shards import read_shards
+from ..shards import read_shards, registered_queues
 from .snapshots import Snapshots
 from .trends import TrendCache
 
@@ -152,27 +152,12 @@ class Backend:
         """The registry of queues (a bounded part of it: SSCAN, at most about
         MAX_QUEUES names) and the queues named on the command line. A name that is no
         valid queue name is kept apart, never used as one."""
-        r = self.r
-        registered = int(r.scard(QUEUES))
-        raw: set[bytes] = set()
-        cursor: Any = 0
-        for _ in range(_SCAN_CALLS):
-            cursor, got = r.sscan(QUEUES, cursor, count=_SCAN_COUNT)
-            raw.update(v if isinstance(v, bytes) else str(v).encode() for v in got)
-            if int(cursor) == 0 or len(raw) >= MAX_QUEUES:
-                break
-        valid: set[str] = set()
-        invalid: list[str] = []
-        for v in raw:
-            name = v.decode("utf-8", "backslashreplace")
-            try:
-                valid.add(check_name("queue name", name))
-            except ConfigError:
-                invalid.append(name)
-        listed = sorted(valid)[:MAX_QUEUES]
+        registered = int(self.r.scard(QUEUES))
+        listed, invalid, seen = registered_queues(self.r, MAX_QUEUES, count=_SCAN_COUNT,
+                                                  calls=_SCAN_CALLS)
         return QueueNames(sorted({*listed, *self.settings.queues}),
                           sorted(invalid)[:MAX_INVALID_SHOWN], len(invalid),
-                          max(registered, len(raw)), len(raw))
+                          max(registered, seen), seen)
 
     def shards(self, name: str) -> list[QueueKeys]:
         """The queue's stored shards (its first only, when none are stored yet);
