@@ -142,6 +142,15 @@ def finished_past_a_lost_write(confirmed_at: float, finished_ms: list[int],
         for at in crashes)
 
 
+def open_past_a_lost_finalize(state: str, finalized: bool, finalized_at: float,
+                              crashes: list[float]) -> bool:
+    """Whether a job still ``open`` is explained by a SIGKILL of Redis that lost the
+    finalize its producer saw return at ``finalized_at`` (epoch seconds): the write fell
+    in the last writes the crash may lose (appendfsync everysec sends a reply before a
+    postponed AOF write). A job its producer never finalized is not explained."""
+    return state == "open" and finalized and lost_in_crash(finalized_at, crashes)
+
+
 def late_value(value: Any) -> bool:
     """Whether a stored result is what a run returned past its timeout (handler.late)."""
     return isinstance(value, dict) and bool(value.get("late"))
@@ -281,6 +290,12 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         total, done, failed = (int(meta.get(k, -1)) for k in ("total", "done", "failed"))
         f.counts["sub-requests"] += total
         if state not in TERMINAL:
+            if rec is not None and open_past_a_lost_finalize(
+                    state, rec.finalized, rec.finalized_at, crashes or []):
+                # its finalize returned in the moment before a SIGKILL of Redis that lost
+                # Redis's last writes (appendfsync everysec): the durability limit
+                f.counts["jobs whose finalize Redis lost in a crash"] += 1
+                continue
             if rec is not None and finished_past_a_lost_write(
                     rec.confirmed_at, [int(e["redis_ms"]) for e in events[jid]], crashes or []):
                 # its own slot's last write (a cancel's, an ack's) was lost with Redis's
@@ -291,6 +306,10 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
                 continue
             detail = (f"small job {jid} {meta}" if meta.get("lane") else
                       _stuck_detail(r, QueueKeys(queue, meta["queue"]), jid, meta))
+            if state == "open" and rec is not None and not rec.finalized:
+                detail += " (its producer never finalized it)"
+            elif state == "open" and rec is not None:
+                detail += f" (its producer's finalize returned at {rec.finalized_at:.3f})"
             f.bad("stuck jobs", detail)
             continue
         f.counts[f"state {state}"] += 1

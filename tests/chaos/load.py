@@ -58,6 +58,8 @@ class JobRecord:
     #: when it was confirmed (epoch s): a SIGKILL of Redis soon after may lose it
     confirmed_at: float = 0.0
     finalized: bool = True
+    #: when its finalize returned (epoch s): a SIGKILL of Redis soon after may lose it
+    finalized_at: float = 0.0
     cancel_sent: bool = False  # a cancel of it was sent (it may end cancelled)
     concurrency: int = 0  # as submitted (0: not known here; its meta says)
     #: re-prioritized concurrencies: (figure, sent ns, returned ns or INF), CLOCK_MONOTONIC
@@ -72,6 +74,9 @@ class JobRecord:
 
     def confirm(self) -> None:
         self.confirmed, self.confirmed_at = True, time.time()
+
+    def finalize_done(self) -> None:
+        self.finalized, self.finalized_at = True, time.time()
 
 
 @dataclass
@@ -283,7 +288,7 @@ class Producer(threading.Thread):
                 rec.payloads.extend(chunk)
         if job is not None:
             self.retry("finalize", job.finalize)
-            rec.finalized = True
+            rec.finalize_done()
 
     def _watch(self, jid: str, what: str, n: int, timeout: float) -> None:
         """Wait until the job's watched runs wrote ``n`` lines of kind ``what`` (S for
@@ -385,7 +390,7 @@ class Producer(threading.Thread):
             rec.payloads.extend(chunk)
             time.sleep(self.rng.uniform(0.0, 0.4))
         self.retry("finalize", job.finalize)
-        rec.finalized = True
+        rec.finalize_done()
 
     def dedup(self) -> None:
         key = f"dk-{self.tag}-{self.seq}"

@@ -55,6 +55,8 @@ VIOLATIONS = ("losses", "double counts", "premature completions", "missing compl
 #: a settling fleet that finishes nothing for this long has stuck jobs (min_idle is 2 s,
 #: the reaper passes every 0.5 s, a lease lasts 3 s, retries wait at most 0.8 s)
 STALL_S = 15.0
+#: the count of jobs a SIGKILL of Redis lost with its last writes (tests/chaos/check.py)
+LOST_JOBS = "jobs lost with Redis's last writes in a crash"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -265,6 +267,10 @@ class Run:
             f"duplicates run {c['duplicates run']}, publications missed while resubscribing "
             f"{c['publications missed while resubscribing']}, published again after a Redis "
             f"crash {c['completions published again after a Redis crash']}",
+            f"durability  lost with Redis's last writes in a crash (appendfsync everysec): "
+            f"jobs {c[LOST_JOBS]}, a job's own last "
+            f"write {c['jobs whose own last write Redis lost in a crash']}, finalizes "
+            f"{c['jobs whose finalize Redis lost in a crash']}",
             f"invariants  losses {v['losses']}, double counts {v['double counts']}, "
             f"premature {v['premature completions']}, missing completions "
             f"{v['missing completions']}, double completions {v['double completions']}",

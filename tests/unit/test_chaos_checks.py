@@ -11,6 +11,7 @@ from tests.chaos.check import (
     finished_past_a_lost_write,
     late_value,
     lost_in_crash,
+    open_past_a_lost_finalize,
     redone_after_crash,
 )
 from tests.chaos.overlap import HOLD_S, NS, Caps, HandlerRun, Liveness, check_caps, read_records
@@ -184,3 +185,15 @@ def test_a_job_whose_own_write_was_lost_in_a_crash_and_finished_after_it_is_excu
     assert not finished_past_a_lost_write(90.0, [101_500], crashes)
     assert not finished_past_a_lost_write(99.8, [], crashes)
     assert not finished_past_a_lost_write(99.8, [101_500], [])
+
+
+def test_an_open_job_whose_finalize_redis_lost_in_a_crash_is_excused_only_then() -> None:
+    crash = 1_000.0
+    # finalize returned 0.1 s before the kill: in the writes the crash may lose
+    assert open_past_a_lost_finalize("open", True, 999.9, [crash])
+    # returned long before the crash, or with no crash at all: a stuck job
+    assert not open_past_a_lost_finalize("open", True, 990.0, [crash])
+    assert not open_past_a_lost_finalize("open", True, 999.9, [])
+    # never finalized by its producer, or not open: not this excuse
+    assert not open_past_a_lost_finalize("open", False, 0.0, [crash])
+    assert not open_past_a_lost_finalize("active", True, 999.9, [crash])
