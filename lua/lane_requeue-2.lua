@@ -2,7 +2,7 @@
   Hand back small-job lane entries a worker read but never started (it is
   stopping, or its queue was paused; or their job was cancelled: the worker's
   heartbeat drops the entries of cancelled jobs it holds but never saw, of a
-  read whose reply was lost, streamq/lane_unseen.py): each is copied to a new
+  read whose reply was lost, streamq/work/lane_unseen.py): each is copied to a new
   entry at the end of its lane stream, then acknowledged and deleted, so
   another worker reads it as new and no delivery is spent. An entry not pending with this
   consumer (reclaimed meanwhile) is left alone. An entry whose job is no

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .client import Job, Queue, StreamingJob
+from streamq.base.models import Completion, JobState, JobStatus, Task
+from streamq.producer.client import Job, Queue, StreamingJob
+from streamq.reaping.reaper import Reaper
+from streamq.work.worker import Worker, current_task
+from streamq.work.worker_options import WorkerOptions
+
 from .errors import (
     ConfigError,
     ConnectionFailed,
@@ -20,15 +25,12 @@ from .errors import (
     WaitTimeout,
     WriteConflict,
 )
-from .models import Completion, JobState, JobStatus, Task
-from .worker import Worker, current_task
-from .worker_options import WorkerOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Completion", "ConfigError", "ConnectionFailed", "DeadLetterReplayed", "Job", "JobClosed", "JobConflict",
     "JobNotFound", "JobState", "JobStatus", "NonRetryable", "PayloadError", "RetryLater", "PayloadTooLarge", "Queue",
-    "RowConflict", "StreamingJob", "StreamqError", "Task", "TotalMismatch", "WaitTimeout", "Worker",
+    "Reaper", "RowConflict", "StreamingJob", "StreamqError", "Task", "TotalMismatch", "WaitTimeout", "Worker",
     "WorkerOptions", "WriteConflict", "current_task",
 ]

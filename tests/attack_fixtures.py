@@ -36,12 +36,14 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from streamq import Queue, Worker, functions, lane
-from streamq.config import GROUP
-from streamq.contract import Arg, Contract, ContractError, Counted, KeyKind
-from streamq.contracts import CONTRACTS, KINDS
-from streamq.keys import JobKeys, QueueKeys
-from streamq.roles import acl_line
+from streamq import Queue, Worker
+from streamq.base.config import GROUP
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.ops.roles import acl_line
+from streamq.producer import lane
+from streamq.storage import functions
+from streamq.storage.contract import Arg, Contract, ContractError, Counted, KeyKind
+from streamq.storage.contracts import CONTRACTS, KINDS
 
 RUNTIME_ROLES = ("producer", "worker", "reaper", "inspector")
 PASSWORDS = {role: f"{role}-attack-secret" for role in RUNTIME_ROLES}

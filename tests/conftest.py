@@ -33,7 +33,8 @@ os.environ.setdefault("STREAMQ_CHECK_CONTRACTS", "1")
 # test's reaper recovers is its own to count
 os.environ.setdefault("STREAMQ_RECOVER", "0")
 
-from streamq import Worker, functions  # noqa: E402
+from streamq import Worker
+from streamq.storage import functions  # noqa: E402
 from tests.fault_points import env_with_fault  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 def completions_of(r: redis.Redis, queue: str) -> Counter[str]:
     """The queue's completion records (its ``events`` stream), counted by job."""
-    from streamq.keys import QueueKeys
+    from streamq.base.keys import QueueKeys
 
     return Counter(f[b"job"].decode() for _, f in r.xrange(QueueKeys(queue).events))
 
@@ -62,7 +63,7 @@ def settled_completions(r: redis.Redis, queue: str, timeout: float = 30) -> Coun
     ``wait`` sees); it is finished in the queue's slot, with its record, by the next
     round trip of the worker (or the reaper), so a record may trail ``wait`` by that.
     """
-    from streamq.keys import QueueKeys
+    from streamq.base.keys import QueueKeys
 
     wait_until(lambda: r.zcard(QueueKeys(queue).active) == 0, timeout, "jobs still registered")
     return completions_of(r, queue)
@@ -71,9 +72,9 @@ def settled_completions(r: redis.Redis, queue: str, timeout: float = 30) -> Coun
 def live_beats(r: Any, queue: str) -> dict[tuple[str, bytes], float]:
     """The heartbeat deadline of every worker registered live on ``queue`` (each beat
     moves it: the queue's ``workers`` set holds worker id -> deadline), by (shard, id)."""
-    from streamq.connection import server_ms
-    from streamq.keys import QueueKeys
-    from streamq.shards import read_shards
+    from streamq.base.keys import QueueKeys
+    from streamq.services.shards import read_shards
+    from streamq.storage.connection import server_ms
 
     out: dict[tuple[str, bytes], float] = {}
     for qk in read_shards(r, queue) or [QueueKeys(queue)]:
@@ -148,7 +149,7 @@ def wait_stalled(r: Any, streams: list[str], idle_s: float, timeout: float = 60)
     """Wait until every entry pending in ``streams`` (their ``workers`` group) has been
     idle ``idle_s`` (XPENDING's idle time: the clock a reaper's min idle is checked on),
     so a reaper with a min idle below that takes each one. Some entry must be pending."""
-    from streamq.config import GROUP
+    from streamq.base.config import GROUP
 
     def stalled() -> bool:
         idle = [e["time_since_delivered"] for st in streams if r.exists(st)
@@ -436,7 +437,7 @@ def subscribers(client: Any, channels: list[str]) -> list[int]:
     """How many subscribers each of ``channels`` has: PUBSUB NUMSUB on a server,
     PUBSUB SHARDNUMSUB on the node owning the channel's slot on a cluster (where
     completions go out with SPUBLISH)."""
-    from streamq.cluster import is_cluster
+    from streamq.storage.cluster import is_cluster
 
     if not is_cluster(client):
         return [int(n) for _, n in client.pubsub_numsub(*channels)]
@@ -454,8 +455,8 @@ class Subscriber:
     subscriber on every channel the process listens to."""
 
     def __init__(self, url: str, queue: str, **env: str) -> None:
-        from streamq.connection import connect
-        from streamq.shards import expected_shards
+        from streamq.services.shards import expected_shards
+        from streamq.storage.connection import connect
 
         full_env = dict(os.environ, STREAMQ_REDIS_URL=url, PYTHONPATH=str(ROOT), **env)
         client = connect(url)

@@ -11,7 +11,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from streamq import hooks
+from streamq.base import hooks
 
 HOOK = "tests.fault_points:install"
 

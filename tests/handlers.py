@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from streamq import current_task
-from streamq.connection import Client, connect
+from streamq.storage.connection import Client, connect
 
 _client: Client | None = None
 
@@ -146,7 +146,7 @@ def stamp(payload: Any) -> Any:
     """Count the start and note it, with Redis's clock (ms), in the list
     ``stamps:<payload["tag"]>`` (``<ms>|<job>:<index>``); sleep ``payload["sleep"]``
     seconds; return ``payload["n"]``."""
-    from streamq.connection import server_ms
+    from streamq.storage.connection import server_ms
 
     key = _start()
     r = _redis()

@@ -14,7 +14,7 @@ from typing import Any
 from conftest import Procs, wait_until
 
 from streamq import Job, JobStatus, NonRetryable, Queue, RetryLater, Worker, current_task
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 
 LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]

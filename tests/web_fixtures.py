@@ -237,7 +237,7 @@ def populate(r: Any, redis_url: str, queue: str, workers: WorkerProcs,
     from conftest import wait_until
 
     from streamq import JobState, Queue
-    from streamq.keys import QueueKeys
+    from streamq.base.keys import QueueKeys
 
     q = Queue(queue, redis_url)
     r.set("refuse:bad", 1)

@@ -1,7 +1,7 @@
 --[[
   streamq's guard: the code every function of the library runs before its own
-  (streamq/contract.py emits the call and each function's declared contract,
-  SQ_SPECS[<script>], from streamq/contracts.py).
+  (streamq/storage/contract.py emits the call and each function's declared contract,
+  SQ_SPECS[<script>], from streamq/storage/contracts.py).
 
   sq_guard(spec, KEYS, ARGV) checks that
     - there are exactly as many KEYS as declared;

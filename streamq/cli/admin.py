@@ -9,9 +9,10 @@ from typing import Annotated
 import redis
 import typer
 
-from .. import setup as setup_
+from streamq.ops import setup as setup_
+from streamq.storage.luaload import library
+
 from ..errors import ConfigError
-from ..luaload import library
 from .common import DEFAULT_URL, JsonOut, RedisUrl, app, client, console, emit_json, error_line
 
 

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Column
 from typer.core import TyperGroup
 
-from ..connection import Client, connect, ping
+from streamq.ops.queue_overview import DeadLetterNotFound, QueueNotFound, require_queue
+from streamq.storage.connection import Client, connect, ping
+
 from ..errors import (
     ConfigError,
     ConnectionFailed,
@@ -25,7 +27,6 @@ from ..errors import (
     PayloadError,
     StreamqError,
 )
-from ..queue_overview import DeadLetterNotFound, QueueNotFound, require_queue
 
 
 class ExitCode(enum.IntEnum):
@@ -237,8 +238,8 @@ CreateOpt = Annotated[bool, typer.Option(
 def existing_queue(name: str, url: str, create: bool = False) -> Any:
     """The queue client of ``name``; QueueNotFound (exit 4) when this Redis holds no key
     of it, unless ``create`` (a mistyped name must not succeed and leave a key)."""
-    from ..client import Queue
-    from ..keys import check_name
+    from streamq.base.keys import check_name
+    from streamq.producer.client import Queue
 
     q = Queue(check_name("queue name", name), client=client(url))
     if not create:

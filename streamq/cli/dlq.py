@@ -9,10 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .. import deadletters, queue_overview
-from ..client import Queue
+from streamq.base.keys import check_name
+from streamq.ops import queue_overview
+from streamq.producer import deadletters
+from streamq.producer.client import Queue
+
 from ..errors import DeadLetterReplayed, StreamqError
-from ..keys import check_name
 from .common import (
     DEFAULT_URL,
     ExitCode,

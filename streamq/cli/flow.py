@@ -6,9 +6,10 @@ from typing import Annotated
 
 import typer
 
-from .. import config
-from ..client import Queue
-from ..keys import check_name
+from streamq.base import config
+from streamq.base.keys import check_name
+from streamq.producer.client import Queue
+
 from .common import (
     DEFAULT_URL,
     CreateOpt,

@@ -14,14 +14,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .. import queue_overview, queue_pending
-from ..client import Queue
-from ..connection import CONNECTION_ERRORS, Client
+from streamq.base.keys import QueueKeys
+from streamq.base.models import Completion, JobState
+from streamq.ops import queue_overview, queue_pending
+from streamq.producer.client import Queue
+from streamq.services.notices import Notices
+from streamq.services.shards import expected_shards
+from streamq.storage.connection import CONNECTION_ERRORS, Client
+
 from ..errors import ConfigError, JobNotFound
-from ..keys import QueueKeys
-from ..models import Completion, JobState
-from ..notices import Notices
-from ..shards import expected_shards
 from .common import (
     DEFAULT_URL,
     ExitCode,

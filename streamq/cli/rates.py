@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
+from streamq.base.keys import check_client
+
 from ..errors import ConfigError
-from ..keys import check_client
 from .common import (
     DEFAULT_URL,
     CreateOpt,

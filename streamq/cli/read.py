@@ -11,14 +11,15 @@ import redis
 import typer
 from rich.table import Table
 
-from .. import queue_overview, queue_pending
-from ..client import Queue
-from ..connection import Client
+from streamq.base.keys import QueueKeys, check_name
+from streamq.base.models import JobStatus
+from streamq.ops import queue_overview, queue_pending
+from streamq.ops.queue_overview import QueueNotFound
+from streamq.producer.client import Queue
+from streamq.services.shards import read_shards
+from streamq.storage.connection import Client
+
 from ..errors import ConnectionFailed, JobNotFound
-from ..keys import QueueKeys, check_name
-from ..models import JobStatus
-from ..queue_overview import QueueNotFound
-from ..shards import read_shards
 from .common import (
     DEFAULT_URL,
     ExitCode,

@@ -9,11 +9,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .. import config, queue_overview, queue_pending
-from ..client import Queue
+from streamq.base import config
+from streamq.base.keys import QueueKeys, check_name
+from streamq.ops import queue_overview, queue_pending
+from streamq.producer.client import Queue
+from streamq.services.shards import registered_queues
+
 from ..errors import ConfigError
-from ..keys import QueueKeys, check_name
-from ..shards import registered_queues
 from ..web import listing
 from .common import (
     DEFAULT_URL,

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import config
+from streamq.base import config
+
 from ..errors import HandlerError, StreamqError
 from .common import (
     DEFAULT_URL,
@@ -161,8 +162,8 @@ def worker(
     its credentials or permissions, or stays unreachable past --redis-wait.
     Every option can also be set by its environment variable (shown in --help).
     """
-    from ..worker import Worker
-    from ..worker_options import WorkerOptions
+    from streamq.work.worker import Worker
+    from streamq.work.worker_options import WorkerOptions
 
     setup_logging(log_level, log_format)
     fn = load_handler(handler)
@@ -175,7 +176,7 @@ def worker(
     w = Worker(queue, fn, redis_url, options=options)
     recovery = None
     if recover:
-        from ..recovery import Recovery
+        from streamq.programs.recovery import Recovery
 
         recovery = Recovery(queue, redis_url, interval_s=config.WORKER_RECOVERY_INTERVAL_S,
                             min_idle_s=min_idle, heartbeat_s=heartbeat).start()
@@ -220,9 +221,9 @@ def reaper(
     Redis refuses access or stays unreachable past --redis-wait.
     Every option can also be set by its environment variable (shown in --help).
     """
-    from ..connection import connect_when_ready
-    from ..reaper import Reaper
-    from ..scheduler import run_reaper
+    from streamq.programs.scheduler import run_reaper
+    from streamq.reaping.reaper import Reaper
+    from streamq.storage.connection import connect_when_ready
 
     setup_logging(log_level, log_format)
     # Redis unreachable, or a cluster not serving yet: wait, then connect as it says
@@ -242,7 +243,7 @@ def demo(
     big: Annotated[int, typer.Option(min=0, help="sub-requests of the one big job")] = 50_000,
 ) -> None:
     """Run an end-to-end pipeline on a private redis-server and print a summary."""
-    from ..demo import run_demo
+    from streamq.programs.demo import run_demo
 
     try:
         ok = run_demo(jobs=jobs, big=big)

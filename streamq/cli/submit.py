@@ -12,12 +12,13 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import config
-from ..client import Queue
-from ..codec import loads_json
+from streamq.base import config
+from streamq.base.codec import loads_json
+from streamq.base.models import JobState, JobStatus
+from streamq.producer.client import Queue
+from streamq.services.notices import Notices
+
 from ..errors import WaitTimeout
-from ..models import JobState, JobStatus
-from ..notices import Notices
 from .common import (
     DEFAULT_URL,
     ExitCode,

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from .. import config
+from streamq.base import config
 
 pipeline_app = typer.Typer(no_args_is_help=True, add_completion=False,
                            pretty_exceptions_show_locals=False,
@@ -114,10 +114,11 @@ def parse_conf(items: list[str]) -> dict[str, str]:
 def _run(input_path: str, output_path: str, queue: str, handler: str, chunk_rows: int,
          priority: int, concurrency: int, master: str, spark_conf: list[str], redis_url: str,
          workers: int, timeout: float | None, json_out: bool, log: str) -> bool:
+    from streamq.base.keys import check_name
+
     from ..cli.common import client, console, emit_json
     from ..cli.run import load_handler
     from ..errors import HandlerError
-    from ..keys import check_name
     from .helpers import check_master
     from .pipeline import check_paths
 

@@ -84,7 +84,8 @@ def _check(spark: Any, input_path: str, output_path: str) -> tuple[int, int, int
 
 def run(rows: int = ROWS, chunk_rows: int = CHUNK_ROWS) -> bool:
     """Run the demo; return True when every row came back with the handler's output."""
-    from ..demo import start_private_redis
+    from streamq.programs.demo import start_private_redis
+
     from .helpers import spark_session
     from .pipeline import run_pipeline
     from .procs import Processes

@@ -14,11 +14,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StructType
 
-from .. import config
-from ..client import Queue
+from streamq.base import config
+from streamq.base.keys import JobKeys
+from streamq.base.models import JobStatus
+from streamq.producer.client import Queue
+
 from ..errors import ConfigError
-from ..keys import JobKeys
-from ..models import JobStatus
 from .source import FORMAT, StreamqDataSource
 
 #: Settings a session from :func:`spark_session` gets unless ``conf`` says otherwise.

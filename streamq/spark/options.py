@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import StructType
 
-from .. import config
+from streamq.base import config
+from streamq.base.keys import check_client, check_name
+from streamq.services.watchdog import MAX_TIMEOUT_S, timeout_ms
+
 from ..errors import ConfigError
-from ..keys import check_client, check_name
-from ..watchdog import MAX_TIMEOUT_S, timeout_ms
 
 #: Redis URL when neither the ``redisUrl`` option nor STREAMQ_REDIS_URL is given.
 DEFAULT_URL = "redis://127.0.0.1:6379/0"

@@ -20,10 +20,11 @@ from pyspark.sql import DataFrame, SparkSession
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import config
-from ..client import Queue
+from streamq.base import config
+from streamq.base.models import JobStatus
+from streamq.producer.client import Queue
+
 from ..errors import ConfigError
-from ..models import JobStatus
 from .helpers import read_results, submit_dataframe
 from .writer import abort_job
 

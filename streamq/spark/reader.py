@@ -42,10 +42,11 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from ..connection import Client, connect, pipelined
+from streamq.base.keys import JobKeys, shard_queue
+from streamq.model.scripts import Scripts
+from streamq.storage.connection import Client, connect, pipelined
+
 from ..errors import JobConflict, JobNotFound
-from ..keys import JobKeys, shard_queue
-from ..scripts import Scripts
 from .options import SourceOptions
 
 #: The schema of a read: one row per settled sub-request.

@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..client import Queue
+from streamq.base.keys import JobKeys
+from streamq.base.models import JobState
+from streamq.producer.client import Queue
+
 from ..errors import ConfigError, JobClosed
-from ..keys import JobKeys
-from ..models import JobState
 from .options import SourceOptions
 from .writer import AddedPartition, WriteTarget, commit_write, open_write, write_partition
 

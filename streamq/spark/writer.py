@@ -36,13 +36,14 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from redis.cluster import RedisCluster
 
-from .. import config
-from ..client import Queue
-from ..connection import connect, undecided
+from streamq.base import config
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.replies import new_token
+from streamq.model.scripts import Call, Scripts
+from streamq.producer.client import Queue
+from streamq.storage.connection import connect, undecided
+
 from ..errors import TotalMismatch, WriteConflict
-from ..keys import JobKeys, QueueKeys
-from ..replies import new_token
-from ..scripts import Call, Scripts
 from .options import SourceOptions
 from .rowids import Chunker, RowIds
 

@@ -17,9 +17,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import config, deadletters
+from streamq.base import config
+from streamq.base.keys import check_name
+from streamq.producer import deadletters
+
 from ..errors import DeadLetterReplayed, JobNotFound, StreamqError
-from ..keys import check_name
 from .backend import transient
 from .pages import back_to, backend_of, error_page, handle, render
 

@@ -18,12 +18,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import queue_overview
-from ..client import Queue
-from ..connection import Client, connect, undecided
+from streamq.base.keys import QUEUES, QueueKeys, check_name
+from streamq.ops import queue_overview
+from streamq.producer.client import Queue
+from streamq.services.shards import read_shards, registered_queues
+from streamq.storage.connection import Client, connect, undecided
+
 from ..errors import ConnectionFailed
-from ..keys import QUEUES, QueueKeys, check_name
-from ..shards import read_shards, registered_queues
 from .snapshots import Snapshots
 from .trends import TrendCache
 

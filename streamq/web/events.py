@@ -21,8 +21,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..keys import check_name
-from ..models import Completion, JobState
+from streamq.base.keys import check_name
+from streamq.base.models import Completion, JobState
+
 from .backend import transient
 from .pages import backend_of, fragment, handle
 from .views import job_detail, queue_table, queue_trends

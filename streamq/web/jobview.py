@@ -14,12 +14,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config, lane
-from ..codec import decode, decode_result
-from ..connection import Client
+from streamq.base import config
+from streamq.base.codec import decode, decode_result
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.models import Completion, JobState, JobStatus
+from streamq.producer import lane
+from streamq.storage.connection import Client
+
 from ..errors import StreamqError
-from ..keys import JobKeys, QueueKeys
-from ..models import Completion, JobState, JobStatus
 
 #: Sub-requests shown on one page of the Job view.
 SUB_PAGE = 100

@@ -19,11 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import lane, queue_overview
-from ..connection import Client
+from streamq.base.keys import JobKeys, QueueKeys, check_name
+from streamq.base.models import JobStatus
+from streamq.ops import queue_overview
+from streamq.producer import lane
+from streamq.storage.connection import Client
+
 from ..errors import StreamqError
-from ..keys import JobKeys, QueueKeys, check_name
-from ..models import JobStatus
 from .registry_merge import (
     CHUNK,
     INF,

@@ -13,9 +13,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from streamq.ops.queue_overview import DeadLetterNotFound, QueueNotFound
+from streamq.services.shards import CorruptShards
+
 from ..errors import ConfigError, JobNotFound, StreamqError
-from ..queue_overview import DeadLetterNotFound, QueueNotFound
-from ..shards import CorruptShards
 from .backend import Backend, transient
 from .security import CSRF_COOKIE, Guard, new_browser_id
 

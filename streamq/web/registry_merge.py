@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..connection import Client
+from streamq.base.keys import check_name
+from streamq.storage.connection import Client
+
 from ..errors import StreamqError
-from ..keys import check_name
 
 #: Jobs shown on one page.
 PAGE_SIZE = 50

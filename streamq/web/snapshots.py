@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import queue_overview
+from streamq.ops import queue_overview
 
 log = logging.getLogger("streamq.web")
 

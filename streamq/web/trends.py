@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import history
-from ..connection import Client
-from ..keys import QueueKeys
+from streamq.base.keys import QueueKeys
+from streamq.services import history
+from streamq.storage.connection import Client
+
 from .charts import Chart, Series, chart
 
 #: Seconds a queue's charts are served before its history is read again (its stats

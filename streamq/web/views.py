@@ -10,10 +10,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import deadletters, queue_overview, queue_pending
+from streamq.base.keys import check_name
+from streamq.ops import queue_overview, queue_pending
+from streamq.producer import deadletters
+from streamq.services.shards import CorruptShards
+
 from ..errors import JobNotFound
-from ..keys import check_name
-from ..shards import CorruptShards
 from . import jobview, listing
 from .backend import Backend, QueueNames, transient
 from .pages import NotFound, backend_of, float_param, guarded, int_param, render

@@ -34,7 +34,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.connection import connect  # noqa: E402
+from streamq.storage.connection import connect  # noqa: E402
 
 
 def calls_by_master(cluster: LocalCluster) -> dict[int, int]:

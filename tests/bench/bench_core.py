@@ -30,7 +30,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.keys import QueueKeys  # noqa: E402
+from streamq.base.keys import QueueKeys  # noqa: E402
 
 BIG, SMALL, SUBMIT_CHUNK, SAMPLES, WARMUP = 100_000, 20_000, 1000, 300, 10
 REPEAT = 3  # runs of each measure; the best is reported (the least disturbed by other load)

@@ -37,7 +37,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.functions import call_command  # noqa: E402
+from streamq.storage.functions import call_command  # noqa: E402
 
 MODULE = Path(__file__).resolve().parents[2] / "module" / "streamq-module.so"
 BIG = 50_000

@@ -33,8 +33,9 @@ import bench_core as core  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from streamq import Queue, config  # noqa: E402
-from streamq.keys import QueueKeys  # noqa: E402
+from streamq import Queue
+from streamq.base import config  # noqa: E402
+from streamq.base.keys import QueueKeys  # noqa: E402
 
 WORKERS, N, SLOW_S, BUSY_S = 2, 8, 1.0, 0.05
 SLOTS = config.DEFAULT_WORKER_CONCURRENCY

@@ -43,7 +43,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.keys import QueueKeys  # noqa: E402
+from streamq.base.keys import QueueKeys  # noqa: E402
 
 N, WORKERS, SUBMITS, SAMPLES, MEM_SMALL = 20_000, 2, 2_000, 300, 5_000
 #: INCRs in flight per process in the async ceiling (the async worker's default concurrency)
@@ -80,7 +80,7 @@ def ceiling_client(url: str, key: str, n: str) -> None:
 
     import redis.asyncio as aredis
 
-    from streamq.worker import new_loop
+    from streamq.work.worker import new_loop
 
     async def run() -> None:
         r = aredis.Redis.from_url(url, socket_timeout=120)

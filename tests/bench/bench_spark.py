@@ -58,8 +58,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from streamq.demo import _free_port  # noqa: E402
-from streamq.keys import JobKeys  # noqa: E402
+from streamq.base.keys import JobKeys  # noqa: E402
+from streamq.programs.demo import _free_port  # noqa: E402
 from streamq.spark.helpers import spark_session, submit_dataframe  # noqa: E402
 
 PARTITIONS, SPLIT, CHUNK_ROWS = 4, 20_000, 100

@@ -31,7 +31,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.keys import JobKeys, QueueKeys  # noqa: E402
+from streamq.base.keys import JobKeys, QueueKeys  # noqa: E402
 
 JOBS, BATCH, RUNS = 100_000, 1_000, 5
 perf = time.perf_counter

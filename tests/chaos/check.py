@@ -43,9 +43,9 @@ from typing import Any
 
 import redis
 
-from streamq.codec import decode_result
-from streamq.keys import JobKeys, QueueKeys
-from streamq.members import owner_worker, token_job
+from streamq.base.codec import decode_result
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.members import owner_worker, token_job
 
 from .handler import expected
 from .load import Ledger, Subscriber

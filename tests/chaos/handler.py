@@ -141,7 +141,7 @@ async def run_async(payload: Any) -> Any:
 
 def _record_beats() -> None:
     """Wrap the worker's heartbeat so each one that went through is recorded."""
-    from streamq.leases import LeaseKeeper
+    from streamq.work.leases import LeaseKeeper
 
     beat = LeaseKeeper.heartbeat
     if getattr(beat, "chaos_recorded", False):
@@ -159,7 +159,8 @@ def _record_beats() -> None:
 def _keep_late_values() -> None:
     """Break the worker on purpose (``python -m tests.chaos --sabotage timeout``), to
     show that the check fires: no timeout at all, what a run returns late is kept."""
-    from streamq import entries, watchdog
+    from streamq.services import watchdog
+    from streamq.work import entries
 
     async def unguarded(coro: Any, limit_s: float | None, deadline: float | None = None
                         ) -> Any:

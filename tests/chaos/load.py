@@ -31,9 +31,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from streamq import Queue, config
+from streamq import Queue
+from streamq.base import config
+from streamq.base.keys import QueueKeys
 from streamq.errors import ConfigError, StreamqError
-from streamq.keys import QueueKeys
 from tests.proxy import ReplyDropProxy
 
 from .handler import now_ns

@@ -34,7 +34,7 @@ from typing import Any
 import redis
 
 from streamq import Queue
-from streamq.keys import QueueKeys
+from streamq.base.keys import QueueKeys
 from tests.proxy import ReplyDropProxy
 
 from .check import TERMINAL, Findings, check, dump, job_ids_in_redis, summarize_unexpected

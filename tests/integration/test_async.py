@@ -13,8 +13,8 @@ import redis
 from conftest import Procs, settled_completions, wait_until
 
 from streamq import JobState, NonRetryable, Queue, Worker, current_task
-from streamq.keys import JobKeys
-from streamq.models import Task
+from streamq.base.keys import JobKeys
+from streamq.base.models import Task
 
 StartWorker = Callable[..., Worker]
 

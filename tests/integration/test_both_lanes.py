@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from streamq import JobState, Queue, Worker
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 
 LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]
@@ -111,7 +111,7 @@ def test_what_a_user_sees_of_a_job_is_the_same_on_both_lanes(
         seen["cancelled"] = {**_seen(q, job.id), "report": (report.state, report.cancelled,
                                                             report.held)}
         # a completion recorded once per job
-        from streamq.keys import QueueKeys
+        from streamq.base.keys import QueueKeys
         records = q.redis.xrange(QueueKeys(q.name).events)
         seen["records"] = sorted(f[b"state"].decode() for _, f in records)
         q.close()
@@ -129,8 +129,8 @@ def test_a_subscriber_gets_one_notice_per_completion_on_both_lanes(
     import json
     import time
 
-    from streamq.keys import QueueKeys
-    from streamq.notices import Notices
+    from streamq.base.keys import QueueKeys
+    from streamq.services.notices import Notices
 
     # Given a subscriber of the queue's channel (SSUBSCRIBE on a cluster)
     q = Queue(queue_name, redis_url)
@@ -164,7 +164,7 @@ def test_a_job_is_found_by_its_own_queue_only_and_its_store_answers_alike(
     and replay settings alike, and a queue that is not the job's does not find it
     (its status, results, wait, cancel and re-prioritize all say JobNotFound)."""
     from streamq import JobNotFound
-    from streamq.job_store import JobSettings, find_job
+    from streamq.producer.job_store import JobSettings, find_job
 
     # Given a queued one-entry job of priority 7, client c1, 4 deliveries, and a
     # second queue on the same server

@@ -27,8 +27,8 @@ from conftest import (
 )
 
 from streamq import JobNotFound, JobState, Queue
-from streamq.keys import JobKeys
-from streamq.replies import new_token
+from streamq.base.keys import JobKeys
+from streamq.base.replies import new_token
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -22,10 +22,10 @@ from conftest import Procs, Subscriber, free_port, reaper_passes
 from typer.testing import CliRunner, Result
 
 from streamq import JobState, NonRetryable, Queue, Worker
+from streamq.base.config import GROUP
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.members import owner_worker
 from streamq.cli import ExitCode, app
-from streamq.config import GROUP
-from streamq.keys import JobKeys, QueueKeys
-from streamq.members import owner_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import redis
 
-from streamq import Queue, Worker, config
-from streamq.codec import encode
-from streamq.keys import JobKeys
-from streamq.reaper import Reaper
-from streamq.scripts import JobReply
-from streamq.slot import Slot
+from streamq import Queue, Worker
+from streamq.base import config
+from streamq.base.codec import encode
+from streamq.base.keys import JobKeys
+from streamq.model.scripts import JobReply
+from streamq.reaping.reaper import Reaper
+from streamq.work.slot import Slot
 
 pytestmark = pytest.mark.cluster_too
 
@@ -66,7 +67,7 @@ def _on_worker_threads() -> bool:
 def subscription(r: redis.Redis) -> Iterator[Callable[[str], Any]]:
     subs: list[Any] = []
 
-    from streamq.notices import Notices
+    from streamq.services.notices import Notices
 
     def subscribe(channel: str) -> Any:
         sub = Notices(r)  # SUBSCRIBE on a standalone Redis, SSUBSCRIBE on a cluster

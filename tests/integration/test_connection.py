@@ -1,4 +1,4 @@
-"""streamq.connection.pipelined: one round trip, raw replies, errors in place."""
+"""streamq.storage.connection.pipelined: one round trip, raw replies, errors in place."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import redis
 from conftest import start_redis
 
-from streamq.connection import connect, pipelined
+from streamq.storage.connection import connect, pipelined
 
 pytestmark = pytest.mark.cluster_too
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from streamq import JobState, Queue
-from streamq.keys import QueueKeys
+from streamq.base.keys import QueueKeys
 
 
 def test_lowering_then_raising_concurrency_never_hands_a_held_token_to_a_second_slot(
@@ -40,8 +40,9 @@ def test_a_cancel_noted_during_a_suspect_entrys_round_trips_stops_its_start(
 
     from conftest import wait_until
 
-    from streamq import Worker, cancels
-    from streamq.keys import JobKeys
+    from streamq import Worker
+    from streamq.base import cancels
+    from streamq.base.keys import JobKeys
 
     # Given a job whose entries were re-added by the reaper as suspect (their worker died)
     q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
@@ -84,7 +85,7 @@ def test_a_cancel_noted_during_a_suspect_entrys_round_trips_stops_its_start(
 def test_a_lane_read_takes_at_most_its_count_whatever_the_number_of_clients(
         redis_url: str) -> None:
     from streamq import Worker
-    from streamq.slot import Slot
+    from streamq.work.slot import Slot
 
     # Given a slot, and a shard whose most urgent priority has the lanes of 40 clients
     q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)

@@ -21,8 +21,8 @@ from streamq import (
     Worker,
     current_task,
 )
-from streamq.connection import server_ms
-from streamq.keys import QUEUES, JobKeys, QueueKeys
+from streamq.base.keys import QUEUES, JobKeys, QueueKeys
+from streamq.storage.connection import server_ms
 
 StartWorker = Callable[..., Worker]
 
@@ -303,7 +303,7 @@ def test_fairness_across_clients(redis_url: str, queue_name: str, workers: Start
 def test_completion_recorded_and_published_once(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
-    from streamq.notices import Notices
+    from streamq.services.notices import Notices
 
     qk = QueueKeys(queue_name)
     sub = Notices(r)  # SUBSCRIBE on a standalone Redis, SSUBSCRIBE on a cluster
@@ -330,7 +330,7 @@ def test_completion_recorded_and_published_once(
     assert completions_of(r, queue_name) == {j.id: 1 for j in jobs}
     # a second finish of a completed job (a crashed worker's retry) changes nothing
     st = jobs[0].status()
-    from streamq.scripts import JobReply
+    from streamq.model.scripts import JobReply
 
     incarnation = r.hget(JobKeys(jobs[0].id).meta, "incarnation").decode()
     call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
@@ -489,7 +489,7 @@ def test_retention_expires_results_and_records(
 def test_retried_submit_resumes_an_interrupted_one(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
-    from streamq import codec, config
+    from streamq.base import codec, config
 
     q = Queue(queue_name, redis_url)
     payloads = list(range(config.ADD_CHUNK * 2 + 7))

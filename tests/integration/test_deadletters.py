@@ -15,12 +15,13 @@ from conftest import Procs
 from proxy import ReplyDropProxy
 from typer.testing import CliRunner
 
-from streamq import DeadLetterReplayed, JobState, NonRetryable, Queue, Worker, deadletters
+from streamq import DeadLetterReplayed, JobState, NonRetryable, Queue, Worker
+from streamq.base.keys import JobKeys
 from streamq.cli import app
-from streamq.connection import connect
-from streamq.keys import JobKeys
-from streamq.reaper import Reaper
-from streamq.scripts import Scripts
+from streamq.model.scripts import Scripts
+from streamq.producer import deadletters
+from streamq.reaping.reaper import Reaper
+from streamq.storage.connection import connect
 
 StartWorker = Callable[..., Worker]
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from streamq import JobState, Queue, Worker, queue_pending
-from streamq.keys import QueueKeys
+from streamq import JobState, Queue, Worker
+from streamq.base.keys import QueueKeys
+from streamq.ops import queue_pending
 
 StartWorker = Callable[..., Worker]
 

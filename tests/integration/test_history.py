@@ -14,15 +14,11 @@ from conftest import Procs, wait_beats, wait_until
 from proxy import ReplyDropProxy
 
 from streamq import JobState, Queue, Worker
-from streamq.config import STATS_WINDOW_MS
-from streamq.connection import server_ms
+from streamq.base.config import STATS_WINDOW_MS
+from streamq.base.keys import QueueKeys
 from streamq.errors import ConfigError
-from streamq.history import (
-    BOUNDS_MS,
-    History,
-    read_history,
-)
-from streamq.keys import QueueKeys
+from streamq.services.history import BOUNDS_MS, History, read_history
+from streamq.storage.connection import server_ms
 
 WORKER = ("--retry-base", "0.1")
 

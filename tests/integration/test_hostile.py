@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from streamq import JobState, PayloadError, Queue, Worker
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested 100,000 deep

@@ -14,13 +14,14 @@ from proxy import ReplyDropProxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import streamq.script_base
-from streamq import Queue, Worker, functions
-from streamq.connection import connect
+import streamq.model.script_base
+from streamq import Queue, Worker
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.models import JobState
 from streamq.errors import ConnectionFailed
-from streamq.keys import JobKeys, QueueKeys
-from streamq.models import JobState
-from streamq.reaper import Reaper
+from streamq.reaping.reaper import Reaper
+from streamq.storage import functions
+from streamq.storage.connection import connect
 
 StartWorker = Callable[..., Worker]
 
@@ -162,13 +163,13 @@ def test_the_intent_costs_no_round_trip_of_its_own(
     # Given every script in the server's cache and a count of round trips
     functions.load(r)
     sent: list[list[bytes]] = []
-    real = streamq.script_base.pipelined
+    real = streamq.model.script_base.pipelined
 
     def counting(client: Any, commands: Any) -> Any:
         sent.append([c[1] if c[0] == "FCALL" else c[0] for c in commands])
         return real(client, commands)
 
-    monkeypatch.setattr(streamq.script_base, "pipelined", counting)
+    monkeypatch.setattr(streamq.model.script_base, "pipelined", counting)
     q = Queue(queue_name, redis_url)
     qk = QueueKeys(queue_name)
     sha = {name: q.scripts.function(name) for name in ("intend_jobs", "create_job",

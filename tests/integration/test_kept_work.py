@@ -27,11 +27,13 @@ import redis
 from conftest import settled_completions, wait_until
 from proxy import ReplyDropProxy
 
-from streamq import JobState, Queue, Worker, cancels, functions
-from streamq.config import GROUP
+from streamq import JobState, Queue, Worker
+from streamq.base import cancels
+from streamq.base.config import GROUP
+from streamq.base.keys import JobKeys
 from streamq.errors import NonRetryable
-from streamq.keys import JobKeys
-from streamq.reaper import Reaper
+from streamq.reaping.reaper import Reaper
+from streamq.storage import functions
 
 #: the reaper's min_idle in these tests: short, so a re-run would show within the test
 MIN_IDLE_S = 1.0

@@ -18,9 +18,9 @@ import redis
 from conftest import Procs, Subscriber, completions_of, wait_stalled, wait_until
 
 from streamq import JobState, Queue, Worker, current_task
-from streamq.connection import server_ms
-from streamq.keys import JobKeys, QueueKeys
-from streamq.reaper import Reaper
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.reaping.reaper import Reaper
+from streamq.storage.connection import server_ms
 
 StartWorker = Callable[..., Worker]
 
@@ -150,7 +150,7 @@ def test_a_lane_submit_sent_twice_enqueues_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     # Given a lane submit whose reply was lost, so the client sends it again
-    from streamq import lane
+    from streamq.producer import lane
 
     q = Queue(queue_name, redis_url)
     qk = q.shards[0]
@@ -168,7 +168,7 @@ def test_a_lane_ack_or_failure_sent_twice_counts_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     # Given two small jobs read by a worker (by hand: XREADGROUP as consumer "w")
-    from streamq.scripts import LaneCtx
+    from streamq.model.scripts import LaneCtx
 
     q = Queue(queue_name, redis_url)
     ok, bad = q.submit_many([[1], [2]], max_deliveries=1)
@@ -198,7 +198,7 @@ def test_a_lane_ack_deletes_exactly_what_it_acknowledged_in_any_order(
 ) -> None:
     # Given 40 small jobs: worker a reads 10, worker b the next 10, a the next 10,
     # and 10 stay unread
-    from streamq.scripts import LaneCtx
+    from streamq.model.scripts import LaneCtx
 
     q = Queue(queue_name, redis_url)
     jobs = q.submit_many([[i] for i in range(40)])

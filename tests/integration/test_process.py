@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 
 from streamq import JobState, Queue
-from streamq.keys import JobKeys, QueueKeys
+from streamq.base.keys import JobKeys, QueueKeys
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,9 +23,9 @@ import redis
 from conftest import ROOT, Procs, settled_completions, wait_until
 
 from streamq import ConfigError, JobState, Queue
-from streamq.connection import server_ms
-from streamq.keys import QueueKeys
-from streamq.rates import take_permits_call
+from streamq.base.keys import QueueKeys
+from streamq.producer.rates import take_permits_call
+from streamq.storage.connection import server_ms
 
 #: time between a permit and the handler's note of the start, allowed, ms
 LAG_MS = 500

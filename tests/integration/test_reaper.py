@@ -12,8 +12,8 @@ import redis
 from conftest import wait_until
 
 from streamq import JobState, Queue, Worker
-from streamq.keys import JobKeys, QueueKeys
-from streamq.reaper import Reaper
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.reaping.reaper import Reaper
 
 StartWorker = Callable[..., Worker]
 

@@ -17,8 +17,9 @@ import pytest
 import redis
 from conftest import ROOT, free_port, module_args, start_redis
 
-from streamq import Queue, functions
-from streamq.keys import JobKeys
+from streamq import Queue
+from streamq.base.keys import JobKeys
+from streamq.storage import functions
 
 Launch = Callable[..., subprocess.Popen[bytes]]
 
@@ -137,7 +138,7 @@ def test_reaper_refused_a_command_exits_3_with_one_line(
     # Given a Redis whose reaper user lacks a command the reaper needs (its lock
     # function, called through the module; `time`, sent by the reaper itself)
     lines = []
-    from streamq.roles import acl_line
+    from streamq.ops.roles import acl_line
 
     shipped = ["user default off", *(acl_line(r, f"{r}-secret") for r in
                                      ("producer", "worker", "reaper", "inspector", "admin"))]

@@ -14,11 +14,12 @@ import pytest
 import redis
 from conftest import Procs, settled_completions, start_redis, wait_stalled
 
-from streamq import JobState, NonRetryable, Queue, Worker, deadletters
-from streamq.connection import server_ms
-from streamq.keys import JobKeys, QueueKeys
-from streamq.reaper import Reaper
-from streamq.scripts import JobReply
+from streamq import JobState, NonRetryable, Queue, Worker
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.model.scripts import JobReply
+from streamq.producer import deadletters
+from streamq.reaping.reaper import Reaper
+from streamq.storage.connection import server_ms
 
 StartWorker = Callable[..., Worker]
 

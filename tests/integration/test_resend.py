@@ -12,9 +12,10 @@ import redis
 from conftest import completions_of, settled_completions
 from proxy import ReplyDropProxy
 
-from streamq import Queue, Worker, codec, config
-from streamq.keys import JobKeys, QueueKeys
-from streamq.models import JobState
+from streamq import Queue, Worker
+from streamq.base import codec, config
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.models import JobState
 
 StartWorker = Callable[..., Worker]
 

@@ -12,9 +12,9 @@ from test_deadletters import dead_letter_directly
 from test_recovery import wait_until
 
 from streamq import Queue
-from streamq.keys import JobKeys
-from streamq.members import token
-from streamq.reaper import Reaper
+from streamq.base.keys import JobKeys
+from streamq.base.members import token
+from streamq.reaping.reaper import Reaper
 
 BAD = {"n": 0, "bad": True}
 

@@ -7,8 +7,9 @@ import time
 import redis
 from conftest import Procs
 
-from streamq import JobState, Queue, deadletters
-from streamq.keys import QueueKeys
+from streamq import JobState, Queue
+from streamq.base.keys import QueueKeys
+from streamq.producer import deadletters
 
 
 def test_a_retried_sub_request_that_kills_its_worker_counts_every_attempt(

@@ -20,9 +20,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from streamq import ConfigError, ConnectionFailed, JobState, Queue, Worker
-from streamq.connection import connect, server_ms
-from streamq.keys import JobKeys, QueueKeys
-from streamq.reaper import Reaper
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.reaping.reaper import Reaper
+from streamq.storage.connection import connect, server_ms
 
 StartWorker = Callable[..., Worker]
 

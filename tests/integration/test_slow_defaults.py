@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import redis
 
-from streamq import JobState, Queue, config
-from streamq.keys import QueueKeys
+from streamq import JobState, Queue
+from streamq.base import config
+from streamq.base.keys import QueueKeys
 
 #: worker processes, and slow sub-requests: as many as their slots together
 WORKERS = 2

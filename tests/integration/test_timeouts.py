@@ -22,8 +22,8 @@ from conftest import ROOT, Procs, settled_completions, wait_beats, wait_until
 from proxy import ReplyDropProxy
 
 from streamq import ConfigError, JobState, Queue, Worker, current_task
-from streamq.keys import JobKeys, QueueKeys
-from streamq.watchdog import MAX_TIMEOUT_S
+from streamq.base.keys import JobKeys, QueueKeys
+from streamq.services.watchdog import MAX_TIMEOUT_S
 
 WORKER = ("--heartbeat", "0.3", "--retry-base", "0.2")
 

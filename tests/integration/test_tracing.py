@@ -30,11 +30,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from streamq import JobState, Queue, Worker, current_task  # noqa: E402
-from streamq import tracing as sq_tracing  # noqa: E402
-from streamq.config import GROUP  # noqa: E402
+from streamq.base.config import GROUP  # noqa: E402
+from streamq.base.keys import JobKeys, QueueKeys  # noqa: E402
+from streamq.base.running import current as entries_current  # noqa: E402
 from streamq.errors import ConfigError  # noqa: E402
-from streamq.keys import JobKeys, QueueKeys  # noqa: E402
-from streamq.running import current as entries_current  # noqa: E402
+from streamq.services import tracing as sq_tracing  # noqa: E402
 
 StartWorker = Callable[..., Worker]
 

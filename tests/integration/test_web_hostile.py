@@ -30,8 +30,8 @@ from conftest import ROOT, module_args, start_redis, wait_until
 from web_fixtures import WebServer, WorkerProcs, login, populate, routes, start_web
 
 from streamq import ConfigError, Queue
-from streamq.keys import QUEUES, QueueKeys
-from streamq.shards import MAX_SHARDS, load_shards, read_shards
+from streamq.base.keys import QUEUES, QueueKeys
+from streamq.services.shards import MAX_SHARDS, load_shards, read_shards
 from streamq.web import listing
 
 VIEWS = re.compile(r'<main\b[^>]*\bdata-view="([^"]+)"')
@@ -263,7 +263,7 @@ def test_pages_through_ties_show_each_job_once(
     """Entries of one score (registered, or finished, in one millisecond) over many
     pages: each job once, in order, whether a registry's ties are read whole or
     searched (TIE_READ made small), with entries that show nothing among them."""
-    from streamq.connection import server_ms
+    from streamq.storage.connection import server_ms
     from streamq.web import registry_merge
 
     monkeypatch.setattr(listing, "PAGE_SIZE", 7)

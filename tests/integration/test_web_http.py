@@ -20,7 +20,7 @@ from conftest import ROOT, module_args, start_redis, wait_until
 from web_fixtures import Data, WebServer, WorkerProcs, csrf_of, populate, routes, start_web
 
 from streamq import JobState, Queue
-from streamq.keys import QueueKeys
+from streamq.base.keys import QueueKeys
 
 XSS = "<script>alert(1)</script>"
 VIEWS = re.compile(r'<main\b[^>]*\bdata-view="([^"]+)"')
@@ -311,7 +311,7 @@ def test_every_action_shows_its_outcome_and_doing_it_twice_changes_nothing_more(
     more (a second cancel, replay or purge finds nothing left to do)."""
     from conftest import completions_of
 
-    from streamq.deadletters import replay_job_id
+    from streamq.producer.deadletters import replay_job_id
 
     q = queue_name
     letter = next(d for d in data.q.dead_letters(job_id=data.dead_job.id)
@@ -423,7 +423,7 @@ def test_no_secret_is_in_any_page_and_actions_use_the_admin_credentials(
 
     passwords = {"inspector": "inspector-secret", "admin": "admin-secret",
                  "producer": "producer-secret"}
-    from streamq.roles import acl_line
+    from streamq.ops.roles import acl_line
 
     (tmp_path / "users.acl").write_text("\n".join(
         ["user default off", *(acl_line(r, f"{r}-secret") for r in

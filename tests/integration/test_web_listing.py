@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("starlette")
 
 from streamq import Queue, Worker  # noqa: E402
-from streamq.connection import server_ms  # noqa: E402
+from streamq.storage.connection import server_ms  # noqa: E402
 from streamq.web import listing  # noqa: E402
 
 StartWorker = Callable[..., Worker]
@@ -105,7 +105,7 @@ def test_charts_scale_to_a_round_top_and_show_lone_points() -> None:
 
 
 def test_a_first_view_does_not_wait_for_a_slow_overview() -> None:
-    from streamq.queue_overview import QueueNotFound
+    from streamq.ops.queue_overview import QueueNotFound
     from streamq.web.snapshots import Snapshots
 
     calls: list[str] = []

@@ -26,10 +26,10 @@ from proxy import ReplyDropProxy
 from typer.testing import CliRunner
 
 from streamq import JobState, Queue, Worker, current_task
+from streamq.base.keys import QueueKeys
 from streamq.cli import ExitCode, app
-from streamq.connection import connect, server_ms
-from streamq.keys import QueueKeys
-from streamq.scripts import Scripts
+from streamq.model.scripts import Scripts
+from streamq.storage.connection import connect, server_ms
 
 StartWorker = Callable[..., Worker]
 

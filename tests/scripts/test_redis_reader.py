@@ -10,7 +10,7 @@ import pytest
 import redis
 from hiredis import pack_command
 
-from streamq.wire import read_replies
+from streamq.storage.wire import read_replies
 
 
 def test_redis_pys_hiredis_reader_is_the_path_streamq_reads_replies_by(

@@ -9,11 +9,12 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from streamq import Queue, functions
+from streamq import Queue
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.errors import JobClosed
-from streamq.keys import JobKeys, QueueKeys
-from streamq.luaload import library, load_all
-from streamq.scripts import Call, CreateReply, JobReply, Scripts
+from streamq.model.scripts import Call, CreateReply, JobReply, Scripts
+from streamq.storage import functions
+from streamq.storage.luaload import library, load_all
 
 SCRIPTS = load_all()
 

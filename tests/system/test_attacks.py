@@ -2,7 +2,7 @@
 
 With streamq's module, a runtime role holds no write command of its own: each function
 it may call (streamq.roles.FUNCTIONS) is all it can change anything with, and each
-runs the guard first (lua/library/guard.lua, from streamq/contracts.py). Here every
+runs the guard first (lua/library/guard.lua, from streamq/storage/contracts.py). Here every
 function of the producer, the worker and the reaper gets its valid call (built from its
 declared contract, for the attacker's queue and jobs, with real state behind them) and
 mutated ones: a key of the victim's tag, of another kind, outside ``sq:``, of an invalid
@@ -56,11 +56,11 @@ from attack_fixtures import (
 )
 from conftest import TOPOLOGIES, module_args, start_redis
 
-from streamq.config import GROUP
-from streamq.contracts import CONTRACTS
-from streamq.keys import QueueKeys
-from streamq.luaload import build_library, bundled
-from streamq.roles import FUNCTIONS
+from streamq.base.config import GROUP
+from streamq.base.keys import QueueKeys
+from streamq.ops.roles import FUNCTIONS
+from streamq.storage.contracts import CONTRACTS
+from streamq.storage.luaload import build_library, bundled
 
 #: mutated calls per function, per role and setup (and one valid call); a deeper run:
 #: STREAMQ_ATTACKS_PER_FUNCTION=1000 STREAMQ_ATTACKS_SEED=<any text> pytest -s tests/system/test_attacks.py

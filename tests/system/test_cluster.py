@@ -26,9 +26,9 @@ from redis_cluster import LocalCluster
 
 from streamq import JobState, Queue, Worker
 from streamq.cli import ExitCode
-from streamq.cluster import slot_of
-from streamq.connection import connect, pipelined, undecided
 from streamq.errors import ConfigError
+from streamq.storage.cluster import slot_of
+from streamq.storage.connection import connect, pipelined, undecided
 
 pytestmark = [pytest.mark.cluster, pytest.mark.cluster_too]
 
@@ -53,7 +53,7 @@ def test_a_url_to_any_node_gets_a_cluster_client(cluster: LocalCluster) -> None:
 
 
 def test_an_evicting_master_of_the_cluster_is_named(cluster: LocalCluster) -> None:
-    from streamq.eviction import evicting_nodes
+    from streamq.services.eviction import evicting_nodes
 
     c = connect(cluster.url)
     assert evicting_nodes(c) == []
@@ -355,8 +355,8 @@ def test_a_master_killed_under_load_fails_over_and_every_job_ends(tmp_path: Path
 def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
         cluster: LocalCluster) -> None:
     # Given a subscriber to a queue's completions, and a plain SUBSCRIBE on another master
-    from streamq.keys import QueueKeys
-    from streamq.notices import Notices
+    from streamq.base.keys import QueueKeys
+    from streamq.services.notices import Notices
 
     q = Queue("notices", cluster.url)
     job_id = "notice-1"
@@ -395,7 +395,7 @@ def test_completions_use_sharded_pub_sub_and_reach_no_other_node(
 def test_cluster_errors_are_transient_and_refused_access_is_not() -> None:
     from redis.exceptions import AskError, ClusterError, MovedError, RedisClusterException
 
-    from streamq.connection import is_access_error, is_transient
+    from streamq.storage.connection import is_access_error, is_transient
 
     assert is_transient(RedisClusterException("All slots are not covered"))
     assert is_transient(ClusterError("TTL exhausted"))
@@ -413,8 +413,8 @@ def test_cluster_errors_are_transient_and_refused_access_is_not() -> None:
 def test_a_whole_cluster_down_is_waited_for_not_raised(cluster: LocalCluster) -> None:
     import logging
 
-    from streamq.connection import wait_for_redis
     from streamq.errors import ConnectionFailed
+    from streamq.storage.connection import wait_for_redis
 
     c = connect(cluster.url)
     for n in cluster.nodes:
@@ -443,8 +443,8 @@ def test_a_submit_never_creates_a_job_without_its_intent(cluster: LocalCluster) 
     q.open(job_id="warm-up")  # the scripts are in every master's cache (no NOSCRIPT below)
     cluster.kill(next(n for n in cluster.nodes if n.port == home.port))
     # When a producer opens the job: its intent cannot be written
-    from streamq import cluster as routing
     from streamq.errors import ConnectionFailed
+    from streamq.storage import cluster as routing
 
     budget, routing.RETRY_BUDGET_S = routing.RETRY_BUDGET_S, 1.0
     try:

@@ -22,7 +22,7 @@ import redis
 from conftest import MODULE, ROOT, free_port, module_args, start_redis, wait_until
 
 from streamq import ConnectionFailed, JobState, NonRetryable, Queue, Worker
-from streamq.reaper import Reaper
+from streamq.reaping.reaper import Reaper
 
 ROLES = ("producer", "worker", "reaper", "inspector", "admin")
 #: what every example secret committed in deploy/secrets/ holds
@@ -427,8 +427,8 @@ def test_a_worker_refuses_a_redis_that_may_evict_keys_unless_allowed(
 def test_the_worker_role_may_read_the_eviction_policy(
     acl_redis: dict[str, str], queue_name: str
 ) -> None:
-    from streamq.connection import connect
-    from streamq.eviction import evicting_nodes
+    from streamq.services.eviction import evicting_nodes
+    from streamq.storage.connection import connect
 
     client = connect(acl_redis["worker"])
     assert evicting_nodes(client) == []  # read with INFO, and noeviction

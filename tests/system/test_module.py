@@ -21,9 +21,10 @@ import redis
 from conftest import module_args, start_redis, wait_until
 from redis.cluster import RedisCluster
 
-from streamq import JobState, Queue, Worker, functions
-from streamq.keys import JobKeys
-from streamq.luaload import TIME_FUNCTION
+from streamq import JobState, Queue, Worker
+from streamq.base.keys import JobKeys
+from streamq.storage import functions
+from streamq.storage.luaload import TIME_FUNCTION
 
 
 def _module_server(tmp: Any, *extra: str, library: str = "") -> Iterator[tuple[str, Any]]:

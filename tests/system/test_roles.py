@@ -30,18 +30,11 @@ import redis
 from conftest import ROOT, TOPOLOGIES, module_args, start_redis, subscribers, wait_until
 from redis.cluster import RedisCluster
 
-from streamq import JobState, Queue, Worker, roles
-from streamq.luaload import library
-from streamq.reaper import Reaper
-from streamq.roles import (
-    DIRECT,
-    FUNCTIONS,
-    SCOPED,
-    acl_rules,
-    commands_of,
-    keys_of,
-    write_keys,
-)
+from streamq import JobState, Queue, Worker
+from streamq.ops import roles
+from streamq.ops.roles import DIRECT, FUNCTIONS, SCOPED, acl_rules, commands_of, keys_of, write_keys
+from streamq.reaping.reaper import Reaper
+from streamq.storage.luaload import library
 
 PASSWORDS = {"producer": "producer-secret", "worker": "worker-secret",
              "reaper": "reaper-secret", "inspector": "inspector-secret",
@@ -254,7 +247,7 @@ def _fcall(c: redis.Redis, mode: str, fname: str, *keys: str) -> Any:
 
 
 #: The only keys each write a role sends itself may reach with the module, named here
-#: and not read from streamq.roles.SCOPED (a table that widened one would pass).
+#: and not read from streamq.ops.roles.SCOPED (a table that widened one would pass).
 SCOPES = {
     "hsetnx": ("sq:{*}:config",),
     "sadd": ("sq:queues",),
@@ -264,7 +257,7 @@ SCOPES = {
 }
 
 #: Kinds of key each runtime role may not write without the module, written out here and
-#: not read from streamq.roles (a role table that gave a role every kind would pass a
+#: not read from streamq.ops.roles (a role table that gave a role every kind would pass a
 #: check that reads its expectations from that table)
 NOT_WRITTEN = {
     "producer": ("sq:{x}:buckets", "sq:{x}:dead", "sq:{x}:lerrors", "sq:{x}:lresults",
@@ -503,9 +496,9 @@ def test_the_inspector_reads_the_history_the_workers_beats_write(
     acl: dict[str, str], queue_name: str
 ) -> None:
     # Given a worker logged in as its role that ran a job of 3 sub-requests
-    from streamq.connection import connect
-    from streamq.history import read_history
-    from streamq.shards import read_shards
+    from streamq.services.history import read_history
+    from streamq.services.shards import read_shards
+    from streamq.storage.connection import connect
 
     producer = Queue(queue_name, acl["producer"])
     job = producer.submit([1, 2, 3], concurrency=3)
@@ -557,8 +550,8 @@ def test_a_forged_completion_notice_is_not_taken_for_a_completion(
             watcher.close()
         # When a credential that may publish on the queue's channels forges its completion
         # (no runtime role may: only the admin)
-        from streamq.keys import QueueKeys
-        from streamq.models import Completion
+        from streamq.base.keys import QueueKeys
+        from streamq.base.models import Completion
 
         fake = Completion(job.id, queue_name, JobState.SUCCEEDED, 2, 2, 0, 1).as_dict()
         qk = producer.shards[0]
@@ -606,7 +599,7 @@ def test_the_operations_doc_lists_each_roles_writes_without_the_module() -> None
 
 
 def _client(url: str) -> Any:
-    from streamq.connection import connect
+    from streamq.storage.connection import connect
 
     return connect(url)
 
@@ -655,8 +648,8 @@ def test_a_worker_credential_still_acknowledges_work_with_made_up_results(
 
 def test_a_reaper_credential_still_holds_the_pass_lock_and_reclaims_by_its_min_idle(
         acl: dict[str, str]) -> None:
-    from streamq.keys import JobKeys, QueueKeys
-    from streamq.scripts import Scripts
+    from streamq.base.keys import JobKeys, QueueKeys
+    from streamq.model.scripts import Scripts
 
     # Given a big job whose entries a consumer read and still holds
     q = f"rowr-{uuid.uuid4().hex[:6]}"
@@ -677,8 +670,8 @@ def test_an_inspector_credential_reads_and_subscribes_only(acl: dict[str, str]) 
     job = Queue(q, acl["admin"]).submit([1, 2])
     r = _client(acl["inspector"])
     assert r.hgetall(f"sq:{{{job.id}}}:meta")
-    from streamq.keys import QueueKeys
-    from streamq.notices import Notices
+    from streamq.base.keys import QueueKeys
+    from streamq.services.notices import Notices
     with Notices(r) as n:
         n.subscribe(QueueKeys(q).channel)
     for call in (("HSET", f"sq:{{{job.id}}}:meta", "state", "x"), ("SADD", "sq:queues", "x"),

@@ -21,10 +21,10 @@ from redis.crc import key_slot
 from typer.testing import CliRunner
 
 from streamq import JobState, NonRetryable, Queue, Worker
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.cli import app
-from streamq.keys import JobKeys, QueueKeys
-from streamq.reaper import Reaper
-from streamq.shards import SHARDS_PER_MASTER, shard_index
+from streamq.reaping.reaper import Reaper
+from streamq.services.shards import SHARDS_PER_MASTER, shard_index
 
 pytestmark = pytest.mark.sharded
 StartWorker = Callable[..., Worker]
@@ -247,7 +247,7 @@ def test_a_queue_used_before_shards_keeps_one(r: Any, redis_url: str, topology: 
 def test_shard_tags_land_on_distinct_masters(topology: str, redis_url: str, r: Any) -> None:
     if topology != "cluster":
         pytest.skip("placement is a cluster's")
-    from streamq.shards import choose_tags
+    from streamq.services.shards import choose_tags
 
     owner = [""] * 16384
     for slot, nodes in r.nodes_manager.slots_cache.items():

@@ -21,7 +21,7 @@ from conftest import wait_stalled
 from test_shards import asked, expected, job_on, settled
 
 from streamq import JobState, Queue, Worker
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 
 pytestmark = pytest.mark.sharded
 StartWorker = Callable[..., Worker]
@@ -174,7 +174,7 @@ def test_spark_writes_and_reads_jobs_on_every_shard_a_retried_task_included(
 
         ctx = TaskContext.get()
         if ctx is not None and ctx.attemptNumber() == 0 and i == 30_000:
-            from streamq.connection import connect
+            from streamq.storage.connection import connect
 
             client = connect(url)
             deadline = time.monotonic() + 30

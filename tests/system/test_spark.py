@@ -31,7 +31,7 @@ from streamq import (
     Worker,
     WriteConflict,
 )
-from streamq.keys import JobKeys, QueueKeys
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.spark.helpers import read_results, submit_dataframe, wait_job
 from streamq.spark.source import SourceOptions
 from streamq.spark.writer import StreamqWriter, abort_job
@@ -330,7 +330,7 @@ def test_retried_task_adds_no_duplicate_sub_requests(
 
         ctx = TaskContext.get()
         if ctx is not None and ctx.attemptNumber() == 0 and i == 30_000:
-            from streamq.connection import connect
+            from streamq.storage.connection import connect
 
             client = connect(url)
             deadline = time.monotonic() + 30

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamq import JobState, Queue, Worker
-from streamq.keys import JobKeys, QueueKeys
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.spark.helpers import read_results, submit_dataframe, wait_job
 
 pytestmark = pytest.mark.spark
@@ -67,7 +67,7 @@ def shuffled_and_failing(spark: SparkSession, url: str, job: str, fail_at: int) 
         key = (ctx.partitionId(), ctx.taskAttemptId())
         counters[key] = counters.get(key, 0) + 1
         if counters[key] == fail_at:
-            from streamq.connection import connect
+            from streamq.storage.connection import connect
 
             client = connect(url)
             mine = f"|{ctx.partitionId()}|0"
@@ -139,7 +139,7 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
             ctx = TaskContext.get()
             attempt = ctx.attemptNumber() if ctx else 0
             if attempt == 0 and i == 45_000:
-                from streamq.connection import connect
+                from streamq.storage.connection import connect
 
                 # rows this attempt added (values ``index|digest|partition|attempt``):
                 # the other partition's rows must not count, or this attempt could fail

@@ -28,8 +28,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streamq import JobState, Worker
+from streamq.base.keys import QueueKeys
 from streamq.errors import ConfigError
-from streamq.keys import QueueKeys
 from streamq.spark.helpers import (
     check_master,
     read_results,

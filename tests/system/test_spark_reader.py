@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 from streamq.spark.reader import (
     READ_CHUNK,
     IndexRange,

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from streamq import JobState, Queue
-from streamq.keys import JobKeys
+from streamq.base.keys import JobKeys
 from streamq.spark import finalize_job
 
 pytestmark = pytest.mark.spark

@@ -23,7 +23,7 @@ from conftest import ROOT, completions_of, wait_until
 from web_fixtures import Data, WebServer, WorkerProcs, check_not_blank, login, routes
 
 from streamq import JobState, Queue
-from streamq.deadletters import replay_job_id
+from streamq.producer.deadletters import replay_job_id
 
 SAVE = os.environ.get("STREAMQ_SAVE_SCREENSHOTS") == "1"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from streamq import floors_doc
+from streamq.ops import floors_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -13,7 +13,7 @@ PYPROJECT = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 def test_the_architecture_docs_diagram_is_made_from_the_floors_contract() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert floors_doc.render(text, PYPROJECT) == text, "run: python -m streamq.floors_doc"
+    assert floors_doc.render(text, PYPROJECT) == text, "run: python -m streamq.ops.floors_doc"
 
 
 def test_every_floor_is_read_with_its_group_top_first() -> None:

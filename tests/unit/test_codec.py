@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from streamq.codec import decode, decode_result, encode, encode_result
+from streamq.base.codec import decode, decode_result, encode, encode_result
+from streamq.base.models import Completion, JobState, completion_message
 from streamq.errors import PayloadError, PayloadTooLarge
-from streamq.models import Completion, JobState, completion_message
 
 
 @pytest.mark.parametrize("value", [b"\x00\xff", "héllo", {"a": [1, 2.5, None]}, 7, None, [], ""])

@@ -11,9 +11,9 @@ import pytest
 import typer
 
 from streamq.cli.submit import parse_argument, parse_jsonl
-from streamq.connection import cluster_mode, password_from_file
 from streamq.errors import ConfigError
-from streamq.rates import parse_rates
+from streamq.producer.rates import parse_rates
+from streamq.storage.connection import cluster_mode, password_from_file
 from streamq.web.registry_merge import format_cursor, parse_cursor
 
 

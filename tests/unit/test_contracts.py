@@ -1,4 +1,4 @@
-"""Each script's one declared contract (streamq/contracts.py) against everything said of it
+"""Each script's one declared contract (streamq/storage/contracts.py) against everything said of it
 elsewhere: the Lua header, the error codes, the roles, the doc tables. No server."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from streamq import contract_docs, roles
-from streamq.contract import Arg, ContractError, Counted
-from streamq.contracts import CONTRACTS, KINDS
-from streamq.luaload import build_library, bundled
-from streamq.replies import ScriptErrorCode
+from streamq.base.replies import ScriptErrorCode
+from streamq.ops import contract_docs, roles
+from streamq.storage.contract import Arg, ContractError, Counted
+from streamq.storage.contracts import CONTRACTS, KINDS
+from streamq.storage.luaload import build_library, bundled
 
 SCRIPTS = bundled()
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_roles_come_from_the_contracts() -> None:
 
 def test_the_design_docs_tables_are_made_from_the_contracts() -> None:
     text = (ROOT / "docs" / "design" / "scripts.md").read_text(encoding="utf-8")
-    assert contract_docs.render(text) == text, "run: python -m streamq.contract_docs"
+    assert contract_docs.render(text) == text, "run: python -m streamq.ops.contract_docs"
 
 
 def test_every_function_runs_the_guard_first_and_takes_no_command_from_its_caller() -> None:

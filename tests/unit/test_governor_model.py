@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from streamq.config import MAX_AUTO_BATCH, MAX_AUTO_PREFETCH, SLOW_ENTRY_S
-from streamq.governor import (
+from streamq.base.config import MAX_AUTO_BATCH, MAX_AUTO_PREFETCH, SLOW_ENTRY_S
+from streamq.base.governor import (
     FIRST_TRIAL_S,
     MAX_WINDOW_S,
     WINDOW_S,

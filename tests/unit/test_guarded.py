@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from streamq import watchdog
 from streamq.errors import HandlerTimeout
-from streamq.watchdog import Watchdog, guarded
+from streamq.services import watchdog
+from streamq.services.watchdog import Watchdog, guarded
 
 
 async def _stubborn(total_s: float) -> str:

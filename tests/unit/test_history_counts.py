@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from streamq.history import ActivityCounter, percentile
+from streamq.services.history import ActivityCounter, percentile
 
 
 def test_the_counter_sums_every_thread_and_keeps_a_batch_until_it_is_sent() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamq import hooks
+from streamq.base import hooks
 from streamq.errors import ConfigError
 from tests import fault_points
 

@@ -1,4 +1,4 @@
-"""streamq.keys, the single source of key names: every key of a queue shard shares
+"""streamq.base.keys, the single source of key names: every key of a queue shard shares
 one cluster slot, every key of a job shares another, and bad names are refused
 before any key is built. No server: the slot is redis-py's own CRC16."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from streamq import keys, members
+from streamq.base import keys, members
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.errors import ConfigError
-from streamq.keys import JobKeys, QueueKeys
 
 
 def _names(obj: Any) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamq.errors import ScriptLoadError
-from streamq.luaload import (
+from streamq.storage.luaload import (
     LuaScript,
     _lua_dir_for,
     assemble,
@@ -252,7 +252,7 @@ def test_lua_dir_prefers_the_shipped_directory(tmp_path: Path) -> None:
 
 
 def test_lua_dir_is_next_to_the_package() -> None:
-    import streamq.luaload as luaload
+    import streamq.storage.luaload as luaload
 
-    package = Path(luaload.__file__).resolve().parent
+    package = Path(luaload.__file__).resolve().parent.parent
     assert lua_dir() in (package / "lua", package.parent / "lua")

@@ -7,7 +7,7 @@ from bisect import bisect_left
 
 from prometheus_client import CollectorRegistry
 
-from streamq.metrics import BUCKETS, BatchHistogram
+from streamq.base.metrics import BUCKETS, BatchHistogram
 
 
 def test_a_batch_is_counted_as_values_one_by_one_would_be() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamq.models import Completion, JobState
+from streamq.base.models import Completion, JobState
 from streamq.web.charts import HEIGHT, WIDTH, Series, chart
 from streamq.web.pages import ENV, fragment
 from streamq.web.security import same_origin

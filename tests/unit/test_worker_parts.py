@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from streamq import config
+from streamq.base import config
+from streamq.base.keys import QueueKeys
+from streamq.base.replies import Call
 from streamq.errors import ConfigError, NonRetryable, RetryLater
-from streamq.keys import QueueKeys
-from streamq.replies import Call
-from streamq.round_trip import RoundTrip
-from streamq.shards import most_urgent_shard
-from streamq.worker_options import WorkerOptions
+from streamq.services.shards import most_urgent_shard
+from streamq.work.round_trip import RoundTrip
+from streamq.work.worker_options import WorkerOptions
 
 # -- options ---------------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ def test_each_part_gets_its_own_replies_calls_first_then_commands() -> None:
 
 
 def test_a_reaper_pass_is_logged_in_words_not_as_a_repr() -> None:
-    from streamq.reap_parts import PassReport
+    from streamq.reaping.reap_parts import PassReport
 
     report = PassReport(leases_returned=2, reclaimed=3, dead_workers=["w1", "w2"])
     line = report.summary()
@@ -143,7 +143,7 @@ def test_a_reaper_pass_is_logged_in_words_not_as_a_repr() -> None:
 def test_a_handler_that_cannot_take_one_payload_is_refused_at_start() -> None:
     import functools
 
-    from streamq.worker_options import check_handler
+    from streamq.work.worker_options import check_handler
 
     def two(a: Any, b: Any) -> None: ...
 
@@ -168,7 +168,7 @@ def test_a_handler_that_cannot_take_one_payload_is_refused_at_start() -> None:
 def test_a_result_that_cannot_be_stored_is_not_retried() -> None:
     import datetime
 
-    from streamq.codec import encode_result
+    from streamq.base.codec import encode_result
     from streamq.errors import PayloadError, ResultError
 
     with pytest.raises(ResultError, match="cannot be stored") as info:
@@ -185,7 +185,7 @@ def test_a_lane_the_reaper_dropped_is_not_a_warning(caplog: pytest.LogCaptureFix
 
     import redis
 
-    from streamq.lane_reads import LaneReads
+    from streamq.work.lane_reads import LaneReads
 
     reads = LaneReads(None)  # type: ignore[arg-type]  # parse reads nothing of the worker
     qk = QueueKeys("q")
@@ -205,7 +205,7 @@ def test_a_rare_recovery_pass_reads_an_outage_that_lapses_registrations_as_unwat
     than twice the heartbeat (which lapses a registration) must read as an unwatched gap,
     or the first pass after it presumes live workers dead and hands their tokens on
     (the fault suite's cap exceeded, with a 15 s pass and 0.3 s beats)."""
-    from streamq.recovery import Recovery
+    from streamq.programs.recovery import Recovery
 
     assert Recovery("q", "redis://127.0.0.1:1/0", interval_s=15.0, min_idle_s=60.0,
                     heartbeat_s=0.3).watched_gap_s == pytest.approx(0.6)

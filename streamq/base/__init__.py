@@ -1,0 +1,1 @@
+"""The base floor: keys, codecs, models, replies, settings and counters. No Redis."""

@@ -1,0 +1,150 @@
+"""The scripts of the small-job lane (:mod:`streamq.lane`): one typed method each.
+
+Every lane script runs in one queue shard's slot: the lane streams, the small
+jobs' records, results and errors, the events and the dead letters all carry
+the shard's hash tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from streamq.base.config import DEFAULT_DEAD_MAXLEN, GROUP, WAKE_CAP
+from streamq.base.keys import QueueKeys
+from streamq.base.members import lane_member
+from streamq.base.replies import Call, raise_for_code
+from streamq.model.script_base import ScriptsBase
+from streamq.services import tracing
+
+
+class QueueSettings(Protocol):
+    """A queue's name and the settings its completions are written with (what
+    :meth:`LaneCtx.of` reads of a queue client)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def events_maxlen(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class LaneCtx:
+    """What every lane script that completes jobs is told: where completions go."""
+
+    queue: str
+    events_maxlen: int
+    events_retention_ms: int
+    dead_maxlen: int = DEFAULT_DEAD_MAXLEN
+
+    @classmethod
+    def of(cls, q: QueueSettings) -> LaneCtx:
+        """The settings of queue client ``q`` (its retention and events cap)."""
+        return cls(queue=q.name, events_maxlen=q.events_maxlen,
+                   events_retention_ms=q.retention_ms)
+
+    def args(self, qk: QueueKeys) -> list[Any]:
+        """The head of the call's arguments (channels, the queue's name and the
+        publish command are the function's own, from the keys' tag)."""
+        return [GROUP, self.events_maxlen, self.events_retention_ms]
+
+
+class LaneScripts(ScriptsBase):
+    """Lane scripts (keys of :class:`streamq.keys.QueueKeys`)."""
+
+    @staticmethod
+    def lane_submit_call(qk: QueueKeys, priority: int, client: str,
+                         jobs: Sequence[tuple[str, str, bytes, bytes]]) -> Call:
+        """Submit small jobs into one lane: (job id, JSON record, type, payload) each;
+        the reply is Redis's clock, then 1 per job submitted now, 0 per job recorded
+        before. See lane_submit-5.lua."""
+        args: list[Any] = [GROUP, lane_member(priority, client), priority, WAKE_CAP]
+        for job, record, kind, payload in jobs:
+            args += [job, record, kind, payload]
+        if tracing.ACTIVE and (trace := tracing.entry_context()):
+            args.append(trace)
+        return Call("lane_submit",
+                    (qk.lane(priority, client), qk.lanes, qk.ljobs, qk.lactive, qk.wake), args)
+
+    @staticmethod
+    def lane_ack_call(qk: QueueKeys, stream: str, ctx: LaneCtx,
+                      done: Sequence[tuple[str, str, bytes]]) -> Call:
+        """Acknowledge and complete small jobs of one lane stream: (entry id, job id,
+        encoded result) each; replies {acknowledged, completed}. See lane_ack-8.lua."""
+        args = ctx.args(qk)
+        for eid, job, result in done:
+            args += [eid, job, result]
+        return Call("lane_ack", (stream, qk.ljobs, qk.lresults, qk.lerrors, qk.lstarts,
+                                 qk.lactive, qk.ldone, qk.events), args)
+
+    @staticmethod
+    def lane_fail_call(qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *, entry_id: str,
+                       job: str, attempts: int, delay_ms: int, error: str, kind: bytes,
+                       payload: bytes, trace: str = "") -> Call:
+        """Report a failed attempt of a small job: a retry after ``delay_ms`` (-1: dead
+        letter now); replies 0 settled already, 1 retry, 2 dead-lettered. ``trace``: the
+        entry's trace context, which its retry carries. See lane_fail-10.lua."""
+        prio, client = lane
+        args = [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
+                attempts, delay_ms, error, kind, payload]
+        if trace:
+            args.append(trace)
+        return Call("lane_fail",
+                    (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lerrors,
+                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries), args)
+
+    @staticmethod
+    def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:
+        """Move a lane's due retries back into its stream; replies {moved, ms until the
+        next is due or -1}. See lane_promote-5.lua."""
+        prio, client = lane
+        return Call("lane_promote",
+                    (qk.lane_retry(prio, client), qk.lane(prio, client), qk.retries, qk.wake,
+                     qk.lanes),
+                    (limit, lane_member(prio, client), WAKE_CAP, GROUP))
+
+    def lane_drop(self, qk: QueueKeys, lane: tuple[int, str]) -> bool:
+        """Drop a lane with no entry and no retry (stream, group, registry entry); False
+        when it has work. See lane_drop-3.lua."""
+        prio, client = lane
+        return bool(self.run("lane_drop", (qk.lane(prio, client), qk.lane_retry(prio, client),
+                                           qk.lanes),
+                             (GROUP, lane_member(prio, client))))
+
+    def lane_reclaim(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *,
+                     consumer: str, min_idle_ms: int, cursor: str, count: int,
+                     max_deliveries: int = 0) -> tuple[str, int, int]:
+        """One XAUTOCLAIM slice of a lane's stalled entries; (next cursor, re-added,
+        dead-lettered). Also forgets finished jobs past their retention. See
+        lane_reclaim-9.lua."""
+        prio, client = lane
+        r = self.run("lane_reclaim",
+                     (qk.lane(prio, client), qk.ljobs, qk.lerrors, qk.lstarts, qk.lactive,
+                      qk.ldone, qk.events, qk.dead, qk.lresults),
+                     [*ctx.args(qk), ctx.dead_maxlen, consumer, min_idle_ms, cursor, count,
+                      max_deliveries])
+        nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
+        return nxt, int(r[1]), int(r[2])
+
+    def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str,
+                    closer: str = "") -> tuple[bool, str]:
+        """Cancel a small job: (whether this call cancelled it, the id of its entry a
+        worker holds or ""). ``closer`` names the call: sent again after a lost reply,
+        it replies as the call that cancelled. JobNotFound-coded reply for no record.
+        See lane_cancel-6.lua."""
+        prio, client = lane
+        r = self.run("lane_cancel",
+                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
+                      qk.ldone, qk.events),
+                     [*ctx.args(qk), job, closer])
+        raise_for_code("lane_cancel", r, job)
+        held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
+        return bool(int(r[0])), held
+
+    def lane_start(self, qk: QueueKeys, stream: str, entry_id: str, consumer: str) -> bool:
+        """Record the start of a suspect lane entry; False when it was settled already.
+        See lane_start-2.lua."""
+        return bool(self.run("lane_start", (stream, qk.lstarts), (entry_id, consumer)))

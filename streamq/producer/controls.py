@@ -1,0 +1,98 @@
+"""Flow control of a queue's work, the part of :class:`streamq.client.Queue` that steers
+what is queued: pause and resume, re-prioritize, cancel, rate limits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from streamq.base import config
+from streamq.base.keys import check_name
+from streamq.base.models import JobStatus
+from streamq.errors import ConfigError
+from streamq.producer import cancel as cancelling
+from streamq.producer import flow
+from streamq.producer import rates as ratelimits
+from streamq.producer.job_store import find_job
+from streamq.producer.jobs import wrap_connection_errors
+
+if TYPE_CHECKING:
+    from streamq.model.queue_view import QueueJobs as Queue
+
+
+def check_range(name: str, value: int, lo: int, hi: int) -> int:
+    """``value``, when it is an integer from ``lo`` to ``hi``; ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{name} must be an integer from {lo} to {hi}, got {value!r}")
+    return value
+
+
+class Controls:
+    """Flow control methods of :class:`streamq.client.Queue`."""
+
+    @property
+    def _queue(self) -> Queue:
+        return cast("Queue", self)
+
+    @wrap_connection_errors
+    def pause(self, *, wait: bool = True, timeout: float = 30.0) -> flow.PauseReport:
+        """Pause the queue: workers finish what they hold and claim nothing new until
+        :meth:`resume`. With ``wait`` (the default) this returns once every live worker
+        slot has seen the pause, so no sub-request starts after it returns
+        (``report.complete``); a slot still busy at ``timeout`` is listed in
+        ``report.waiting``. Pausing a paused queue keeps its pause."""
+        return flow.pause(self._queue, wait=wait, timeout=timeout)
+
+    @wrap_connection_errors
+    def resume(self) -> bool:
+        """Resume a paused queue (idle workers wake at once); False when it was not
+        paused."""
+        return flow.resume(self._queue) > 0
+
+    @wrap_connection_errors
+    def reprioritize(self, job_id: str, *, priority: int | None = None,
+                     concurrency: int | None = None) -> JobStatus:
+        """Change a queued or running job's priority and/or concurrency limit (its
+        next claim follows them); returns its status. See :meth:`streamq.job_store.StreamJob.reprioritize`
+        (a small job's priority cannot change: ConfigError)."""
+        check_name("job id", job_id)
+        if priority is not None:
+            check_range("priority", priority, 0, config.MAX_PRIORITY)
+        if concurrency is not None:
+            check_range("concurrency", concurrency, 1, config.MAX_CONCURRENCY)
+        if priority is None and concurrency is None:
+            raise ConfigError("give a new priority, a new concurrency, or both")
+        find_job(self._queue, job_id).reprioritize(priority, concurrency)
+        return self._queue.status(job_id)
+
+    @wrap_connection_errors
+    def cancel(self, job_id: str, *, wait: bool = True, timeout: float = 30.0,
+               token: str | None = None) -> cancelling.CancelReport:
+        """Cancel a job: none of its sub-requests starts after this returns (with
+        ``wait``, until ``timeout``: ``report.complete``); those running finish and keep
+        their results; it ends ``cancelled`` with one completion. A finished job is left
+        as it is (``report.cancelled`` False). ``token`` names this cancel across
+        retries of it (a retry reports what the first call did). See
+        :mod:`streamq.cancel`."""
+        check_name("job id", job_id)
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        return cancelling.cancel(self._queue, job_id, wait=wait, timeout=timeout, token=token)
+
+    @wrap_connection_errors
+    def set_rate(self, per_second: float | None, *, client: str | None = None,
+                 burst: int | None = None) -> bool:
+        """Limit the sub-requests started per second, of ``client`` or (None) of the
+        whole queue, to ``per_second`` with up to ``burst`` saved (default: one
+        second's); None clears the limit. Work over a limit waits. True when the stored
+        limit changed (setting it again is a no-op). See :mod:`streamq.rates`."""
+        return ratelimits.set_rate(self._queue, per_second, client, burst)
+
+    @wrap_connection_errors
+    def rates(self) -> ratelimits.RateLimits:
+        """The queue's rate limits (:meth:`set_rate`)."""
+        return ratelimits.read_rates(self._queue.redis, self._queue.keys)
+
+    @wrap_connection_errors
+    def is_paused(self) -> bool:
+        """True when any shard of the queue is paused."""
+        return flow.paused_shards(self._queue) > 0

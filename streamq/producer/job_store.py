@@ -1,0 +1,284 @@
+"""One job model for the producer: where a job lives and what a producer reads or
+changes of it, behind one interface (:class:`JobStore`) with two implementations:
+
+- :class:`StreamJob`, a job on a stream of its own (its meta hash, stream, retry set
+  and results in its own hash slot; its tokens in its shard's);
+- :class:`LaneJob`, a small job (:mod:`streamq.lane`): one record in its shard's
+  ``ljobs`` and one entry of a lane stream, all in the shard's slot.
+
+:func:`find_job` reads which one a job id names (one round trip) and returns it;
+status, results, the settings a replay copies, cancel and re-prioritize are then
+asked of the store, and no caller asks which lane it holds. Where the two differ by
+design (a small job's priority cannot change; its cancel waits for its one held
+entry to settle) the store says so; docs/design/job-life.md lists each difference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import redis
+
+from streamq.base import config
+from streamq.base.codec import decode_result
+from streamq.base.keys import JobKeys, QueueKeys, check_name, shard_queue
+from streamq.base.models import JobState, JobStatus
+from streamq.base.replies import Call, JobReply, ScriptErrorCode
+from streamq.errors import ConfigError, JobNotFound, ScriptError
+from streamq.model.lane_scripts import LaneCtx
+from streamq.model.queue_view import QueueStore
+from streamq.producer import lane
+from streamq.producer.flow import live_workers
+from streamq.services import schedule, watchdog
+
+
+class JobHome(QueueStore, Protocol):
+    """What a job's store needs of its queue client: its store, and the call that
+    records a terminal job's completion in the queue's slot."""
+
+    def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call: ...
+
+
+class JobSettings(NamedTuple):
+    """What a replay of a job's dead letter copies from the job."""
+
+    priority: int = config.DEFAULT_PRIORITY
+    client: str = config.DEFAULT_CLIENT
+    max_deliveries: int = config.DEFAULT_MAX_DELIVERIES
+    timeout_ms: int = 0
+
+
+class Cancelled(NamedTuple):
+    """What a store's cancel did: the job's state after it, whether this call
+    cancelled it, how many of its entries workers held, and (when it cancelled the
+    job and entries are held) how to list the live workers still holding them that
+    have not noted the cancel."""
+
+    state: str
+    cancelled: bool
+    held: int
+    unnoted: Callable[[], list[str]] | None
+
+
+class JobStore(Protocol):
+    """A job of one queue, whichever lane it rides."""
+
+    job_id: str
+    #: the queue shard that announces the job (its completion, its channel)
+    shard: QueueKeys
+
+    def status(self) -> JobStatus: ...
+
+    def results(self) -> dict[int, Any]: ...
+
+    def settings(self) -> JobSettings: ...
+
+    def cancel(self, token: str) -> Cancelled: ...
+
+    def reprioritize(self, priority: int | None, concurrency: int | None) -> None: ...
+
+
+def lane_shard(q: JobHome, job_id: str) -> QueueKeys:
+    """The shard a small job of id ``job_id`` lives on (the one its id names)."""
+    return lane.shard_of_job(q.known_shards, job_id)
+
+
+def find_job(q: JobHome, job_id: str) -> JobStore:
+    """The store of job ``job_id`` of queue ``q`` (one round trip); JobNotFound for an
+    unknown job, a job of another queue, or an invalid id."""
+    check_name("job id", job_id)
+    qk = lane_shard(q, job_id)
+    pipe = q.redis.pipeline(transaction=False)
+    pipe.hget(JobKeys(job_id).meta, "queue")
+    pipe.hget(qk.ljobs, job_id)
+    tag, rec = pipe.execute()
+    if tag is not None:
+        if shard_queue(tag.decode()) != q.name:
+            raise JobNotFound(job_id)
+        return StreamJob(q, job_id, q.shard_of(tag.decode()))
+    if rec is not None and shard_queue(str(json.loads(rec)["queue"])) == q.name:
+        return LaneJob(q, job_id, qk)
+    raise JobNotFound(job_id)
+
+
+def _live(q: JobHome, qk: QueueKeys, workers: list[str]) -> list[str]:
+    """Those of ``workers`` whose registration is live on shard ``qk``."""
+    if not workers:
+        return []
+    live = set(live_workers(q, qk))
+    return [w for w in workers if w in live]
+
+
+class StreamJob:
+    """A job on a stream of its own."""
+
+    def __init__(self, q: JobHome, job_id: str, shard: QueueKeys) -> None:
+        self.q, self.job_id, self.shard = q, job_id, shard
+        self.keys = JobKeys(job_id)
+
+    def status(self) -> JobStatus:
+        jk, r = self.keys, self.q.redis
+        pipe = r.pipeline(transaction=False)
+        pipe.hgetall(jk.meta)
+        pipe.xlen(jk.tasks)
+        pipe.zcard(jk.retry)
+        pipe.exists(jk.tasks)
+        meta_raw, xlen, retries, has_stream = pipe.execute()
+        if not meta_raw:
+            raise JobNotFound(self.job_id)  # expired since it was found
+        meta = {k.decode(): v.decode() for k, v in meta_raw.items()}
+        pending = 0
+        if has_stream:
+            try:
+                pending = int(r.xpending(jk.tasks, config.GROUP)["pending"])
+            except redis.ResponseError:
+                pending = 0
+        finished = meta.get("finished")
+        state = JobState(meta["state"])
+        due = int(meta.get("due") or 0) or None
+        if schedule.not_yet_due(meta["state"], due, int(xlen), int(meta["done"]),
+                                int(meta["failed"]), int(retries)):
+            state = JobState.SCHEDULED
+        return JobStatus(
+            job_id=self.job_id, queue=shard_queue(meta["queue"]), state=state,
+            priority=int(meta["priority"]), concurrency=int(meta["concurrency"]),
+            client=meta["client"], total=int(meta["total"]), done=int(meta["done"]),
+            failed=int(meta["failed"]), in_flight=pending,
+            queued=max(0, int(xlen) - pending) + int(retries),
+            created_ms=int(meta["created"]),
+            finished_ms=int(finished) if finished else None, due_ms=due,
+            timeout_s=watchdog.seconds(meta.get("timeout")))
+
+    def results(self) -> dict[int, Any]:
+        raw = self.q.redis.hscan_iter(self.keys.results, count=1000)
+        return {int(k): decode_result(v) for k, v in raw}
+
+    def settings(self) -> JobSettings:
+        meta: Any = self.q.redis.hmget(self.keys.meta, "priority", "client",
+                                       "max_deliveries", "timeout")
+        return _settings([m.decode() if isinstance(m, bytes) else m for m in meta])
+
+    def cancel(self, token: str) -> Cancelled:
+        """``cancel_job`` in the job's slot, then its one completion in the shard's (a
+        no-op when it was recorded before)."""
+        q = self.q
+        held, reply = q.scripts.cancel_job(self.keys, token)
+        if reply.state != "cancelled":
+            return Cancelled(reply.state, reply.completed, held, None)
+        call = q.finish_call(self.job_id, reply, self.shard)
+        q.scripts.run(call.name, call.keys, call.args)
+        return Cancelled(reply.state, reply.completed, held, self._unnoted)
+
+    def _unnoted(self) -> list[str]:
+        """Live workers holding entries of the cancelled job that have not noted it."""
+        q, qk, jk = self.q, self.shard, self.keys
+        try:
+            summary: Any = q.redis.xpending(jk.tasks, config.GROUP)
+        except Exception as e:  # noqa: BLE001 - the stream (or its group) is gone: none held
+            if "NOGROUP" in str(e) or "no such key" in str(e).lower():
+                return []
+            raise
+        holders = [c["name"].decode() if isinstance(c["name"], bytes) else str(c["name"])
+                   for c in summary.get("consumers") or [] if int(c["pending"]) > 0]
+        live = _live(q, qk, holders)
+        if not live:
+            return []
+        pipe = q.redis.pipeline(transaction=False)
+        for worker in live:
+            pipe.hget(qk.worker(worker), "cancels")
+        return [w for w, noted in zip(live, pipe.execute())
+                if jk.job_id not in (noted or b"").decode().split(",")]
+
+    def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
+        """Two steps, each idempotent: the tokens in the queue's slot (``retoken``: what
+        workers claim by), then the meta in the job's slot (``reprioritize_job``: what
+        status shows); a caller killed between them leaves the new tokens with the old
+        figures shown, and the call made again completes it."""
+        q, jk = self.q, self.keys
+        _check_live(self.job_id, q.redis.hget(jk.meta, "state"))
+        if q.scripts.retoken(self.shard, self.job_id, priority, concurrency) == 0:
+            _check_live(self.job_id, q.redis.hget(jk.meta, "state"))  # it finished meanwhile
+            raise ConfigError(f"job {self.job_id!r} is not registered in its queue yet (its "
+                              "submit is still in progress): try again in a moment")
+        try:
+            q.scripts.reprioritize_job(jk, priority, concurrency)
+        except ScriptError as e:
+            if e.code != ScriptErrorCode.JOB_FINISHED:
+                raise
+
+
+class LaneJob:
+    """A small job: its record in its shard's ``ljobs``, one entry of a lane stream."""
+
+    def __init__(self, q: JobHome, job_id: str, shard: QueueKeys) -> None:
+        self.q, self.job_id, self.shard = q, job_id, shard
+
+    def _record(self) -> dict[str, Any]:
+        raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
+        if raw is None:
+            raise JobNotFound(self.job_id)  # expired since it was found
+        return lane.parse(raw)
+
+    def status(self) -> JobStatus:
+        rec = self._record()
+        return lane.status(self.job_id, rec,
+                           lane.held(self.q.redis, self.shard, self.job_id, rec))
+
+    def results(self) -> dict[int, Any]:
+        return lane.results(self.q.redis, self.shard, self.job_id)
+
+    def settings(self) -> JobSettings:
+        rec = self._record()
+        return _settings([rec.get("priority"), rec.get("client"), rec.get("max_deliveries"),
+                          None])
+
+    def cancel(self, token: str) -> Cancelled:
+        """``lane_cancel`` in the shard's slot; when a worker holds the entry, the
+        cancel waits until that entry is settled (the worker never starts it after a
+        cancel noted, or its run ends)."""
+        q, qk = self.q, self.shard
+        rec = self._record()
+        prio, client = int(rec["priority"]), str(rec["client"])
+        done, held = q.scripts.lane_cancel(qk, (prio, client), LaneCtx.of(q), self.job_id,
+                                           token)
+        # not cancelled here (another did, or it ended): its state read again, not the
+        # one read before the call
+        state = "cancelled" if done else self._state_now(str(rec["state"]))
+        if state != "cancelled" or not held:
+            return Cancelled(state, done, 1 if held else 0, None)
+        stream = qk.lane(prio, client)
+
+        def unnoted() -> list[str]:
+            holder: Any = q.redis.xpending_range(stream, config.GROUP, held, held, 1)
+            return _live(q, qk, [h["consumer"].decode() if isinstance(h["consumer"], bytes)
+                                 else str(h["consumer"]) for h in holder])
+
+        return Cancelled(state, done, 1, unnoted)
+
+    def _state_now(self, before: str) -> str:
+        raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
+        return str(json.loads(raw)["state"]) if raw else before
+
+    def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
+        raise ConfigError(f"job {self.job_id!r} is a small job (one sub-request on its "
+                          "priority's shared lane): its priority cannot change; submit "
+                          "it again with the priority wanted")
+
+
+def _settings(text: list[Any]) -> JobSettings:
+    """Settings from the stored texts (priority, client, max_deliveries, timeout), the
+    defaults where one is missing."""
+    d = JobSettings()
+    return JobSettings(int(text[0]) if text[0] is not None else d.priority,
+                       str(text[1]) if text[1] else d.client,
+                       int(text[2]) if text[2] else d.max_deliveries,
+                       int(text[3] or 0))
+
+
+def _check_live(job_id: str, state: Any) -> None:
+    """Raise ConfigError unless the meta ``state`` read is a live one (open, active)."""
+    name = state.decode() if isinstance(state, bytes) else str(state)
+    if name not in ("open", "active"):
+        raise ConfigError(f"job {job_id!r} is {name}: there is nothing to re-prioritize")

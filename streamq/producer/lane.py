@@ -1,0 +1,149 @@
+"""The small-job lane: jobs of one sub-request on shared streams, settled by one script.
+
+A job of one sub-request does not need a stream, a consumer group and tokens of
+its own. On the lane it is one entry (fields ``j`` job id, ``t`` type, ``p``
+payload; ``a`` attempts and ``s`` suspect after a retry or a recovery) of its
+shard's lane stream for its priority and client, ``sq:{<shard>}:lane:<p>:<c>``,
+and one JSON record in the shard's ``ljobs`` hash. A worker reads every lane of
+a shard with one XREADGROUP (a fair share of each client's stream), runs the
+entries in priority order, and one ``lane_ack`` call per stream acknowledges
+them, stores their results, completes the jobs and records and publishes each
+completion once: everything of a small job lives in its shard's slot, so there
+is no cross-slot step and no token. A submit is one script in one round trip.
+
+Lane jobs have generated ids: a job's shard is the one its id names, which is
+how readers find it (:func:`shard_of_job`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from streamq.base import config
+from streamq.base.codec import decode_result
+from streamq.base.keys import QueueKeys, shard_queue
+from streamq.base.members import parse_lane_member
+from streamq.base.models import JobState, JobStatus
+from streamq.services.shards import shard_index
+
+if TYPE_CHECKING:
+    from streamq.model.queue_view import QueueStore as Queue
+    from streamq.storage.connection import Client
+
+
+def enabled() -> bool:
+    """Whether one-entry jobs ride the lane (``STREAMQ_LANE=0`` turns it off)."""
+    return os.environ.get("STREAMQ_LANE", "1") != "0"
+
+
+@functools.lru_cache(maxsize=256)
+def record(tag: str, priority: int, client: str, retention_ms: int,
+           max_deliveries: int) -> str:
+    """A lane job's record as submitted (``lane_submit`` adds ``created``)."""
+    # the fields that change come first, in this order: scripts rewrite them as text
+    # (lua/includes/lane_complete.lua)
+    return json.dumps({"state": "active", "done": 0, "failed": 0, "queue": tag,
+                       "priority": priority, "client": client, "retention": retention_ms,
+                       "max_deliveries": max_deliveries}, separators=(",", ":"))
+
+
+def submit(q: Queue, jobs: Sequence[tuple[str, tuple[bytes, bytes]]], priority: int,
+           client: str, max_deliveries: int) -> None:
+    """Submit lane jobs (id, encoded payload), grouped by shard, in one round trip."""
+    shards = q.shards
+    by_shard: dict[int, list[tuple[str, str, bytes, bytes]]] = {}
+    for jid, (kind, payload) in jobs:
+        k = shard_index(jid, len(shards))
+        by_shard.setdefault(k, []).append(
+            (jid, record(shards[k].tag, priority, client, q.retention_ms, max_deliveries),
+             kind, payload))
+    calls = [q.scripts.lane_submit_call(shards[k], priority, client,
+                                        group[s : s + config.LANE_SUBMIT_CHUNK])
+             for k, group in by_shard.items()
+             for s in range(0, len(group), config.LANE_SUBMIT_CHUNK)]
+    q.scripts.run_many(calls)
+
+
+def shard_of_job(shards: Sequence[QueueKeys], job_id: str) -> QueueKeys:
+    return shards[shard_index(job_id, len(shards))]
+
+
+def parse(raw: Any) -> dict[str, Any]:
+    return dict(json.loads(raw))
+
+
+def status(job_id: str, rec: dict[str, Any], held: bool = False) -> JobStatus:
+    """A lane job's status from its record; ``held``: a worker holds its entry (see
+    :func:`held`), which is then in flight rather than queued, as on the job lane."""
+    active = rec.get("state") == JobState.ACTIVE.value
+    finished = rec.get("finished")
+    return JobStatus(
+        job_id=job_id, queue=shard_queue(str(rec["queue"])), state=JobState(rec["state"]),
+        priority=int(rec["priority"]), concurrency=1, client=str(rec["client"]), total=1,
+        done=int(rec.get("done", 0)), failed=int(rec.get("failed", 0)),
+        in_flight=1 if held else 0, queued=1 if active and not held else 0,
+        created_ms=int(rec.get("created", 0)), finished_ms=int(finished) if finished else None)
+
+
+def held(client: Client, qk: QueueKeys, job_id: str, rec: dict[str, Any]) -> bool:
+    """Whether a worker holds the entry of small job ``job_id`` (read, not acknowledged).
+
+    Only a job that is active, or cancelled while held, can have one. A lane stream
+    keeps its unsettled entries only (a settled entry is deleted in the settling
+    script, and a retried or reclaimed one is added again at the end), so the
+    entries up to its group's last-delivered id are exactly those workers hold:
+    they are scanned, never the backlog behind them."""
+    if rec.get("state") not in (JobState.ACTIVE.value, JobState.CANCELLED.value):
+        return False
+    stream = qk.lane(int(rec["priority"]), str(rec["client"]))
+    try:
+        groups: Any = client.xinfo_groups(stream)
+    except redis.ResponseError:
+        return False  # no stream: nothing of the lane is held
+    last = next((g["last-delivered-id"] for g in groups
+                 if g["name"] in (config.GROUP, config.GROUP.encode())), None)
+    if last is None:
+        return False
+    me, start = job_id.encode(), "-"
+    while True:
+        got: Any = client.xrange(stream, start, last, count=1000)
+        if any(f.get(b"j") == me for _, f in got):
+            return True
+        if len(got) < 1000:
+            return False
+        start = "(" + (got[-1][0].decode() if isinstance(got[-1][0], bytes) else got[-1][0])
+
+
+def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:
+    raw: Any = client.hget(qk.lresults, job_id)
+    return {} if raw is None else {0: decode_result(raw)}
+
+
+def backlog(client: Client, qk: QueueKeys) -> dict[int, tuple[int, int, int]]:
+    """Per priority, the shard's small jobs (queued, in flight, retrying): entries not
+    delivered yet, delivered and not acknowledged, and waiting for their retry."""
+    members: Any = client.zrange(qk.lanes, 0, -1)
+    if not members:
+        return {}
+    lanes = [parse_lane_member(m.decode() if isinstance(m, bytes) else m) for m in members]
+    pipe = client.pipeline(transaction=False)
+    for p, c in lanes:
+        pipe.xlen(qk.lane(p, c))
+        pipe.xpending(qk.lane(p, c), config.GROUP)
+        pipe.zcard(qk.lane_retry(p, c))
+    got = pipe.execute(raise_on_error=False)
+    out: dict[int, tuple[int, int, int]] = {}
+    for n, (p, _) in enumerate(lanes):
+        length, summary, retrying = got[3 * n : 3 * n + 3]
+        pending = int(summary["pending"]) if isinstance(summary, dict) else 0
+        length = int(length) if isinstance(length, int) else 0
+        retrying = int(retrying) if isinstance(retrying, int) else 0
+        q, f, rt = out.get(p, (0, 0, 0))
+        out[p] = (q + max(0, length - pending), f + pending, rt + retrying)
+    return out

@@ -1,0 +1,86 @@
+"""Wake-ups from every shard of a queue for a worker's idle slots.
+
+With one shard an idle slot blocks on the shard's wake list itself. With
+several, a list of another slot cannot be blocked on in the same call (the
+lists live in different slots of a cluster), so a worker runs one waker thread
+per shard: while at least one of its slots is idle, each waker blocks on its
+shard's wake list (BLPOP, bounded by the idle wait) and hands the shard whose
+signal it popped to one idle slot, which claims there at once. A signal is
+only taken while a slot is idle to serve it; busy slots find ready work on
+every shard anyway (each settle peeks at every shard's most urgent token).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import TYPE_CHECKING, Protocol
+
+from streamq.base.keys import QueueKeys
+from streamq.storage.connection import is_access_error, is_transient
+
+if TYPE_CHECKING:
+    from streamq.storage.connection import Client
+
+
+class WakerWorker(Protocol):
+    """What the wakers read of their worker."""
+
+    @property
+    def redis(self) -> Client: ...
+    @property
+    def shards(self) -> list[QueueKeys]: ...
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def idle_wait_s(self) -> float: ...
+
+log = logging.getLogger("streamq.worker")
+
+
+class Wakers:
+    """The waker threads of one worker, and the idle slots waiting on them."""
+
+    def __init__(self, worker: WakerWorker) -> None:
+        self.w = worker
+        self._idle = 0
+        self._cond = threading.Condition()
+        self._woken: queue.SimpleQueue[QueueKeys] = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._run, args=(qk,), daemon=True,
+                                         name=f"streamq-waker-{k}")
+                        for k, qk in enumerate(worker.shards)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def wait(self, timeout: float) -> QueueKeys | None:
+        """Block an idle slot until a shard has work (that shard) or ``timeout``."""
+        with self._cond:
+            self._idle += 1
+            self._cond.notify_all()
+        try:
+            return self._woken.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        finally:
+            with self._cond:
+                self._idle -= 1
+
+    def _run(self, qk: QueueKeys) -> None:
+        w = self.w
+        while not w.stopping.is_set():
+            with self._cond:
+                if self._idle == 0:
+                    self._cond.wait(w.idle_wait_s)
+                    continue
+            try:
+                got = w.redis.blpop([qk.wake], timeout=w.idle_wait_s)
+            except Exception as e:
+                if is_access_error(e) or not is_transient(e):
+                    log.warning("waker of shard %s: %s: %s", qk.tag, type(e).__name__, e)
+                w.stopping.wait(0.5)
+                continue
+            if got is not None:
+                self._woken.put(qk)
