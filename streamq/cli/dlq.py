@@ -93,19 +93,22 @@ def list_(
 @dlq_app.command()
 def show(queue: QueueArg, dead: DeadIdArg, json_out: JsonOut = False,
          redis_url: RedisUrl = DEFAULT_URL) -> None:
-    """One dead letter in full: error and payload."""
+    """One dead letter in full: error, payload and the handler's traceback."""
     q = _queue(queue, redis_url)
     letter, _, _ = _dead_letter(q, dead)
     doc = {**letter.as_dict(), "id": dead}
     if json_out:
         emit_json(doc)
         return
+    trace = doc.pop("traceback")
     t = Table.grid(padding=(0, 2))
     for k, v in doc.items():  # values as JSON, as --json prints them (a str as itself)
         if k.endswith("_ms") and isinstance(v, int) and k != "retention_ms":
             k, v = k[:-3], when(v)  # a time, with its zone
         t.add_row(k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
     console().print(t)
+    if trace:  # as the handler raised it, below the table (markup off: it is plain text)
+        console().print(f"\n{trace}", markup=False, highlight=False)
 
 
 @dlq_app.command()

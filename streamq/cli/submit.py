@@ -16,6 +16,7 @@ from streamq.base import config
 from streamq.base.codec import loads_json
 from streamq.base.models import JobState, JobStatus
 from streamq.producer.client import Queue
+from streamq.producer.deadletters import DeadLetter
 from streamq.services.notices import Notices
 
 from ..errors import WaitTimeout
@@ -193,10 +194,26 @@ def submit(
         return
     st = follow(q, job.id, timeout, show=not json_out)
     doc["status"] = st.as_dict()
+    dead = q.dead_letters(FAILURES_SHOWN, job.id) if st.failed else []
     if json_out:
-        emit_json(doc)
+        emit_json({**doc, "dead_letters": [d.as_dict() for d in dead]})
     else:
         typer.echo(f"job {job.id} {st.state.value}: {st.done} done, {st.failed} failed "
                    f"of {st.total}")
+        _say_failures(queue, job.id, dead, st.failed)
     if st.state is not JobState.SUCCEEDED:
         raise typer.Exit(ExitCode.FAILURE)
+
+
+#: the dead letters `submit --wait` names when the job failed in part or in whole
+FAILURES_SHOWN = 3
+
+
+def _say_failures(queue: str, job_id: str, dead: list[DeadLetter], failed: int) -> None:
+    """A line per dead letter of the job (its sub-request and error), and where to
+    read its traceback."""
+    for d in dead:
+        typer.echo(f"  sub-request {d.index}: {d.error}  (streamq dlq show {queue} {d.id})")
+    if failed > len(dead):
+        typer.echo(f"  ... {plural(failed - len(dead), 'more dead letter')}: "
+                   f"streamq dlq list {queue} --job {job_id}")

@@ -22,6 +22,7 @@ from streamq.base.config import (
     DEFAULT_RETENTION_S,
     UNANNOUNCED_GRACE_MS,
 )
+from streamq.base.failures import split_failure
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.members import dead_letter_key
 from streamq.errors import DeadLetterReplayed, JobNotFound, ScriptError, StreamqError
@@ -45,6 +46,9 @@ class DeadLetter:
     serial: int = 0
     #: creation time of its job, ms (0 when announced before it was recorded)
     job_created_ms: int = 0
+    #: the handler's traceback as the worker recorded it ("" when none was: a timeout,
+    #: a malformed entry); ``error`` is the summary line above it
+    traceback: str = ""
 
     @property
     def key(self) -> str:
@@ -61,6 +65,7 @@ class DeadLetter:
         # a sub-request's index is a number; a malformed entry's is "entry:<id>"
         index: int | str = int(self.index) if self.index.isdigit() else self.index
         return {"id": self.id, "job_id": self.job_id, "index": index, "error": self.error,
+                "traceback": self.traceback,
                 "attempts": self.attempts, "at_ms": self.at_ms, "serial": self.serial,
                 "payload": value}
 
@@ -120,10 +125,11 @@ def announce(scripts: Scripts, qk: QueueKeys, job_id: str,
 
 
 def _parse(entry_id: bytes, f: dict[bytes, bytes]) -> DeadLetter:
+    error, trace = split_failure(f[b"error"].decode("utf-8", "replace"))
     return DeadLetter(entry_id.decode(), f[b"job"].decode(), f[b"index"].decode(),
-                      f[b"error"].decode("utf-8", "replace"), int(f[b"attempts"]), int(f[b"at"]),
+                      error, int(f[b"attempts"]), int(f[b"at"]),
                       f.get(b"t", b"b"), f.get(b"p", b""), int(f.get(b"n", b"0")),
-                      int(f.get(b"c", b"0")))
+                      int(f.get(b"c", b"0")), trace)
 
 
 def list_dead(client: Client, qk: QueueKeys, count: int = 100,

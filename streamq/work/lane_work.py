@@ -24,6 +24,7 @@ from streamq.base import cancels, hooks
 from streamq.base.codec import decode, encode_result
 from streamq.base.config import GROUP, SLOW_ENTRY_S
 from streamq.base.entry_fields import LaneEntry, _fields, _job_of, _lane_fields, is_suspect
+from streamq.base.failures import MAX_FAILURE_CHARS, failure_text
 from streamq.base.keys import QueueKeys
 from streamq.base.members import parse_lane_member
 from streamq.base.replies import Call
@@ -271,14 +272,14 @@ class LaneWork:
     def _failed(self, qk: QueueKeys, e: LaneEntry, job: str, attempt: int, err: Exception,
                 kind: bytes, raw: bytes) -> None:
         delay = self.w.outcomes.count_failure(job, 0, attempt, err)
-        self._fail(qk, e, job, attempt, delay, f"{type(err).__name__}: {err}", kind, raw)
+        self._fail(qk, e, job, attempt, delay, failure_text(err), kind, raw)
 
     def _fail(self, qk: QueueKeys, e: LaneEntry, job: str, attempts: int, delay_ms: int,
               error: str, kind: bytes, raw: bytes) -> None:
         w = self.w
         call = w.scripts.lane_fail_call(qk, (e.priority, e.client), self.ctx, entry_id=e.eid,
                                         job=job, attempts=attempts, delay_ms=delay_ms,
-                                        error=error[:2000], kind=kind, payload=raw,
+                                        error=error[:MAX_FAILURE_CHARS], kind=kind, payload=raw,
                                         trace="" if w.tracer is None
                                         else w.tracer.retry_context(job, e.eid))
         outcome = int(steady(w, "reporting a failure", w.scripts.run, call.name, call.keys,

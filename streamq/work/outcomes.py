@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, hooks
 from streamq.base.entry_fields import Batch
+from streamq.base.failures import MAX_FAILURE_CHARS, failure_text, summary
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.errors import HandlerTimeout, PayloadError
 from streamq.model.queue_view import Serving
@@ -80,7 +81,7 @@ class Outcomes:
         """A handler's failure: count it, log it and report the attempt (:meth:`fail`,
         with the backoff the exception asks for); True when it completed the job."""
         delay = self.count_failure(job, index, attempt, e)
-        return self.fail(job, eid, index, attempt, delay, f"{type(e).__name__}: {e}", kind, raw,
+        return self.fail(job, eid, index, attempt, delay, failure_text(e), kind, raw,
                          shard)
 
     def count_failure(self, job: str, index: int, attempt: int, e: Exception) -> int:
@@ -93,8 +94,9 @@ class Outcomes:
             w.metrics.timed_out.inc()
         with w.stats.lock:
             w.stats.failed += 1
-        log.warning("job %s sub-request %d attempt %d failed: %s: %s", job, index,
-                    attempt, type(e).__name__, e)
+        # with its traceback: the log says where the handler failed, as its dead letter does
+        log.warning("job %s sub-request %d attempt %d failed: %s", job, index, attempt,
+                    summary(e), exc_info=e if e.__traceback__ is not None else None)
         return w._retry_delay(e, attempt)
 
     def fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,
@@ -109,7 +111,7 @@ class Outcomes:
         shard = shard or w.keys
         jk = JobKeys(job)
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
-                                     attempts=attempts, delay_ms=delay_ms, error=error[:2000],
+                                     attempts=attempts, delay_ms=delay_ms, error=error[:MAX_FAILURE_CHARS],
                                      kind=kind, payload=raw,
                                      trace="" if w.tracer is None else w.tracer.retry_context(job, eid))]
         if delay_ms >= 0:

@@ -6,6 +6,7 @@ instead of succeeding; a ``Queue`` finds its Redis in the environment."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -312,3 +313,43 @@ def test_an_empty_table_says_none(redis_url: str, queue_name: str, tmp_path: Pat
     res = _shell(redis_url, tmp_path, "dlq", "list", queue_name)
     assert res.stdout.strip() == f"dead letters of {queue_name}: none", res.stdout
     q.close()
+
+
+def test_a_failure_shows_its_traceback_in_the_log_the_dead_letter_and_submit_wait(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a handler that fails two calls deep, on a line of its own
+    (tmp_path / "bad.py").write_text(
+        "def parse(p):\n"
+        "    return int(p['n']) / 0\n"
+        "\n"
+        "def handle(p):\n"
+        "    return parse(p)\n")
+    worker = subprocess.Popen([STREAMQ, "worker", queue_name, "--handler", "bad:handle",
+                               "--heartbeat", "0.3"], cwd=tmp_path, env=_env(redis_url),
+                              text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # When a job of two sub-requests is submitted and waited for, one try each
+        res = _shell(redis_url, tmp_path, "submit", queue_name, '{"n": 1}', '{"n": 2}',
+                     "--max-deliveries", "1", "--wait", "--timeout", "60")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, log = worker.communicate(timeout=30)
+    # Then `submit --wait` names each failed sub-request's error and where to read it
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if "ZeroDivisionError: division by zero" in ln]
+    assert len(lines) == 2 and all("streamq dlq show" in ln for ln in lines), res.stdout
+    # And the worker's log holds the traceback, down to the failing line
+    assert "Traceback (most recent call last)" in log and "bad.py\", line 2, in parse" in log, log
+    # And `dlq show` prints the dead letter's traceback below its fields
+    dead_id = lines[0].rsplit(" ", 1)[1].rstrip(")")
+    shown = _shell(redis_url, tmp_path, "dlq", "show", queue_name, dead_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "ZeroDivisionError: division by zero" in shown.stdout
+    assert "Traceback (most recent call last)" in shown.stdout
+    assert 'line 5, in handle' in shown.stdout and 'line 2, in parse' in shown.stdout
+    # And --json gives the error's summary and its traceback apart
+    doc = json.loads(_shell(redis_url, tmp_path, "dlq", "show", queue_name, dead_id,
+                            "--json").stdout)
+    assert doc["error"] == "ZeroDivisionError: division by zero"
+    assert doc["traceback"].startswith("Traceback (most recent call last):\n")
+    assert doc["traceback"].rstrip().endswith("ZeroDivisionError: division by zero")

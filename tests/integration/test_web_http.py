@@ -112,6 +112,10 @@ def test_every_view_answers_with_its_view_and_unknown_things_get_a_404_page(
         assert data.done.id in by_client and data.waiting.id not in by_client
         by_priority = c.get(f"/q/{q}/jobs?priority=7").text
         assert data.waiting.id in by_priority and data.done.id not in by_priority
+        # a dead letter's page shows the handler's traceback below its error
+        letter = c.get(f"/q/{q}/dead/{quote(data.dead_ids[0], safe='')}").text
+        assert "data-traceback" in letter and "Traceback (most recent call last)" in letter
+        assert "in refuse_while_flagged" in letter, letter[:2000]
         # the queue view's body names the queue
         assert re.search(rf'<body\b[^>]*data-queue="{re.escape(q)}"', c.get(f"/q/{q}").text)
         # every page linked from the views answers (no broken link)
