@@ -15,8 +15,9 @@ from streamq.base.codec import encode
 from streamq.base.keys import JobKeys, QueueKeys, check_client, check_name, shard_queue
 from streamq.base.models import JobState
 from streamq.errors import ConfigError, DeadLetterReplayed, JobNotFound, StreamqError
-from streamq.model.scripts import JobReply, Scripts
+from streamq.model.scripts import JobReply
 from streamq.producer import deadletters, lane
+from streamq.producer.connected import Connected
 from streamq.producer.controls import Controls, check_range
 from streamq.producer.creating import LIVE as _LIVE
 from streamq.producer.creating import Creating
@@ -28,7 +29,7 @@ from streamq.services import schedule
 from streamq.services.shards import load_shards, read_shards, shard_index
 from streamq.services.tracing import submit_tracer, traced_submit
 from streamq.services.watchdog import timeout_ms
-from streamq.storage.connection import Client, connect
+from streamq.storage.connection import Client
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -49,7 +50,7 @@ def _new_ids(n: int) -> list[str]:
     return [pool[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
-class Queue(Following, Controls, Creating):
+class Queue(Following, Controls, Creating, Connected):
     """A client of one queue: submit jobs and follow them.
 
     ``Queue("images", "redis://localhost:6379/0")``; pass ``client=`` to share
@@ -75,13 +76,11 @@ class Queue(Following, Controls, Creating):
         if client is None:
             if url is None:
                 url = config.redis_url_from_env()
-            client = connect(url)
-        self.redis = client
+        Connected.__init__(self, url, client)  # Redis is asked on first use
         #: the queue's first shard (its only one on one server)
         self.keys = QueueKeys(name)
         self._shards_wanted = shards
         self._shards: list[QueueKeys] | None = None
-        self.scripts = Scripts(client)
         if retention_s <= 0:
             raise ConfigError("retention_s must be positive")
         self.retention_ms = int(retention_s * 1000)
@@ -91,9 +90,6 @@ class Queue(Following, Controls, Creating):
         self.lane = lane.enabled()
         #: spans around submits (streamq.tracing); None when tracing is off
         self.tracer = submit_tracer(tracing)
-
-    def close(self) -> None:
-        self.redis.close()
 
     @property
     def shards(self) -> list[QueueKeys]:

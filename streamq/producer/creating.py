@@ -13,21 +13,19 @@ from streamq.base import config
 from streamq.base.keys import JobKeys, QueueKeys, shard_queue
 from streamq.base.models import JobState, completion_message
 from streamq.errors import JobClosed, JobConflict, ScriptError
-from streamq.model.scripts import Call, CreateReply, JobReply, ScriptErrorCode, Scripts
+from streamq.model.scripts import Call, CreateReply, JobReply, ScriptErrorCode
+from streamq.producer.connected import Connected
 from streamq.storage.cluster import is_cluster
-from streamq.storage.connection import Client
 
 #: the states of a job that still runs (registered in its shard)
 LIVE = (JobState.OPEN.value, JobState.ACTIVE.value)
 
 
-class Creating:
+class Creating(Connected):
     """The create, register and finish steps of :class:`streamq.client.Queue`."""
 
     name: str
-    redis: Client
     keys: QueueKeys
-    scripts: Scripts
     retention_ms: int
     events_maxlen: int
 

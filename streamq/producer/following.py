@@ -8,17 +8,17 @@ from typing import Any, cast
 from streamq.base.keys import QueueKeys
 from streamq.base.models import Completion, JobState, JobStatus
 from streamq.errors import WaitTimeout
+from streamq.producer.connected import Connected
 from streamq.producer.job_store import JobHome, find_job, lane_shard
 from streamq.producer.jobs import wrap_connection_errors
 from streamq.services.notices import Notices
-from streamq.storage.connection import Client, is_transient
+from streamq.storage.connection import is_transient
 
 
-class Following:
+class Following(Connected):
     """The reading side of :class:`streamq.client.Queue`."""
 
     name: str
-    redis: Client
     keys: QueueKeys
 
     @property

@@ -2,7 +2,8 @@
 processes, one private redis-server): a handler next to where the worker starts is
 found; a handler module that fails on import is named with its file and line; Ctrl-C
 says what it does at once and a second one forces; a mistyped queue name is refused
-instead of succeeding; a ``Queue`` finds its Redis in the environment."""
+instead of succeeding; a ``Queue`` finds its Redis in the environment and connects on
+first use."""
 
 from __future__ import annotations
 
@@ -162,6 +163,30 @@ def test_a_queue_finds_its_redis_in_the_environment(
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     q = Queue(queue_name)
     assert q.redis.ping()
+    q.close()
+
+
+def test_constructing_a_queue_sends_nothing_until_its_first_use(
+        redis_url: str, queue_name: str, r: Any) -> None:
+    def received() -> int:
+        return int(r.info("stats")["total_connections_received"])
+
+    # Given a server, a count of the connections it has received so far
+    before = received()
+    # When a Queue is constructed (as an app does at import time) and closed unused
+    q = Queue(queue_name, redis_url)
+    q.close()
+    # Then no connection was made
+    assert received() == before
+    # And a Queue on a server that is not there constructs too (it fails on first use)
+    Queue(queue_name, "redis://127.0.0.1:1/0").close()
+    # And a bad URL is refused at once, not on first use
+    with pytest.raises(ConfigError, match="database must be a number"):
+        Queue(queue_name, redis_url.rsplit("/", 1)[0] + "/images")
+    # And the first call connects and works
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1])
+    assert received() > before and q.status(job.id).state is JobState.ACTIVE
     q.close()
 
 
