@@ -14,7 +14,7 @@ from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 from rich.console import Console
 from rich.table import Column
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from streamq.ops.queue_overview import DeadLetterNotFound, QueueNotFound, require_queue
 from streamq.storage.connection import Client, connect, ping
@@ -86,6 +86,88 @@ def classify(e: BaseException) -> tuple[ExitCode, str] | None:
     return None
 
 
+#: an option's placeholder by the last word of its name (else by its type)
+_WORD_PLACEHOLDERS = {"url": "URL", "id": "ID", "key": "KEY", "file": "PATH", "dir": "PATH",
+                      "path": "PATH", "handler": "MODULE:FUNCTION", "at": "TIME",
+                      "queue": "QUEUE", "client": "NAME", "name": "NAME", "host": "HOST",
+                      "level": "LEVEL", "format": "FORMAT", "addr": "ADDRESS", "ms": "MS"}
+#: float options counted in seconds, by the last word of their name
+_SECONDS = {"timeout", "delay", "interval", "heartbeat", "idle", "every", "grace", "wait",
+            "block", "lease", "window", "period", "s"}
+
+
+def _placeholder(p: Any) -> str | None:
+    """A placeholder in capitals, as Unix tools print them (QUEUE, N, SECONDS, URL).
+    Types are told by their class names (typer carries its own copy of click's)."""
+    kind = type(p.type).__name__
+    if kind == "Choice" or getattr(p, "is_flag", False):
+        return None  # the choices, or nothing
+    name = (p.name or "").lower()
+    if isinstance(p, TyperArgument):
+        return name.upper()
+    word = name.rsplit("_", 1)[-1]
+    if word in _WORD_PLACEHOLDERS:
+        return _WORD_PLACEHOLDERS[word]
+    if kind in ("IntParamType", "IntRange"):
+        return "N"
+    if kind in ("FloatParamType", "FloatRange"):
+        seconds = word in _SECONDS or "second" in (getattr(p, "help", None) or "")
+        return "SECONDS" if seconds else "NUMBER"
+    if kind == "Path":
+        return "PATH"
+    return "TEXT"
+
+
+class _Argument(TyperArgument):
+    """An argument shown as click shows one: QUEUE, [PAYLOADS]..."""
+
+    def make_metavar(self, ctx: Any, *, usage: bool = False) -> str:
+        var = self.metavar or (self.name or "").upper()
+        if usage and not self.required:
+            var = f"[{var}]"
+        return var + ("..." if self.nargs != 1 else "")
+
+
+def name_placeholders(cmd: Any) -> None:
+    """Give every parameter of ``cmd`` and its subcommands a placeholder in capitals
+    (typer's own read ``<str>``, ``<int range>``, ``{queue}``)."""
+    for p in cmd.params:
+        if p.metavar is None:
+            p.metavar = _placeholder(p)
+        if isinstance(p, TyperArgument):
+            p.__class__ = _Argument
+    for sub in getattr(cmd, "commands", {}).values():
+        name_placeholders(sub)
+
+
+#: options of the root that no command has: taken wherever they stand in the line
+ROOT_FLAGS = frozenset({"--cluster", "--no-cluster"})
+ROOT_VALUED = frozenset({"--wait-replicas"})
+
+
+def hoist_root_options(args: list[str]) -> list[str]:
+    """``args`` with the root's own options moved before the command, so that
+    ``streamq status q --cluster`` reads as ``streamq --cluster status q`` (they mean
+    the same for every command). Nothing after ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest += args[i:]
+            break
+        if a in ROOT_FLAGS or a.split("=", 1)[0] in ROOT_VALUED and "=" in a:
+            front.append(a)
+        elif a in ROOT_VALUED and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 class StreamqGroup(TyperGroup):
     """The root command: every error becomes one stderr line and an ExitCode."""
 
@@ -94,6 +176,8 @@ class StreamqGroup(TyperGroup):
              windows_expand_args: bool = True, **extra: Any) -> Any:
         # errors are handled here (standalone_mode=False below), and the program is
         # always "streamq" in messages, also under `python -m streamq` and CliRunner
+        name_placeholders(self)
+        args = hoist_root_options(list(sys.argv[1:] if args is None else args))
         try:
             rv = super().main(args=args, prog_name="streamq", complete_var=complete_var,
                               standalone_mode=False, windows_expand_args=windows_expand_args,
@@ -120,7 +204,8 @@ class StreamqGroup(TyperGroup):
 
 
 app = typer.Typer(cls=StreamqGroup, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                  add_completion=False, help="A job queue on Redis Streams.")
+                  rich_markup_mode=None,
+                  add_completion=True, help="A job queue on Redis Streams.")
 
 # -- option aliases shared across commands ---------------------------------------------
 
@@ -142,7 +227,7 @@ LogFormatOpt = Annotated[LogFormat, typer.Option(envvar="STREAMQ_LOG_FORMAT",
                                                  help="text, or one JSON object per line "
                                                       "(ts, level, logger, message)")]
 ProcessQueue = Annotated[str, typer.Argument(envvar="STREAMQ_QUEUE", show_default=False,
-                                             help="queue name (env STREAMQ_QUEUE)")]
+                                             help="queue name")]
 MetricsPort = Annotated[int | None, typer.Option(
     envvar="STREAMQ_METRICS_PORT", min=1, max=65535,
     help="serve Prometheus metrics on this port (off when not given)")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import datetime
 from typing import Annotated
@@ -181,7 +182,8 @@ class Dashboard:
         title = self._title()
         if ov.paused:  # workers claim nothing until `streamq resume`
             title += f"  [bold yellow]PAUSED[/] ({ov.paused_shards} of {plural(ov.shards, 'shard')})"
-        return Panel(t, title=title, title_align="left")
+        # as wide as its text: a pipe's console is 200 columns, not a terminal's
+        return Panel(t, title=title, title_align="left", expand=sys.stdout.isatty())
 
     def _backlog(self, ov: queue_overview.Overview) -> Table:
         t = Table("priority", "jobs", "queued", "in flight", "retrying",

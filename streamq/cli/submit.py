@@ -52,7 +52,7 @@ def parse_jsonl(stream: IO[str], name: str) -> list[Any]:
             out.append(loads_json(line))
         except ValueError as e:
             raise typer.BadParameter(f"line {n} of {name} is not valid JSON: {e}",
-                                     param_hint="payloads") from None
+                                     param_hint="PAYLOADS") from None
     return out
 
 
@@ -60,20 +60,20 @@ def _some(items: list[Any], name: str) -> list[Any]:
     """``items``, refused when empty: a job of no sub-requests is a mistake here."""
     if not items:
         raise typer.BadParameter(f"{name} has no payload (every line is blank): nothing "
-                                 "submitted", param_hint="payloads")
+                                 "submitted", param_hint="PAYLOADS")
     return items
 
 
 def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
     if file is not None and payloads:
         raise typer.BadParameter("give payload arguments or --file, not both",
-                                 param_hint="payloads")
+                                 param_hint="PAYLOADS")
     if file is None and payloads == ["-"]:
         file = Path("-")
     if file is None:
         if not payloads:
             raise typer.BadParameter("give payloads as arguments, --file PATH, or - for stdin",
-                                     param_hint="payloads")
+                                     param_hint="PAYLOADS")
         return [parse_argument(p) for p in payloads]
     if str(file) == "-":
         return _some(parse_jsonl(sys.stdin, "stdin"), "stdin")

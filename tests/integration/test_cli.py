@@ -78,7 +78,7 @@ def test_help_version_and_usage_errors(redis_url: str) -> None:
     assert cli(redis_url, "--version").stdout.strip().startswith("streamq ")
     assert cli(redis_url).exit_code == ExitCode.USAGE
     res = cli(redis_url, "status")
-    one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "Missing argument 'queue'")
+    one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "Missing argument 'QUEUE'")
     res = cli(redis_url, "status", "q", "--bogus")
     one_error_line(res.stderr, ExitCode.USAGE, res.exit_code, "No such option: --bogus")
     res = cli(redis_url, "worker", "q", "--handler", "tests.handlers:echo", "--log-level", "LOUD")
