@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import start_redis, wait_until
 
 from streamq import ConfigError, JobState, Queue
 
@@ -378,3 +378,23 @@ def test_a_failure_shows_its_traceback_in_the_log_the_dead_letter_and_submit_wai
     assert doc["error"] == "ZeroDivisionError: division by zero"
     assert doc["traceback"].startswith("Traceback (most recent call last):\n")
     assert doc["traceback"].rstrip().endswith("ZeroDivisionError: division by zero")
+
+
+def test_streamq_web_refuses_credentials_redis_refuses(tmp_path: Path) -> None:
+    # Given a Redis that wants a password
+    server, url = start_redis(tmp_path, "--requirepass", "right-one", ping=False)
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    try:
+        # When the dashboard starts with a wrong one
+        res = subprocess.run(
+            [STREAMQ, "web", "--no-auth", "--port", "0", "--redis-url",
+             f"redis://:wrong-one@127.0.0.1:{port}/0"], cwd=tmp_path,
+            env=_env(""), text=True, capture_output=True, timeout=60)
+        # Then it does not start: one line says why, exit 3
+        assert res.returncode == 3, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "refused the credentials of --redis-url" in lines[0], res.stderr
+        assert "wrong-one" not in res.stderr  # the password is never shown
+    finally:
+        server.kill()
+        server.wait()
