@@ -52,3 +52,26 @@ def test_the_python_api_example_runs_as_printed(
                         "2: {'ok': True, 'kind': 'bytes'}}"), res.stdout
     assert lines[-1] == "100", res.stdout
     assert "cancelled" in res.stdout and worker.returncode == 0, worker_err
+
+
+def test_the_named_tasks_example_runs_as_printed(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given the README's tasks module, only its URL and queue name changed
+    (block,) = python_blocks("Named tasks")
+    assert block.startswith("# tasks.py\n") and URL_IN_README in block
+    (tmp_path / "tasks.py").write_text(
+        block.replace(URL_IN_README, redis_url).replace('"images"', repr(queue_name)))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMQ_HOOK")}
+    # When a worker serves it as the README says, and the module runs as a script
+    worker = subprocess.Popen([STREAMQ, "worker", queue_name, "--handler", "tasks:tasks",
+                               "--redis-url", redis_url], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        res = subprocess.run([sys.executable, "tasks.py"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        worker.terminate()
+        _, worker_err = worker.communicate(timeout=60)
+    # Then each call ran its function, found by name
+    assert res.returncode == 0, res.stderr + worker_err
+    assert res.stdout.splitlines() == ["succeeded {'path': 'a.png', 'size': 64}", "succeeded"]
