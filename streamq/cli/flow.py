@@ -1,4 +1,4 @@
-"""Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``."""
+"""Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``, ``purge``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .common import (
     emit_json,
     error_line,
     existing_queue,
+    fail,
     plural,
 )
 
@@ -124,3 +125,26 @@ def cancel(
         error_line(f"{len(report.waiting)} workers had not seen the cancel after {timeout:g} s:"
                    f" {', '.join(report.waiting[:5])}{' ...' if len(report.waiting) > 5 else ''}")
         raise typer.Exit(ExitCode.FAILURE)
+
+
+@app.command(rich_help_panel="Flow control")
+def purge(
+    queue: QueueArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] =
+        False,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Cancel every job of QUEUE that has not ended (asks first unless --yes): nothing of
+    them starts any more, sub-requests running finish, and each ends `cancelled`, its
+    record kept until its retention ends. Exit 4 for a queue this Redis holds no key of."""
+    q = existing_queue(queue, redis_url, False)
+    n = len(q.unfinished())
+    if not yes and not typer.confirm(f"cancel {plural(n, 'unfinished job')} of queue "
+                                     f"{queue}?", err=True):
+        raise fail("purge cancelled, nothing changed", ExitCode.FAILURE)
+    cancelled = q.purge()
+    if json_out:
+        emit_json({"queue": queue, "cancelled": cancelled})
+    else:
+        typer.echo(f"cancelled {plural(cancelled, 'job')} of queue {queue}")

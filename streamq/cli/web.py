@@ -6,7 +6,7 @@ import ipaddress
 import logging
 import os
 import signal
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis
 import typer
@@ -14,8 +14,8 @@ import typer
 from streamq.storage.connection import ping
 from streamq.storage.redis_errors import is_access_error
 
-from ..errors import ConfigError, ConnectionFailed
-from .common import DEFAULT_URL, ExitCode, RedisUrl, app, error_line, fail, make_client
+from ..errors import ConfigError, StreamqError
+from .common import DEFAULT_URL, ExitCode, RedisUrl, app, error_line, fail
 
 #: Port the dashboard listens on unless told otherwise.
 DEFAULT_PORT = 8080
@@ -34,23 +34,21 @@ def _stopped(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _check_redis(url: str, which: str) -> None:
+def _check_redis(clients: list[tuple[str, Any]]) -> None:
     """Refuse to start on credentials Redis refuses (exit 3); a Redis that does not
-    answer yet is said in one line, and the pages say so until it does."""
-    try:
-        probe = make_client(url, quick=True)
+    answer yet is said in one line, and the pages say so until it does. ``clients``:
+    (which URL, how to get its client) as the dashboard makes them."""
+    from ..web.backend import RedisUnavailable  # (the web extra is there by now)
+
+    for which, get in clients:
         try:
-            ping(probe)
-        finally:
-            probe.close()
-    except ConfigError as e:
-        raise fail(str(e), ExitCode.USAGE) from None
-    except (redis.RedisError, ConnectionFailed) as e:
-        if "refused access" in str(e) or is_access_error(e):
-            raise fail(f"Redis refused the credentials of {which}: {e}",
-                       ExitCode.REDIS_UNAVAILABLE) from None
-        error_line(f"warning: Redis at {which} does not answer yet ({e}); the dashboard "
-                   "starts and shows it unavailable until it does")
+            ping(get())
+        except (redis.RedisError, StreamqError, RedisUnavailable) as e:
+            if "refused access" in str(e) or is_access_error(e):
+                raise fail(f"Redis refused the credentials of {which}: {e}",
+                           ExitCode.REDIS_UNAVAILABLE) from None
+            error_line(f"warning: Redis at {which} does not answer yet ({e}); the "
+                       "dashboard starts and shows it unavailable until it does")
 
 
 @app.command(rich_help_panel="Inspect")
@@ -120,9 +118,7 @@ def web(
     level = log_level.upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise fail(f"invalid log level {log_level!r}", ExitCode.USAGE)
-    _check_redis(redis_url, "--redis-url")
-    if admin_url is not None and not read_only:
-        _check_redis(admin_url, "--admin-url")
+    _check_redis(application.state.backend.clients())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     typer.echo(f"streamq web on http://{host}:{port}/ (pid {os.getpid()}"
                f"{', read-only' if read_only else ''})", err=True)

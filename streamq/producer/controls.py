@@ -1,5 +1,5 @@
 """Flow control of a queue's work, the part of :class:`streamq.client.Queue` that steers
-what is queued: pause and resume, re-prioritize, cancel, rate limits."""
+what is queued: pause and resume, re-prioritize, cancel, purge, rate limits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, cast
 from streamq.base import config
 from streamq.base.keys import check_name
 from streamq.base.models import JobStatus
-from streamq.errors import ConfigError
+from streamq.errors import ConfigError, JobNotFound
 from streamq.producer import cancel as cancelling
 from streamq.producer import flow
 from streamq.producer import rates as ratelimits
@@ -77,6 +77,32 @@ class Controls:
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
         return cancelling.cancel(self._queue, job_id, wait=wait, timeout=timeout, token=token)
+
+    @wrap_connection_errors
+    def unfinished(self) -> list[str]:
+        """The ids of the queue's jobs that have not ended (queued, scheduled, running,
+        open), on both lanes and every shard."""
+        q = self._queue
+        out: list[str] = []
+        for qk in q.known_shards:
+            for key in (qk.active, qk.lactive):
+                out += [m.decode() if isinstance(m, bytes) else str(m)
+                        for m, _ in q.redis.zscan_iter(key, count=1000)]
+        return out
+
+    @wrap_connection_errors
+    def purge(self) -> int:
+        """Cancel every job of the queue that has not ended (:meth:`cancel` each, on
+        both lanes): none of their sub-requests starts any more, those running finish;
+        each ends ``cancelled`` with its one completion, kept until its retention ends.
+        Returns how many this call cancelled (one that ended meanwhile is left alone)."""
+        n = 0
+        for job_id in self.unfinished():
+            try:
+                n += cancelling.cancel(self._queue, job_id, wait=False).cancelled
+            except JobNotFound:
+                pass  # ended and expired since the listing
+        return n
 
     @wrap_connection_errors
     def set_rate(self, per_second: float | None, *, client: str | None = None,

@@ -8,7 +8,8 @@ A job's settled sub-requests become rows of :data:`RESULT_SCHEMA`:
 * ``status``: ``done`` (a result is stored) or ``failed`` (dead-lettered);
 * ``result``: the handler's return value as JSON text (a str result becomes a
   JSON string, a bytes result a JSON string of its base64); null when failed;
-* ``error``: the error of a failed one (from its JSON error record), else null.
+* ``error``: the error of a failed one (the summary line of its JSON error record;
+  its traceback is in its dead letter), else null.
 
 Batch: the index range ``[0, total)`` is split into partitions of
 ``indexesPerSplit`` indexes, each read READ_CHUNK indexes per round trip with
@@ -42,6 +43,7 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from streamq.base.failures import split_failure
 from streamq.base.keys import JobKeys, shard_queue
 from streamq.model.scripts import Scripts
 from streamq.storage.connection import Client, connect, pipelined
@@ -80,11 +82,14 @@ def result_json(raw: bytes) -> str:
 
 
 def _error_text(raw: bytes) -> str:
+    """The error's summary line (``Type: message``); its traceback stays in the job's
+    record and its dead letter (``streamq dlq show``)."""
     try:
         record = json.loads(raw)
     except ValueError:
         return raw.decode(errors="replace")
-    return str(record.get("error")) if isinstance(record, dict) else str(record)
+    text = str(record.get("error")) if isinstance(record, dict) else str(record)
+    return split_failure(text)[0]
 
 
 def _hmgets(client: Client, keys: Sequence[str], indexes: range) -> list[list[Any]]:

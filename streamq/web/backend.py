@@ -141,6 +141,14 @@ class Backend:
     def r(self) -> Client:
         return self._reads.get()
 
+    def clients(self) -> list[tuple[str, Any]]:
+        """(which URL, how to get its client) of the reads and, when it has its own
+        credentials, of the actions: what a start checks."""
+        out: list[tuple[str, Any]] = [("--redis-url", self._reads.get)]
+        if self._admin is not self._reads and not self.settings.read_only:
+            out.append(("--admin-url", self._admin.get))
+        return out
+
     def admin_queue(self, name: str) -> Queue:
         """A Queue on the admin client, for actions."""
         return Queue(name, client=self._admin.get())

@@ -398,3 +398,41 @@ def test_streamq_web_refuses_credentials_redis_refuses(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_purge_cancels_every_unfinished_job_on_both_lanes(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given queued work on both lanes (small jobs and jobs on their own stream), and a
+    # job that ended before
+    (tmp_path / "app.py").write_text(
+        "import os\n"
+        "def handle(p):\n"
+        "    open(os.path.join(os.path.dirname(__file__), 'ran'), 'a').write('x')\n"
+        "    return p\n")
+    q = Queue(queue_name, redis_url)
+    small = [q.submit([i]) for i in range(3)]
+    big = [q.submit([1, 2, 3], job_id=f"big-{i}") for i in range(2)]
+    # When `streamq purge` is asked and the answer is no, nothing changes
+    res = subprocess.run([STREAMQ, "purge", queue_name], input="n\n", cwd=tmp_path,
+                         env=_env(redis_url), text=True, capture_output=True, timeout=60)
+    assert res.returncode == 1 and "cancel 5 unfinished jobs" in res.stderr, res.stderr
+    assert all(q.status(j.id).state is JobState.ACTIVE for j in small + big)
+    # And with --yes every unfinished job is cancelled, on both lanes
+    res = _shell(redis_url, tmp_path, "purge", queue_name, "--yes", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == {"queue": queue_name, "cancelled": 5}
+    assert all(q.status(j.id).state is JobState.CANCELLED for j in small + big)
+    assert q.unfinished() == []
+    # Then a worker started after runs none of it
+    proc = _worker(redis_url, tmp_path, queue_name, "app:handle")
+    try:
+        done = q.submit(["after"])
+        assert q.wait(done.id, timeout=30).state is JobState.SUCCEEDED
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert (tmp_path / "ran").read_text() == "x"  # only the job submitted after
+    # And purging again cancels nothing; an unknown queue is not found (exit 4)
+    assert q.purge() == 0
+    assert _shell(redis_url, tmp_path, "purge", "nosuch-queue", "--yes").returncode == 4
+    q.close()
