@@ -73,6 +73,7 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_tracing.py
 	$(BIN)/python tests/bench/bench_spark.py
 	$(BIN)/python tests/bench/bench_cluster.py
+	$(BIN)/python tests/bench/bench_cluster_pipeline.py
 	$(BIN)/python tests/bench/bench_web.py
 
 demo: install ## the main job: a Spark pipeline through streamq on a private Redis

@@ -1,5 +1,5 @@
 --[[
-  Abort a job in its own slot: an open or active job becomes terminal with
+  Abort a job in its own hash slot: an open or active job becomes terminal with
   state `aborted` at once. No add passes afterwards (fenced adds need
   `open`), its undelivered and pending sub-requests are dropped (stream and
   group deleted, retries and start records too; a worker acknowledging one
@@ -32,7 +32,7 @@
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
     `completed` is 1 when this call aborted the job: the caller must then
-    finish it in the queue slot (finish_jobs), which records its one completion.
+    finish it in the queue's hash slot (finish_jobs), which records its one completion.
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call

@@ -20,7 +20,7 @@
     The meta field "started" keeps the earliest delivery of the entries settled
     (includes/first_start): the job's first start.
     `acked` counts entries this call acknowledged; `completed` is 1 when this
-    call made the job terminal: the caller must then finish it in the queue slot.
+    call made the job terminal: the caller must then finish it in the queue's hash slot.
     A cancelled job's entries still pending (they were running at the cancel)
     store their results, which expire with the job, and complete nothing.
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.

@@ -1,5 +1,5 @@
 --[[
-  The second step of announcing a dead letter (queue slot): copy it to the
+  The second step of announcing a dead letter (queue's hash slot): copy it to the
   queue's dead-letter stream once. The marker key, named after the job, the
   field and the dead letter's serial, remembers the entry it became: a resent
   call, or a second announcer of the same dead letter, adds nothing and gets

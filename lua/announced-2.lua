@@ -1,5 +1,5 @@
 --[[
-  The last step of announcing dead letters (job slot): the ones now in the
+  The last step of announcing dead letters (job's hash slot): the ones now in the
   queue's dead-letter stream leave `unannounced`. A field is removed only if
   its error record is the dead letter that was announced (same serial) or is
   gone: a sub-request replayed and dead-lettered again meanwhile is a newer

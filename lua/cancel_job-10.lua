@@ -1,5 +1,5 @@
 --[[
-  Cancel a job in its own slot: an open or active job becomes terminal with
+  Cancel a job in its own hash slot: an open or active job becomes terminal with
   state `cancelled` at once. No sub-request of it is delivered afterwards:
   its retries are dropped and the entries no worker has read are deleted,
   so a read of new entries finds nothing (and nothing adds one: adds need
@@ -38,7 +38,7 @@
     {pending, then the job_reply fields {completed (0|1), state, total, ...}}
     `pending` is the number of the job's entries workers still hold; `completed`
     is 1 when this call cancelled the job (or did before, under the same token):
-    the caller must then finish it in the queue slot.
+    the caller must then finish it in the queue's hash slot.
     ERR_JOB_NOT_FOUND (-1) no such job
 ]]
 local rcall = redis.call

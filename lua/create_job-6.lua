@@ -1,5 +1,5 @@
 --[[
-  Create a job in its own slot: meta hash, task stream with its consumer
+  Create a job in its own hash slot: meta hash, task stream with its consumer
   group, and the first sub-requests. Creating a job id that exists changes
   nothing and describes the existing job. Idempotent by the incarnation the
   caller draws per call (ARGV[6], stored in meta): when the existing job
@@ -24,7 +24,7 @@
              when this call creates the job; when the job exists, it tells this
              call's own resend (same incarnation) from another create (the
              reply carries the job's own). A job id reused after its records
-             expired gets a new one, which is how the queue slot tells the new
+             expired gets a new one, which is how the queue's hash slot tells the new
              job from the finished old one without comparing clocks
     ARGV[7]  retention after completion, ms
     ARGV[8]  dedup key, "" for none
@@ -49,7 +49,7 @@
     ERR_AT_PAST (-9) when "@<ms>" is already past (nothing is created)
     `created` is Redis's clock at creation, ms since the epoch.
     `completed` is 1 when this call made the job terminal (an empty job
-    finalized at once): the caller must then finish it in the queue slot.
+    finalized at once): the caller must then finish it in the queue's hash slot.
 ]]
 local rcall = redis.call
 local metaKey, tasksKey, resultsKey, errorsKey, dlqKey, retryKey =

@@ -22,7 +22,7 @@
   Output:
     the job_reply fields {completed (0|1), state, total, done, failed, ...}
     `completed` is 1 when this call made the job terminal: the caller must
-    then finish it in the queue slot.
+    then finish it in the queue's hash slot.
     ERR_JOB_NOT_FOUND (-1) no such job
     ERR_NOT_WRITER (-6)    ARGV[2] given and the job was opened by another write
     {ERR_TOTAL_MISMATCH (-3), the job's total}  ARGV[3] given and the job is open

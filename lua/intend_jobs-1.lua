@@ -1,5 +1,5 @@
 --[[
-  Record the intent to create jobs, in the queue slot, ahead of their
+  Record the intent to create jobs, in the queue's hash slot, ahead of their
   job-slot create (sent in the same pipelined round trip, before it). An
   intent is the durable first step of the cross-slot submit: register_jobs
   or finish_jobs removes it; one left behind by a producer that died between

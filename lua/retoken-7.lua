@@ -1,5 +1,5 @@
 --[[
-  Change a registered job's priority and/or concurrency in its queue's slot
+  Change a registered job's priority and/or concurrency in its queue's hash slot
   (the first step of Queue.reprioritize; the job's meta follows in its own
   slot). A job's tokens are "<job>#0" .. "#<n-1>", contiguous. Each keeps its
   fairness rank; a new priority re-scores it where it waits (ready, parked) and

@@ -1,9 +1,9 @@
 --[[
-  Second step of a retry, in the queue's slot: note that a job has a retry
+  Second step of a retry, in the queue's hash slot: note that a job has a retry
   due after `delay` ms, so live workers promote it (they take due jobs in
   `settle`). Keeps the earliest due time of a job; idempotent (a resend, or
   a job already noted earlier, changes nothing). The retry itself lives in
-  the job's slot (`fail` put it there); the reaper promotes it on its pass
+  the job's hash slot (`fail` put it there); the reaper promotes it on its pass
   when this step never ran (the worker died in between).
 
   Input:

@@ -133,7 +133,7 @@ if want > 0 then
       end
     end
   end
-  -- due retries: taken here, promoted by the worker in their job's slot
+  -- due retries: taken here, promoted by the worker in their job's hash slot
   due = rcall("ZRANGEBYSCORE", retriesKey, "-inf", nowMs, "LIMIT", 0, dueLimit)
   if #due > 0 then chunked("ZREM", retriesKey, due) end
   local nextDue = rcall("ZRANGE", retriesKey, 0, 0, "WITHSCORES")

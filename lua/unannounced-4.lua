@@ -1,5 +1,5 @@
 --[[
-  The first step of announcing a job's dead letters (job slot, read side):
+  The first step of announcing a job's dead letters (job's hash slot, read side):
   list up to N dead letters of the job not yet copied to the queue's
   dead-letter stream, with their error record and payload. A member whose
   error record is gone (replayed, or expired with the job) has nothing left

@@ -1,5 +1,5 @@
 --[[
-  Dead-letter one sub-request in its job's slot: keep its error record
+  Dead-letter one sub-request in its job's hash slot: keep its error record
   (JSON: error, attempts, at, n) and its payload, count it failed and settle
   it (the counter of unfinished sub-requests drops by one), and remember it
   as not yet announced in the queue's dead-letter stream.

@@ -109,7 +109,7 @@ DEFAULT_DEAD_MAXLEN = 100_000
 #: at most, in milliseconds (7 days; the reaper announces long before). Written in
 #: ``lua/includes/dead_letter.lua`` and ``lua/record_start-3.lua`` as 604800000.
 UNANNOUNCED_GRACE_MS = 7 * 24 * 3600 * 1000
-#: Dead letters one announce call lists from a job slot.
+#: Dead letters one announce call lists from a job's hash slot.
 ANNOUNCE_CHUNK = 500
 #: Jobs of the ``owed`` set the reaper repairs per pass.
 OWED_PER_PASS = 1000

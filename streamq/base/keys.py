@@ -36,7 +36,7 @@ def check_client(value: str) -> str:
 
 
 #: SET of queue names, added to by every process that loads a queue's shards (the
-#: dashboard's list of queues); a key of its own slot, written outside scripts
+#: dashboard's list of queues); a key of its own hash slot, written outside scripts
 QUEUES = f"{PREFIX}:queues"
 
 #: the separator of a shard's hash tag: ``<queue>~<n>`` (never in a queue name)

@@ -55,7 +55,7 @@ def s(v: Any) -> str:
 class JobReply(NamedTuple):
     """A job as a job-slot script left it (a tuple: made for every job a worker acks)."""
 
-    completed: bool  #: this call made the job terminal: finish it in the queue slot
+    completed: bool  #: this call made the job terminal: finish it in the queue's hash slot
     state: str
     total: int
     done: int

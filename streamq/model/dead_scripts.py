@@ -12,7 +12,7 @@ from streamq.model.script_base import ScriptsBase
 
 
 class DeadLetterScripts(ScriptsBase):
-    """Dead-letter scripts (job slot and queue slot)."""
+    """Dead-letter scripts (job's hash slot and queue's hash slot)."""
 
     def replay(self, jk: JobKeys, index: int, serial: int, created_ms: int = 0) -> None:
         """Put dead letter ``serial`` back into its unfinished job, the one created at

@@ -1,4 +1,4 @@
-"""The scripts of one job's slot: create, add, finalize, ack, fail, recover, abort."""
+"""The scripts of one job's hash slot: create, add, finalize, ack, fail, recover, abort."""
 
 from __future__ import annotations
 

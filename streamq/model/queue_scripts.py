@@ -1,4 +1,4 @@
-"""The scripts of a queue's slot: register, settle, finish, heartbeat, reap, trim."""
+"""The scripts of a queue's hash slot: register, settle, finish, heartbeat, reap, trim."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class QueueScripts(ScriptsBase):
 
     @staticmethod
     def schedule_retry_call(qk: QueueKeys, job_id: str, delay_ms: int) -> Call:
-        """Note in the queue's slot that ``job_id`` has a retry due in ``delay_ms``."""
+        """Note in the queue's hash slot that ``job_id`` has a retry due in ``delay_ms``."""
         return Call("schedule_retry", (qk.retries,), (job_id, max(0, delay_ms)))
 
     @staticmethod

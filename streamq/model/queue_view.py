@@ -43,7 +43,7 @@ class Serving(Served, Protocol):
 
 class QueueFinisher(QueueSettings, Protocol):
     """What a worker's slots need of its queue client: the calls that finish terminal
-    jobs in the queue's slot."""
+    jobs in the queue's hash slot."""
 
     def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call: ...
 
@@ -66,7 +66,7 @@ class QueueStore(QueueSettings, Served, Protocol):
 
 class QueueJobs(QueueStore, Protocol):
     """What a job handle, a cancel and a re-prioritize need besides the store: read a
-    job's state and results, wait for it, and finish it in the queue's slot."""
+    job's state and results, wait for it, and finish it in the queue's hash slot."""
 
     def status(self, job_id: str) -> JobStatus: ...
 

@@ -217,7 +217,7 @@ class Overview:
 
 
 def server_ms(r: Client, qk: QueueKeys) -> int:
-    """Redis's clock (TIME) in the queue's slot, ms since the epoch: heartbeat deadlines
+    """Redis's clock (TIME) in the queue's hash slot, ms since the epoch: heartbeat deadlines
     and event ids are that clock, so they are compared with it, not with this process's."""
     return connection_server_ms(r, qk.workers)
 

@@ -1,6 +1,6 @@
 """Cancel a job: nothing of it starts after the call returns; what runs finishes.
 
-Two steps, each idempotent. In the job's slot, ``cancel_job`` makes the job
+Two steps, each idempotent. In the job's hash slot, ``cancel_job`` makes the job
 terminal (``cancelled``), drops its retries and deletes the entries no worker
 has read, so no read delivers anything of it again; the entries workers hold
 stay pending. In the queue's

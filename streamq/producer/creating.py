@@ -1,5 +1,5 @@
 """The two hash slots of a submit, the part of :class:`streamq.client.Queue` that
-writes them: a job's create in its own slot, preceded by its intent in the queue's
+writes them: a job's create in its own hash slot, preceded by its intent in the queue's
 shard (the durable first step the reaper finishes from), then the job's registration
 in the shard, or its finish when it was terminal at once. Every step may be sent
 again safely (see docs/design/job-life.md, "Submit")."""

@@ -1,6 +1,6 @@
 """The dead-letter store: list, show, replay and purge dead-lettered sub-requests.
 
-A dead letter lives in its job's slot (``errors``: the error record,
+A dead letter lives in its job's hash slot (``errors``: the error record,
 ``dlq``: the payload) and is announced, once, in the queue's ``dead`` stream,
 which carries a copy of the payload so it can be replayed after the job is
 gone. Each dead letter is replayed once.
@@ -84,7 +84,7 @@ class Announced(NamedTuple):
 
 def marker_life_ms(retention_ms: int) -> int:
     """Lifetime of a dead letter's announce and replay markers: longer than any record
-    of it in its job slot (``unannounced`` lives the retention + the grace)."""
+    of it in its job's hash slot (``unannounced`` lives the retention + the grace)."""
     return max(retention_ms, 0) + UNANNOUNCED_GRACE_MS
 
 

@@ -36,7 +36,7 @@ from streamq.services import schedule, watchdog
 
 class JobHome(QueueStore, Protocol):
     """What a job's store needs of its queue client: its store, and the call that
-    records a terminal job's completion in the queue's slot."""
+    records a terminal job's completion in the queue's hash slot."""
 
     def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call: ...
 
@@ -161,7 +161,7 @@ class StreamJob:
         return _settings([m.decode() if isinstance(m, bytes) else m for m in meta])
 
     def cancel(self, token: str) -> Cancelled:
-        """``cancel_job`` in the job's slot, then its one completion in the shard's (a
+        """``cancel_job`` in the job's hash slot, then its one completion in the shard's (a
         no-op when it was recorded before)."""
         q = self.q
         held, reply = q.scripts.cancel_job(self.keys, token)
@@ -192,8 +192,8 @@ class StreamJob:
                 if jk.job_id not in (noted or b"").decode().split(",")]
 
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
-        """Two steps, each idempotent: the tokens in the queue's slot (``retoken``: what
-        workers claim by), then the meta in the job's slot (``reprioritize_job``: what
+        """Two steps, each idempotent: the tokens in the queue's hash slot (``retoken``: what
+        workers claim by), then the meta in the job's hash slot (``reprioritize_job``: what
         status shows); a caller killed between them leaves the new tokens with the old
         figures shown, and the call made again completes it."""
         q, jk = self.q, self.keys

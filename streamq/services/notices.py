@@ -3,7 +3,7 @@
 Completions are published by ``finish_jobs`` on the queue's channel and on the
 job's channel. On a standalone Redis they go out with PUBLISH; on a cluster
 with SPUBLISH (sharded pub/sub, Redis 7.0): the channels carry the queue's hash
-tag, so a notice goes to the master of the queue's slot and its replicas only,
+tag, so a notice goes to the master of the queue's hash slot and its replicas only,
 instead of being broadcast to every node of the cluster. :class:`Notices`
 subscribes the same way the notices are sent.
 

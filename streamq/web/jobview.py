@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from streamq.base import config
@@ -202,6 +203,38 @@ def completion(r: Client, qk: QueueKeys, st: JobStatus) -> Completion | None:
     return None
 
 
+#: a job's settings in the Job view, in this order, each said in words
+SHOWN = ("priority", "concurrency", "client", "max_deliveries", "dedup", "timeout",
+         "retention", "due", "queue")
+
+
+def _duration(ms: int) -> str:
+    """``ms`` in the largest whole unit that fits: 1 day, 6 hours, 90 s, 250 ms."""
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000)):
+        if ms >= size and ms % size == 0:
+            n = ms // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms} ms"
+
+
+def readable_settings(raw: dict[str, str]) -> dict[str, str]:
+    """A job's stored settings (ms, epoch ms) as the Job view says them: durations in
+    words with what they bound, times in UTC, a dedup key only when it has one."""
+    out: dict[str, str] = {}
+    for k in SHOWN:
+        v = raw.get(k, "")
+        if v == "":
+            continue
+        if k == "retention":
+            v = f"{_duration(int(v))}: how long its records are kept after it ends"
+        elif k == "timeout":
+            v = f"{_duration(int(v))} per handler run on one sub-request"
+        elif k == "due":
+            v = datetime.fromtimestamp(int(v) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        out[{"max_deliveries": "max deliveries", "dedup": "dedup key"}.get(k, k)] = v
+    return out
+
+
 def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, offset: int,
            limit: int | None = PREVIEW_CHARS) -> JobDetail:
     """Everything the Job view shows of job ``st``."""
@@ -211,7 +244,7 @@ def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, o
         raw = r.hget(small_shard.ljobs, st.job_id)
         rec = lane.parse(raw) if raw is not None else {}
         subs = _small_subs(r, small_shard, st, rec, limit)
-        settings = {k: _s(v) for k, v in rec.items() if k not in ("state",)}
+        settings = readable_settings({k: _s(v) for k, v in rec.items()})
         return JobDetail(st, True, None, _count(subs), subs, 0,
                          completion(r, small_shard, st), settings)
     m = {_s(k): _s(v) for k, v in meta.items()}
@@ -219,9 +252,7 @@ def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, o
     by_state = {"done": st.done, "dead": st.failed, "running": st.in_flight,
                 "queued": max(0, st.queued - retrying), "retrying": retrying}
     subs = sub_requests(r, st.job_id, st.total, offset, limit=limit)
-    shown = ("priority", "concurrency", "client", "max_deliveries", "retention", "timeout",
-             "due", "queue")
-    settings = {k: m[k] for k in shown if k in m}
+    settings = readable_settings(m)
     started = m.get("started")
     return JobDetail(st, False, int(started) if started else None, by_state, subs, offset,
                      completion(r, shard, st), settings)

@@ -216,7 +216,7 @@ class JobWork:
         return preread
 
     def promote(self, jobs: list[str]) -> None:
-        """Promote the due retries of ``jobs`` (job slots), then, in the queue's slot,
+        """Promote the due retries of ``jobs`` (jobs' hash slots), then, in the queue's hash slot,
         unpark the jobs that got work and note when each next retry is due."""
         w, qk = self.w, self.slot.qk
         replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
@@ -243,7 +243,7 @@ class JobWork:
                 call = w.scripts.schedule_retry_call(self.slot.qk, job, r.wait_ms)
                 w.scripts.run(call.name, call.keys, call.args)
             return "r" if r.moved else "p"
-        # terminal in its own slot: make sure the queue slot knows (idempotent)
+        # terminal in its own hash slot: make sure the queue's hash slot knows (idempotent)
         self.finish_from_meta(job)
         return "d"
 

@@ -112,6 +112,14 @@ def test_every_view_answers_with_its_view_and_unknown_things_get_a_404_page(
         assert data.done.id in by_client and data.waiting.id not in by_client
         by_priority = c.get(f"/q/{q}/jobs?priority=7").text
         assert data.waiting.id in by_priority and data.done.id not in by_priority
+        # a finished job's page offers no cancel or change, and says its settings in
+        # words: the retention as a duration with what it bounds, its dedup key
+        done = c.get(f"/q/{q}/jobs/{data.done.id}").text
+        assert "data-finished" in done and 'data-action="cancel"' not in done
+        assert "1 day: how long its records are kept after it ends" in done, done[:3000]
+        assert "86400000" not in done and "dedup key" in done and "dedup-x" in done
+        waiting = c.get(f"/q/{q}/jobs/{data.waiting.id}").text
+        assert 'data-action="cancel"' in waiting and "data-finished" not in waiting
         # a dead letter's page shows the handler's traceback below its error
         letter = c.get(f"/q/{q}/dead/{quote(data.dead_ids[0], safe='')}").text
         assert "data-traceback" in letter and "Traceback (most recent call last)" in letter
