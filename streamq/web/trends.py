@@ -34,6 +34,16 @@ class Trends:
     wait_p99_ms: float | None
 
 
+def wait_chart(waits_ms: dict[str, list[float | None]]) -> Chart:
+    """The queue-wait chart, in ms, or in seconds once a wait reaches 2 s (as the
+    page's other durations turn to seconds)."""
+    measured = [v for vs in waits_ms.values() for v in vs if v is not None]
+    scale, unit = (1000.0, "s") if measured and max(measured) >= 2000 else (1.0, "ms")
+    return chart("queue wait", unit, [
+        Series(name, [None if v is None else v / scale for v in vs])
+        for name, vs in waits_ms.items()])
+
+
 def trends(r: Client, shards: Sequence[QueueKeys]) -> Trends:
     """The last hour of the queue, a point a minute."""
     h = history.read_history(r, list(shards), window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
@@ -43,11 +53,9 @@ def trends(r: Client, shards: Sequence[QueueKeys]) -> Trends:
         Series("finished", [b.finished_per_s for b in rows]),
         Series("failed", [b.failed_per_s for b in rows]),
     ])
-    wait = chart("queue wait", "ms", [
-        Series("p50", [b.wait_p50_ms for b in rows]),
-        Series("p95", [b.wait_p95_ms for b in rows]),
-        Series("p99", [b.wait_p99_ms for b in rows]),
-    ])
+    wait = wait_chart({"p50": [b.wait_p50_ms for b in rows],
+                       "p95": [b.wait_p95_ms for b in rows],
+                       "p99": [b.wait_p99_ms for b in rows]})
     last = rows[-1] if rows else None
     return Trends(rates, wait,
                   last.started_per_s if last else 0.0,

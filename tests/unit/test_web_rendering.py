@@ -79,3 +79,26 @@ def test_a_completion_fragment_shows_the_record_and_escapes_what_a_job_named() -
 ])
 def test_a_request_another_site_sent_is_told_apart(headers: dict[str, str], ok: bool) -> None:
     assert same_origin(headers) is ok
+
+
+def test_the_queue_wait_chart_turns_to_seconds_as_the_pages_durations_do() -> None:
+    from streamq.web.trends import wait_chart
+
+    short = wait_chart({"p50": [120.0, None, 300.0], "p99": [450.0, None, 900.0]})
+    assert (short.unit, short.top) == ("ms", 1000.0)
+    long = wait_chart({"p50": [1200.0, 2500.0], "p99": [4000.0, 7300.0]})
+    assert (long.unit, long.top) == ("s", 10.0)
+    assert long.lines[1].last == pytest.approx(7.3)  # the legend's figure, in seconds
+    assert wait_chart({"p50": [None, None]}).unit == "ms"
+
+
+def test_a_finished_jobs_settings_read_in_words() -> None:
+    from streamq.web.jobview import readable_settings
+
+    shown = readable_settings({"priority": "50", "retention": "86400000", "timeout": "2500",
+                               "dedup": "", "max_deliveries": "5", "due": "1795810825903",
+                               "created": "1795810825903", "state": "succeeded"})
+    assert shown == {"priority": "50", "max deliveries": "5",
+                     "timeout": "2.5 s per handler run on one sub-request",
+                     "retention": "1 day: how long its records are kept after it ends",
+                     "due": "2026-11-27 20:20:25 UTC"}
