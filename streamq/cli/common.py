@@ -315,6 +315,16 @@ def fold(header: str) -> Column:
     return Column(header, overflow="fold")
 
 
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def confirm_or_stop(yes: bool, question: str, unchanged: str) -> None:
+    """Ask ``question`` on stderr unless ``yes``; a no ends the command (exit 1) with
+    ``unchanged`` (what was left as it was)."""
+    if not yes and not typer.confirm(question, err=True):
+        raise fail(f"purge cancelled, {unchanged}", ExitCode.FAILURE)
+
+
 CreateOpt = Annotated[bool, typer.Option(
     "--create", help="act on a queue that has no key yet (without it, a queue name "
                      "unknown to this Redis is refused: exit 4)")]

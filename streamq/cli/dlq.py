@@ -21,12 +21,13 @@ from .common import (
     JsonOut,
     QueueArg,
     RedisUrl,
+    YesOpt,
     app,
     client,
+    confirm_or_stop,
     console,
     emit_json,
     error_line,
-    fail,
     fold,
     print_table,
     when,
@@ -155,17 +156,14 @@ def replay(
 @dlq_app.command()
 def purge(
     queue: QueueArg,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] =
-        False,
+    yes: YesOpt = False,
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
     """Delete every dead letter of QUEUE's dead-letter stream (asks first unless --yes)."""
     q = _queue(queue, redis_url)
     n = sum(int(q.redis.xlen(qk.dead)) for qk in q.known_shards)
-    if not yes and not typer.confirm(f"delete {n} dead letters of queue {queue}?",
-                                     err=True):
-        raise fail("purge cancelled, nothing deleted", ExitCode.FAILURE)
+    confirm_or_stop(yes, f"delete {n} dead letters of queue {queue}?", "nothing deleted")
     purged = sum(deadletters.purge(q.redis, qk) for qk in q.known_shards)
     if json_out:
         emit_json({"queue": queue, "purged": purged})

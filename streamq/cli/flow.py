@@ -17,12 +17,13 @@ from .common import (
     JsonOut,
     QueueArg,
     RedisUrl,
+    YesOpt,
     app,
     client,
+    confirm_or_stop,
     emit_json,
     error_line,
     existing_queue,
-    fail,
     plural,
 )
 
@@ -130,8 +131,7 @@ def cancel(
 @app.command(rich_help_panel="Flow control")
 def purge(
     queue: QueueArg,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")] =
-        False,
+    yes: YesOpt = False,
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
@@ -140,9 +140,8 @@ def purge(
     record kept until its retention ends. Exit 4 for a queue this Redis holds no key of."""
     q = existing_queue(queue, redis_url, False)
     n = len(q.unfinished())
-    if not yes and not typer.confirm(f"cancel {plural(n, 'unfinished job')} of queue "
-                                     f"{queue}?", err=True):
-        raise fail("purge cancelled, nothing changed", ExitCode.FAILURE)
+    confirm_or_stop(yes, f"cancel {plural(n, 'unfinished job')} of queue {queue}?",
+                    "nothing changed")
     cancelled = q.purge()
     if json_out:
         emit_json({"queue": queue, "cancelled": cancelled})

@@ -24,6 +24,23 @@ def python_blocks(section: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", body, re.S)
 
 
+def _beside_a_worker(cwd: Path, url: str, queue: str, handler: str, script: str
+                     ) -> tuple[subprocess.CompletedProcess[str], subprocess.Popen[str], str]:
+    """Run ``script`` in ``cwd`` as a user would while `streamq worker` serves ``queue``
+    with ``handler`` there; the script's outcome, the worker and its stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMQ_HOOK")}
+    worker = subprocess.Popen([STREAMQ, "worker", queue, "--handler", handler,
+                               "--redis-url", url], cwd=cwd, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        res = subprocess.run([sys.executable, script], cwd=cwd, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        worker.terminate()
+        _, worker_err = worker.communicate(timeout=60)
+    return res, worker, worker_err
+
+
 def test_the_python_api_example_runs_as_printed(
         redis_url: str, queue_name: str, tmp_path: Path) -> None:
     # Given the README's handler block saved as the file it names, and its producer
@@ -33,17 +50,9 @@ def test_the_python_api_example_runs_as_printed(
     script = producer.replace(URL_IN_README, redis_url).replace('"images"',
                                                                repr(queue_name))
     (tmp_path / "producer.py").write_text(script)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMQ_HOOK")}
     # When a worker runs next to app.py as the README says, and the producer runs
-    worker = subprocess.Popen([STREAMQ, "worker", queue_name, "--handler", "app:handle",
-                               "--redis-url", redis_url], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        res = subprocess.run([sys.executable, "producer.py"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=120)
-    finally:
-        worker.terminate()
-        _, worker_err = worker.communicate(timeout=60)
+    res, worker, worker_err = _beside_a_worker(tmp_path, redis_url, queue_name, "app:handle",
+                                               "producer.py")
     # Then it ends without an error and saw what its comments say
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
@@ -61,17 +70,9 @@ def test_the_named_tasks_example_runs_as_printed(
     assert block.startswith("# tasks.py\n") and URL_IN_README in block
     (tmp_path / "tasks.py").write_text(
         block.replace(URL_IN_README, redis_url).replace('"images"', repr(queue_name)))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STREAMQ_HOOK")}
     # When a worker serves it as the README says, and the module runs as a script
-    worker = subprocess.Popen([STREAMQ, "worker", queue_name, "--handler", "tasks:tasks",
-                               "--redis-url", redis_url], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        res = subprocess.run([sys.executable, "tasks.py"], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=120)
-    finally:
-        worker.terminate()
-        _, worker_err = worker.communicate(timeout=60)
+    res, _, worker_err = _beside_a_worker(tmp_path, redis_url, queue_name, "tasks:tasks",
+                                          "tasks.py")
     # Then each call ran its function, found by name
     assert res.returncode == 0, res.stderr + worker_err
     assert res.stdout.splitlines() == ["succeeded {'path': 'a.png', 'size': 64}", "succeeded"]
