@@ -56,10 +56,13 @@ def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, i
             b"s" in fields)
 
 
-def _checked(index: int | None, kind: bytes | None, raw: bytes | None
+def _checked(job: str, index: int | None, kind: bytes | None, raw: bytes | None
              ) -> tuple[int, bytes, bytes, Any]:
     """A parsed entry's index, type and payload, and the payload decoded; PayloadError
-    when the entry is malformed."""
+    when the entry is malformed (``job``: the job it names; "" for a lane entry that
+    names none)."""
+    if not job:
+        raise PayloadError("missing job 'j' field")
     if index is None:
         raise PayloadError("missing or invalid index field 'i'")
     if kind is None or raw is None:

@@ -1,6 +1,7 @@
 """Running the entries of an ``async def`` handler on the worker's event loop thread:
-several claimed tokens' entries at once (one coroutine per token, so a job never has
-more running than its tokens), or one call for a slot that runs one entry at a time.
+several groups at once (a claimed token's batch of its job, one runner per token, so a
+job never has more running than its tokens; or the small jobs of a lane read, one
+each), or one call for a slot that runs one entry at a time.
 Each run is bounded by its job's timeout, a handler that ignores its cancellation
 included (:func:`streamq.watchdog.guarded`).
 """
@@ -9,33 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, hooks
 from streamq.base.codec import encode_result
-from streamq.base.entry_fields import _checked, _parse
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.entry_fields import _checked
+from streamq.base.failures import failure_text
 from streamq.base.running import current as _current
 from streamq.errors import HandlerTimeout, PayloadError
 from streamq.services.watchdog import CANCEL_GRACE_S, guarded
-from streamq.work.outcomes import Outcomes, OutcomeWorker
+from streamq.work.sources import Done, Read, Source, SourceWorker
 
 if TYPE_CHECKING:
     from streamq.services.watchdog import Timeouts
 
-#: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload
-_Item = tuple[str, int, bytes, bytes, int, Any]
+#: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload, job
+_Item = tuple[str, int, bytes, bytes, int, Any, str]
 #: how an async run of one entry ended: (ok, value or exception, started, ended), or
 #: None when it was not started (the worker is stopping)
 _Outcome = tuple[bool, Any, float, float] | None
-#: what one claimed token's run gives back: results not yet acknowledged, and whether
-#: its job completed
-Ran = tuple[list[tuple[str, int, bytes]], bool]
+#: what one group's run gives back: results not yet acknowledged, and whether a job of
+#: a token completed
+Ran = tuple[list[Done], bool]
 
 
-class AsyncWorker(OutcomeWorker, Protocol):
+log = logging.getLogger("streamq.worker")
+
+
+class AsyncWorker(SourceWorker, Protocol):
     """What running an ``async def`` handler reads of the worker."""
 
     @property
@@ -44,8 +49,6 @@ class AsyncWorker(OutcomeWorker, Protocol):
     def loop(self) -> asyncio.AbstractEventLoop | None: ...
     @property
     def timeouts(self) -> Timeouts: ...
-    @property
-    def outcomes(self) -> Outcomes: ...
 
 
 class AsyncEntries:
@@ -54,64 +57,66 @@ class AsyncEntries:
     def __init__(self, worker: AsyncWorker) -> None:
         self.w = worker
 
-    def run(
-        self, jobs: list[tuple[JobKeys, list[Any], list[str], set[str]]],
-        waits: list[float], durations: list[float], shard: QueueKeys,
-    ) -> list[Ran]:
-        """Run the entries of several claimed tokens: each token's entries in order,
-        every token's at once on the worker's event loop. ``jobs`` holds, per token, its
-        job and what :meth:`streamq.entries.EntryRunner.run_entries` takes; no entry may
-        be suspect (those run alone, through it).
+    def run(self, groups: list[tuple[Source, list[Read], list[str]]],
+            waits: list[float], durations: list[float], share: int) -> list[Ran]:
+        """Run several groups of entries on the worker's event loop: each group's in
+        order, up to ``share`` groups at once. A group is a claimed token's batch of its
+        job (so a job never runs more at once than its tokens) or one small job's entry;
+        its source (:mod:`streamq.work.sources`) is what the entries are reported to. No
+        entry may be suspect (those run alone, through
+        :meth:`streamq.work.entries.EntryRunner.run_entries`).
 
-        Returns, per token, the results not yet acknowledged and whether the job
-        completed (a failure can complete it)."""
+        Returns, per group, the results not yet acknowledged and whether a job of a
+        token completed (a failure can complete it)."""
         w = self.w
         assert w.loop is not None
         out: list[Ran] = []
         items: list[list[_Item]] = []
-        for jk, entries, ids, unacked in jobs:
+        for src, entries, ids in groups:
             if w.tracer is not None:
-                w.tracer.note([(jk.job_id, i) for i in ids], [e[1] for e in entries])
-            ready, completed = self._ready(jk, entries, ids, unacked, shard)
+                w.tracer.note([(src.fields(e[1])[0], i) for e, i in zip(entries, ids)],
+                              [e[1] for e in entries])
+            ready, completed = self._ready(src, entries, ids)
             items.append(ready)
             out.append(([], completed))
-        tasks = [[(w.q.name, jk.job_id, it[1], it[0], it[4]) for it in ready]
-                 for (jk, _, _, _), ready in zip(jobs, items)]
-        limits = [w.timeouts.of(jk.job_id, w.redis) for jk, _, _, _ in jobs]
+        tasks = [[(w.q.name, it[6], it[1], it[0], it[4]) for it in ready] for ready in items]
         ran = asyncio.run_coroutine_threadsafe(
-            self._run_tokens(tasks, [[it[5] for it in ready] for ready in items], limits),
+            self._run_groups(tasks, [[it[5] for it in ready] for ready in items],
+                             [src.limit for src, _, _ in groups], share),
             w.loop).result()
-        for k, ((jk, _, _, unacked), ready, outcomes) in enumerate(zip(jobs, items, ran)):
-            out[k] = self._settle(jk, unacked, ready, outcomes, out[k], waits, durations,
-                                  shard)
+        for k, ((src, entries, _), ready, outcomes) in enumerate(zip(groups, items, ran)):
+            out[k] = self._settle(src, entries, ready, outcomes, out[k], waits, durations)
         return out
 
-    def _ready(self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
-               shard: QueueKeys) -> tuple[list[_Item], bool]:
-        """A token's entries parsed for running; a malformed one is dead-lettered (True
-        when that completed the job)."""
+    def _ready(self, src: Source, entries: list[Read], ids: list[str]
+               ) -> tuple[list[_Item], bool]:
+        """A group's entries parsed for running; a malformed one is dead-lettered (True
+        when that completed a job of a token)."""
         ready: list[_Item] = []
         completed = False
         for n, (_, flat) in enumerate(entries):
-            index, kind, raw, attempt, _suspect = _parse(flat)
+            job, index, kind, raw, attempt, _suspect = src.fields(flat)
             try:
-                index, kind, raw, payload = _checked(index, kind, raw)
-                ready.append((ids[n], index, kind, raw, attempt, payload))
+                index, kind, raw, payload = _checked(job, index, kind, raw)
+                ready.append((ids[n], index, kind, raw, attempt, payload, job))
             except PayloadError as e:
-                completed = self.w.outcomes.malformed(jk.job_id, ids[n], index, kind, raw,
-                                                      e, unacked, shard) or completed
+                log.error("job %s entry %s is malformed: %s", job or "?", ids[n], e)
+                completed = src.fail(ids[n], job, -1 if index is None else index, 1, -1,
+                                     f"malformed entry: {e}", kind or b"b",
+                                     raw or b"") or completed
+                src.settled(ids[n])
         return ready, completed
 
-    def _settle(self, jk: JobKeys, unacked: set[str], ready: list[_Item],
+    def _settle(self, src: Source, entries: list[Read], ready: list[_Item],
                 outcomes: list[_Outcome], before: Ran, waits: list[float],
-                durations: list[float], shard: QueueKeys) -> Ran:
-        """What a token's runs gave: results to acknowledge, failures reported, the
+                durations: list[float]) -> Ran:
+        """What a group's runs gave: results to acknowledge, failures reported, the
         entries never started handed back."""
         out = self.w.outcomes
         done, completed = before
         to_wall = time.time() - time.perf_counter()
-        unstarted = [it[0].encode() for it, o in zip(ready, outcomes) if o is None]
-        for (eid, index, kind, raw, attempt, _), outcome in zip(ready, outcomes):
+        unstarted = {it[0] for it, o in zip(ready, outcomes) if o is None}
+        for (eid, index, kind, raw, attempt, _, job), outcome in zip(ready, outcomes):
             if outcome is None:
                 continue
             ok, value, started, ended = outcome
@@ -125,23 +130,37 @@ class AsyncEntries:
                 except Exception as e:  # noqa: BLE001 - a result that cannot be encoded
                     value = e
             out.observe(waits, durations)
-            completed = out.failed(jk.job_id, eid, index, attempt, value, kind, raw,
-                                   shard) or completed
-            self.w.leases.discard(unacked, (eid,))
+            delay = out.count_failure(job, index, attempt, value)
+            completed = src.fail(eid, job, index, attempt, delay, failure_text(value), kind,
+                                 raw) or completed
+            src.settled(eid)
         if unstarted:
-            out.requeue(jk.job_id, unstarted)
+            src.hand_back([e for e in entries if e[0].decode() in unstarted])
         return done, completed
 
-    async def _run_tokens(self, tasks: list[list[tuple[str, str, int, str, int]]],
-                          payloads: list[list[Any]], limits: list[float | None]
+    async def _run_groups(self, tasks: list[list[tuple[str, str, int, str, int]]],
+                          payloads: list[list[Any]], limits: list[float | None], share: int
                           ) -> list[list[_Outcome]]:
-        return list(await asyncio.gather(*(self._run_token(t, p, limit)
-                                           for t, p, limit in zip(tasks, payloads, limits))))
+        """Every group's entries, ``share`` groups at a time: that many runner tasks take
+        the groups in turn (a task per runner, not per group)."""
+        out: list[list[_Outcome]] = [[] for _ in tasks]
+        order = iter(range(len(tasks)))  # shared: each runner takes the next group
 
-    async def _run_token(self, tasks: list[tuple[str, str, int, str, int]],
+        async def runner() -> None:
+            for k in order:
+                out[k] = await self._run_group(tasks[k], payloads[k], limits[k])
+
+        n = min(max(1, share), len(tasks))
+        if n == 1:
+            await runner()
+        elif n > 1:
+            await asyncio.gather(*(runner() for _ in range(n)))
+        return out
+
+    async def _run_group(self, tasks: list[tuple[str, str, int, str, int]],
                          payloads: list[Any], limit: float | None) -> list[_Outcome]:
-        """One token's entries in order (a task of its own: its own current task), each
-        cancelled at its job's timeout ``limit``."""
+        """One group's entries in order, each with its own current task, each cancelled
+        at its job's timeout ``limit``."""
         w, clock = self.w, time.perf_counter
         outcomes: list[_Outcome] = []
         for task, payload in zip(tasks, payloads):

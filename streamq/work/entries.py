@@ -1,6 +1,8 @@
-"""Running entries: the handler call per sub-request of the job lane, in the slot's
-thread (sync handlers) or through :mod:`streamq.async_entries`, with acknowledgements
-every ``ack_flush_s`` and a slow handler's batch handed back to other slots.
+"""Running entries: the handler call per sub-request, in the slot's thread (sync
+handlers) or through :mod:`streamq.work.async_entries`, with acknowledgements every
+``ack_flush_s`` and a slow handler's batch handed back to other slots. A job's own
+stream and the small-job lane are run alike: what differs is their source
+(:mod:`streamq.work.sources`).
 
 One :class:`EntryRunner` per worker, shared by its slots (it keeps no per-slot state
 but the slow mark of each slot's thread). What became of each entry is reported
@@ -16,12 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, config, hooks
 from streamq.base.codec import encode_result
-from streamq.base.entry_fields import _checked, _parse
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.entry_fields import _checked
+from streamq.base.failures import failure_text
 from streamq.base.running import current as _current
 from streamq.errors import PayloadError
-from streamq.services.steady import steady
 from streamq.work.async_entries import AsyncEntries, AsyncWorker
+from streamq.work.outcomes import Outcomes
+from streamq.work.sources import Done, Read, Source
 
 if TYPE_CHECKING:
     from streamq.base.governor import Governor
@@ -44,7 +47,8 @@ class EntryWorker(AsyncWorker, Protocol):
 
 
 class EntryRunner:
-    """Runs the entries a slot read, acknowledging results as it goes."""
+    """Runs the entries a slot read, acknowledging results as it goes: a job's own
+    stream's and the small-job lane's alike (:mod:`streamq.work.sources`)."""
 
     def __init__(self, worker: EntryWorker) -> None:
         self.w = worker
@@ -53,40 +57,42 @@ class EntryRunner:
         #: monotonic time entries were last handed back behind a slow handler (any slot)
         self.slow_at = float("-inf")
 
-    def run_entries(
-        self, jk: JobKeys, entries: list[Any], ids: list[str], unacked: set[str],
-        waits: list[float], durations: list[float], shard: QueueKeys,
-    ) -> tuple[list[tuple[str, int, bytes]], bool]:
-        """Run a job's entries (``ids`` are their decoded ids, ``unacked`` the set
-        heartbeats keep fresh) in order, acknowledging every ``ack_flush_s``. Queue
-        waits and handler durations are added to ``waits`` and ``durations``, which
-        go to the metrics before anything is acknowledged.
+    def run_entries(self, src: Source, entries: list[Read], ids: list[str],
+                    waits: list[float], durations: list[float]) -> tuple[list[Done], bool]:
+        """Run a batch's entries (``ids`` are their decoded ids) in order, acknowledging
+        every ``ack_flush_s``. Queue waits and handler durations are added to ``waits``
+        and ``durations``, which go to the metrics before anything is acknowledged.
 
-        Returns the results not yet acknowledged, and whether the job completed.
-        """
+        Returns the results not yet acknowledged, and whether a job of a token completed
+        (its token is dropped)."""
         w, out = self.w, self.w.outcomes
-        done: list[tuple[str, int, bytes]] = []
+        done: list[Done] = []
         completed = slow = False  # slow: the last handler took SLOW_ENTRY_S or more
-        job, queue, stopping, cancelled = jk.job_id, w.q.name, w.stopping, cancels.seen
+        queue, stopping, cancelled = w.q.name, w.stopping, cancels.seen
         clock = time.perf_counter
         handler, sync, flush_s, faults = w.handler, w.loop is None, w.ack_flush_s, hooks.active()
+        fields, limit = src.fields, src.limit
         # wall-clock seconds = clock() + to_wall: an entry's queue wait (from the ms in its
         # id) is measured at its start without a second clock read per entry
-        to_wall, limit, flushed_at = self._begin(jk, entries, ids)
+        to_wall, flushed_at = self._begin(src, entries, ids)
         for n, (_, flat) in enumerate(entries):
-            if n and slow or stopping.is_set() or cancelled(job):
-                self._cut(jk, entries[n:], shard)
+            if n and slow or stopping.is_set():
+                self._cut(src, entries[n:])
                 break
             eid = ids[n]
-            index, kind, raw, attempt, suspect = _parse(flat)
+            job, index, kind, raw, attempt, suspect = fields(flat)
+            if cancelled(job):
+                if self._cancelled(src, entries[n:], job):
+                    break
+                continue
             try:
-                index, kind, raw, payload = _checked(index, kind, raw)
+                index, kind, raw, payload = _checked(job, index, kind, raw)
             except PayloadError as e:
                 out.observe(waits, durations)
-                completed = out.malformed(job, eid, index, kind, raw, e, unacked, shard) or completed
+                completed = self._malformed(src, eid, job, (index, kind, raw), e) or completed
                 continue
             if suspect:
-                go = self._suspect_start(jk, eid, unacked, entries[n:], (done, waits, durations), shard)
+                go = self._suspect_start(src, eid, job, entries[n:], (done, waits, durations))
                 completed = go[1] or completed
                 if go[0] is None:
                     break
@@ -113,99 +119,84 @@ class EntryRunner:
             except Exception as e:
                 durations.append(clock() - started)
                 slow = durations[-1] >= config.SLOW_ENTRY_S
-                completed = self._failed_entry(jk, eid, (index, attempt, kind, raw), e,
-                                               unacked, (waits, durations), shard) or completed
+                out.observe(waits, durations)
+                completed = failed(out, src, (eid, job, index, attempt, kind, raw), e) or completed
                 continue
             ended = clock()
             durations.append(ended - started)
             slow = ended - started >= config.SLOW_ENTRY_S
             done.append((eid, index, result))
             if ended - flushed_at >= flush_s:
-                completed = self._flush(jk, done, unacked, waits, durations, shard) or completed
+                out.observe(waits, durations)
+                completed = src.flush(done) or completed
                 flushed_at = clock()
         return done, completed
 
-    def _begin(self, jk: JobKeys, entries: list[Any], ids: list[str]
-               ) -> tuple[float, float | None, float]:
-        """Before a batch runs: the offset from the perf counter to the wall clock, the
-        job's timeout (known from the read's round trip: the watchdog) and the perf
-        counter now; the batch noted for tracing."""
+    def _begin(self, src: Source, entries: list[Read], ids: list[str]) -> tuple[float, float]:
+        """Before a batch runs: the offset from the perf counter to the wall clock and
+        the perf counter now; the batch noted for tracing."""
         w = self.w
         if w.tracer is not None:
-            w.tracer.note([(jk.job_id, i) for i in ids], [e[1] for e in entries])
+            w.tracer.note([(src.fields(e[1])[0], i) for e, i in zip(entries, ids)],
+                          [e[1] for e in entries])
         now = time.perf_counter()
-        return time.time() - now, w.timeouts.of(jk.job_id, w.redis), now
+        return time.time() - now, now
 
-    def _cut(self, jk: JobKeys, rest: list[Any], shard: QueueKeys) -> None:
-        """The rest of a batch is not started: handed back when the worker stops (a
-        cancelled job's are dropped, not re-added), else it waits behind a slow handler."""
-        if self.w.stopping.is_set() or cancels.seen(jk.job_id):
-            self.w.outcomes.requeue(jk.job_id, [e[0] for e in rest])
+    def _cut(self, src: Source, rest: list[Read]) -> None:
+        """The rest of a batch is not started: handed back when the worker stops, else
+        it waits behind a slow handler and goes back for other slots and workers to
+        take now (no delivery spent)."""
+        if self.w.stopping.is_set():
+            src.hand_back(rest)
         else:
-            self._behind_slow(jk, rest, shard)
+            src.behind_slow(rest)
+            self.backlog(len(rest))
 
-    def _flush(self, jk: JobKeys, done: list[tuple[str, int, bytes]], unacked: set[str],
-               waits: list[float], durations: list[float], shard: QueueKeys) -> bool:
-        """Acknowledge a job's results ``done`` now (the metrics first) and empty it;
-        whether that completed the job."""
-        out = self.w.outcomes
-        out.observe(waits, durations)
-        completed = out.ack_many([(jk, done)], shard=shard)[0]
-        self.w.leases.discard(unacked, [d[0] for d in done])
-        done.clear()
+    @staticmethod
+    def _cancelled(src: Source, rest: list[Read], job: str) -> bool:
+        """``job`` was cancelled: its entries in ``rest`` are handed back (dropped, as a
+        cancel asks) and none starts; True when nothing else is left in ``rest``."""
+        mine = src.of_job(rest, job)
+        src.hand_back(mine)
+        return len(mine) == len(rest)
+
+    @staticmethod
+    def _malformed(src: Source, eid: str, job: str,
+                   parsed: tuple[int | None, bytes | None, bytes | None],
+                   e: PayloadError) -> bool:
+        """An entry that cannot be run: dead-lettered at once (no retry can mend it);
+        True when that completed a job of a token."""
+        index, kind, raw = parsed
+        log.error("job %s entry %s is malformed: %s", job or "?", eid, e)
+        completed = src.fail(eid, job, -1 if index is None else index, 1, -1,
+                             f"malformed entry: {e}", kind or b"b", raw or b"")
+        src.settled(eid)
         return completed
 
-    def _suspect_start(self, jk: JobKeys, eid: str, unacked: set[str], rest: list[Any],
-                       gathered: tuple[list[tuple[str, int, bytes]], list[float], list[float]],
-                       shard: QueueKeys) -> tuple[bool | None, bool]:
-        """A suspect entry (its worker died): what is done is acknowledged first, then
-        its start recorded before it runs, so a kill inside its handler counts an attempt
-        for it alone. ``gathered``: the results and metrics not yet acknowledged.
+    def _suspect_start(self, src: Source, eid: str, job: str, rest: list[Read],
+                       gathered: tuple[list[Done], list[float], list[float]]
+                       ) -> tuple[bool | None, bool]:
+        """A suspect entry (its worker died, or a small job's retry): what is done is
+        acknowledged first, then its start recorded before it runs, so a kill inside its
+        handler counts an attempt for it alone. ``gathered``: the results and metrics not
+        yet acknowledged.
 
-        Returns whether to run it (True; False when it was reclaimed meanwhile: it runs
-        elsewhere; None when the job was noted cancelled during those round trips:
-        ``rest``, the entries not started, are handed back, since a cancel reported
-        complete meanwhile, so nothing starts), and whether the acknowledgement
-        completed the job."""
-        w = self.w
+        Returns whether to run it (True; False when it was settled meanwhile, or its job
+        was noted cancelled during those round trips while the batch holds other jobs'
+        entries; None when the batch holds nothing else: a cancel reported complete
+        meanwhile, so nothing of its job starts), and whether the acknowledgement
+        completed a job of a token."""
         done, waits, durations = gathered
-        completed = bool(done) and self._flush(jk, done, unacked, waits, durations, shard)
-        if not steady(w, "recording a start", w.scripts.record_start, jk, eid, w.id):
-            w.leases.discard(unacked, (eid,))
+        completed = False
+        if done:
+            self.w.outcomes.observe(waits, durations)
+            completed = src.flush(done)
+        if not src.start(eid):
+            src.settled(eid)
             return False, completed
-        if cancels.seen(jk.job_id):
-            w.outcomes.requeue(jk.job_id, [e[0] for e in rest])
-            return None, completed
+        if cancels.seen(job):
+            return (None if self._cancelled(src, rest, job) else False), completed
         return True, completed
-
-    def _failed_entry(self, jk: JobKeys, eid: str, parsed: tuple[int, int, bytes, bytes],
-                      e: Exception, unacked: set[str],
-                      metrics: tuple[list[float], list[float]], shard: QueueKeys) -> bool:
-        """A handler raised ``e`` for entry ``eid`` (``parsed``: its index, attempt, type
-        and raw payload): a retry or a dead letter; whether that completed the job."""
-        out = self.w.outcomes
-        out.observe(*metrics)
-        index, attempt, kind, raw = parsed
-        completed = out.failed(jk.job_id, eid, index, attempt, e, kind, raw, shard)
-        self.w.leases.discard(unacked, (eid,))
-        return completed
-
-    def _behind_slow(self, jk: JobKeys, rest: list[Any], shard: QueueKeys) -> None:
-        """After a slow handler: the rest of the job's entries would wait behind it while
-        other slots and workers could run them, so they go back unstarted (no delivery
-        spent) and the job's parked tokens are woken to take them."""
-        steady(self.w, "handing entries back", self.hand_back, jk, rest, shard)
-        log.debug("job %s: %d entries handed back behind a slow handler", jk.job_id,
-                  len(rest))
-        self.backlog(len(rest))
-
-    def hand_back(self, jk: JobKeys, entries: list[Any], shard: QueueKeys) -> None:
-        """Give back ``entries`` unstarted (behind a slow handler) and wake the job's
-        parked tokens to take them."""
-        w = self.w
-        w.scripts.requeue(jk, w.id, [e[0].decode() for e in entries])
-        raw_n: Any = w.redis.hget(jk.meta, "concurrency")
-        w.scripts.unpark(shard, jk.job_id, int(raw_n or 1))
 
     def backlog(self, waiting: int) -> None:
         """``waiting`` entries waited behind a slow handler and were handed back: the
@@ -231,3 +222,14 @@ class EntryRunner:
         self._slow.seen = False
         return bool(seen)
 
+
+def failed(out: Outcomes, src: Source, entry: tuple[str, str, int, int, bytes, bytes],
+           e: Exception) -> bool:
+    """A handler raised ``e`` for ``entry`` (its id, job, index, attempt, type and raw
+    payload): counted, logged and reported to its source (a retry or a dead letter);
+    True when that completed a job of a token."""
+    eid, job, index, attempt, kind, raw = entry
+    delay = out.count_failure(job, index, attempt, e)
+    completed = src.fail(eid, job, index, attempt, delay, failure_text(e), kind, raw)
+    src.settled(eid)
+    return completed

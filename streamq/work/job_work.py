@@ -19,6 +19,7 @@ from streamq.storage.connection import is_transient, pipelined
 from streamq.work.lane_work import LaneWorker
 from streamq.work.leases import SlotHold
 from streamq.work.round_trip import Finish
+from streamq.work.sources import JobSource
 
 log = logging.getLogger("streamq.worker")
 
@@ -136,12 +137,13 @@ class JobWork:
         durations: list[float] = []
         ran: dict[int, tuple[list[tuple[str, int, bytes]], bool]] = {}
         live = [i for i, read in enumerate(reads) if isinstance(read, tuple)]
+        sources = {i: self.source(jks[i], reads[i][2]) for i in live}
         if w.loop is not None and len(live) > 1 and not any(
                 is_suspect(flat) for i in live for _, flat in reads[i][0]):
             # an async handler: every token's entries at once (a suspect entry runs
             # alone, below, so a kill inside it counts an attempt for it alone)
-            outs = w.async_entries.run([(jks[i], *reads[i]) for i in live], waits, durations,
-                                    self.slot.qk)
+            outs = w.async_entries.run([(sources[i], *reads[i][:2]) for i in live], waits,
+                                       durations, len(live))
             ran = dict(zip(live, outs))
         for pos, (tok, jk, read) in enumerate(zip(tokens, jks, reads)):
             if pos in refused:
@@ -153,9 +155,9 @@ class JobWork:
                 continue
             if isinstance(read, Exception):
                 raise read
-            entries, ids, unacked = read
+            entries, ids, _ = read
             done, completed = ran[pos] if pos in ran else runner.run_entries(
-                jk, entries, ids, unacked, waits, durations, self.slot.qk)
+                sources[pos], entries, ids, waits, durations)
             settled.append((tok, "d" if completed else "r"))
             if (not completed and len(entries) >= self.slot.read_n and jk.job_id not in follow
                     and not runner.slow_now()):
@@ -164,6 +166,13 @@ class JobWork:
                 pending.append((len(settled) - 1, jk, done))
         w.outcomes.observe(waits, durations)
         return settled, follow, pending
+
+    def source(self, jk: JobKeys, unacked: set[str]) -> JobSource:
+        """The source of a batch of ``jk`` read with a token (``unacked``: its entries
+        kept fresh until settled), with the job's timeout (known from the read's round
+        trip: the watchdog)."""
+        w = self.w
+        return JobSource(w, jk, unacked, self.slot.qk, w.timeouts.of(jk.job_id, w.redis))
 
     def _ack_or_follow(self, settled: list[tuple[str, str]], follow: list[str],
                        pending: _Pending, finishes: list[Finish]

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, hooks
 from streamq.base.entry_fields import Batch
-from streamq.base.failures import MAX_FAILURE_CHARS, failure_text, summary
+from streamq.base.failures import MAX_FAILURE_CHARS, summary
 from streamq.base.keys import JobKeys, QueueKeys
-from streamq.errors import HandlerTimeout, PayloadError
+from streamq.errors import HandlerTimeout
 from streamq.model.queue_view import Serving
 from streamq.model.scripts import JobReply
 from streamq.producer.deadletters import announce
@@ -64,25 +64,6 @@ class Outcomes:
         self.w.metrics.handler_seconds.observe_many(durations)
         waits.clear()
         durations.clear()
-
-    def malformed(self, job: str, eid: str, index: int | None, kind: bytes | None,
-                  raw: bytes | None, e: PayloadError, unacked: set[str],
-                  shard: QueueKeys) -> bool:
-        """An entry that cannot be run: dead-lettered at once (no retry can mend it) and
-        no longer kept fresh; True when that completed the job."""
-        log.error("job %s entry %s is malformed: %s", job, eid, e)
-        completed = self.fail(job, eid, -1 if index is None else index, 1, -1,
-                              f"malformed entry: {e}", kind or b"b", raw or b"", shard)
-        self.w.leases.discard(unacked, (eid,))
-        return completed
-
-    def failed(self, job: str, eid: str, index: int, attempt: int, e: Exception,
-               kind: bytes, raw: bytes, shard: QueueKeys) -> bool:
-        """A handler's failure: count it, log it and report the attempt (:meth:`fail`,
-        with the backoff the exception asks for); True when it completed the job."""
-        delay = self.count_failure(job, index, attempt, e)
-        return self.fail(job, eid, index, attempt, delay, failure_text(e), kind, raw,
-                         shard)
 
     def count_failure(self, job: str, index: int, attempt: int, e: Exception) -> int:
         """Count and log a handler's failure (either lane); the delay before the next

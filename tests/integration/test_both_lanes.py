@@ -214,3 +214,40 @@ def test_a_result_that_cannot_be_stored_is_dead_lettered_at_once(
     (dead,) = q.dead_letters(job_id=job.id)
     assert "ResultError" in dead.error and "cannot be stored" in dead.error
     q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_results_are_acknowledged_while_the_batch_that_made_them_runs(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    """One runner for both lanes: a batch's results go back every ack_flush_s as it
+    runs, not only once the whole batch has run (small jobs waited for the slot's next
+    round trip: the first of ten was not complete when the tenth started)."""
+    import time
+
+    # Given ten sub-requests of 20 ms each that one read takes in one batch: ten small
+    # jobs, or one job of ten on its own stream
+    q = Queue(queue_name, redis_url)
+    if lane == "small":
+        ids = [q.submit([{"n": n}]).id for n in range(10)]
+    else:
+        ids = [_submit(q, lane, [{"n": n} for n in range(10)]).id]
+    seen: list[bool] = []
+
+    def first_done() -> bool:
+        st = q.status(ids[0])
+        return st.state is JobState.SUCCEEDED if lane == "small" else st.done >= 1
+
+    def handle(p: Any) -> Any:
+        if p["n"] == 9:
+            seen.append(first_done())
+        time.sleep(0.02)
+        return p["n"]
+
+    # When one worker of one slot runs them, ten at a read
+    workers(queue_name, handle, concurrency=1, batch=10)
+    for job in ids:
+        assert q.wait(job, timeout=30).state is JobState.SUCCEEDED
+    # Then the first result was acknowledged (its small job complete) before the last
+    # sub-request started
+    assert seen == [True]
+    q.close()
