@@ -68,12 +68,11 @@ class EntryRunner:
         w, out = self.w, self.w.outcomes
         done: list[Done] = []
         completed = slow = False  # slow: the last handler took SLOW_ENTRY_S or more
-        queue, stopping, cancelled = w.q.name, w.stopping, cancels.seen
-        clock = time.perf_counter
-        handler, sync, flush_s, faults = w.handler, w.loop is None, w.ack_flush_s, hooks.active()
-        fields, limit = src.fields, src.limit
-        # wall-clock seconds = clock() + to_wall: an entry's queue wait (from the ms in its
-        # id) is measured at its start without a second clock read per entry
+        queue, stopping, cancelled, fields, limit = (w.q.name, w.stopping, cancels.seen,
+                                                     src.fields, src.limit)
+        handler, sync, flush_s, faults, clock = (w.handler, w.loop is None, w.ack_flush_s,
+                                                 hooks.active(), time.perf_counter)
+        # wall-clock s = clock() + to_wall: a queue wait without a second clock read per entry
         to_wall, flushed_at = self._begin(src, entries, ids)
         for n, (_, flat) in enumerate(entries):
             if n and slow or stopping.is_set():
@@ -81,18 +80,14 @@ class EntryRunner:
                 break
             eid = ids[n]
             job, index, kind, raw, attempt, suspect = fields(flat)
-            if cancelled(job):
-                if self._cancelled(src, entries[n:], job):
-                    break
-                continue
             try:
                 index, kind, raw, payload = _checked(job, index, kind, raw)
             except PayloadError as e:
                 out.observe(waits, durations)
                 completed = self._malformed(src, eid, job, (index, kind, raw), e) or completed
                 continue
-            if suspect:
-                go = self._suspect_start(src, eid, job, entries[n:], (done, waits, durations))
+            if suspect or cancelled(job):
+                go = self._gate(src, eid, job, suspect, entries[n:], (done, waits, durations))
                 completed = go[1] or completed
                 if go[0] is None:
                     break
@@ -122,11 +117,10 @@ class EntryRunner:
                 out.observe(waits, durations)
                 completed = failed(out, src, (eid, job, index, attempt, kind, raw), e) or completed
                 continue
-            ended = clock()
-            durations.append(ended - started)
-            slow = ended - started >= config.SLOW_ENTRY_S
+            durations.append(took := clock() - started)
+            slow = took >= config.SLOW_ENTRY_S
             done.append((eid, index, result))
-            if ended - flushed_at >= flush_s:
+            if started + took - flushed_at >= flush_s:
                 out.observe(waits, durations)
                 completed = src.flush(done) or completed
                 flushed_at = clock()
@@ -173,19 +167,21 @@ class EntryRunner:
         src.settled(eid)
         return completed
 
-    def _suspect_start(self, src: Source, eid: str, job: str, rest: list[Read],
-                       gathered: tuple[list[Done], list[float], list[float]]
-                       ) -> tuple[bool | None, bool]:
-        """A suspect entry (its worker died, or a small job's retry): what is done is
-        acknowledged first, then its start recorded before it runs, so a kill inside its
-        handler counts an attempt for it alone. ``gathered``: the results and metrics not
-        yet acknowledged.
+    def _gate(self, src: Source, eid: str, job: str, suspect: bool, rest: list[Read],
+              gathered: tuple[list[Done], list[float], list[float]]
+              ) -> tuple[bool | None, bool]:
+        """Before an entry of a cancelled job, or a suspect entry (its worker died, or a
+        small job's retry), runs. A cancelled job's entries are handed back (dropped, as
+        the cancel asks). A suspect entry: what is done is acknowledged first, then its
+        start recorded, so a kill inside its handler counts an attempt for it alone.
+        ``gathered``: the results and metrics not yet acknowledged.
 
         Returns whether to run it (True; False when it was settled meanwhile, or its job
-        was noted cancelled during those round trips while the batch holds other jobs'
-        entries; None when the batch holds nothing else: a cancel reported complete
-        meanwhile, so nothing of its job starts), and whether the acknowledgement
-        completed a job of a token."""
+        was cancelled while the batch holds other jobs' entries; None when the batch
+        holds nothing else: a cancel reported complete meanwhile, so nothing of its job
+        starts), and whether the acknowledgement completed a job of a token."""
+        if not suspect or cancels.seen(job):
+            return (None if self._cancelled(src, rest, job) else False), False
         done, waits, durations = gathered
         completed = False
         if done:
