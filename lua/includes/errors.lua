@@ -11,3 +11,4 @@ local ERR_NOT_WRITER = -6     -- a write token that is not the one that opened t
 local ERR_ROW_CHANGED = -7    -- a fenced add found its id added before with another digest
 local ERR_DUPLICATE_ID = -8   -- a fenced add found its id added before by another partition
 local ERR_AT_PAST = -9       -- a job scheduled at a time already past by Redis's clock
+local ERR_NOT_FINISHED = -10  -- the job has not finished: a delete refuses it

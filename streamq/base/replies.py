@@ -26,6 +26,7 @@ class ScriptErrorCode(enum.IntEnum):
     ROW_CHANGED = -7
     DUPLICATE_ID = -8
     AT_PAST = -9
+    NOT_FINISHED = -10
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
@@ -36,6 +37,10 @@ def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
         raise JobNotFound(job_id)
     if reply == ScriptErrorCode.JOB_CLOSED:
         raise JobClosed(f"job {job_id!r} is finalized: no sub-request can be added")
+    if reply == ScriptErrorCode.NOT_FINISHED:
+        raise ConfigError(f"job {job_id!r} has not finished: cancel it first (or delete it "
+                          "with cancel: Queue.delete(job, cancel=True), streamq delete "
+                          "--cancel)")
     if reply == ScriptErrorCode.AT_PAST:
         raise ConfigError("the time the job was scheduled at is already past by Redis's "
                           "clock: nothing was submitted")

@@ -1,4 +1,5 @@
-"""Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``, ``purge``."""
+"""Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``, ``purge``,
+``delete``."""
 
 from __future__ import annotations
 
@@ -147,3 +148,31 @@ def purge(
         emit_json({"queue": queue, "cancelled": cancelled})
     else:
         typer.echo(f"cancelled {plural(cancelled, 'job')} of queue {queue}")
+
+
+@app.command(rich_help_panel="Flow control")
+def delete(
+    queue: QueueArg,
+    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    cancel: Annotated[bool, typer.Option(
+        "--cancel", help="cancel JOB first when it has not finished")] = False,
+    timeout: Annotated[float, typer.Option(
+        min=0.0, help="with --cancel: longest wait for workers to see the cancel, "
+                      "seconds")] = 30.0,
+    yes: YesOpt = False,
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Delete JOB's records now (asks first unless --yes): its status, results and errors
+    are gone, whichever lane it rode. A job that has not finished is refused (exit 2)
+    unless --cancel. Its completion stays in the queue's history, its dead letters in
+    `streamq dlq`. Exit 4 for an unknown job."""
+    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    st = q.status(check_name("job id", job))  # (JobNotFound also for another queue's)
+    confirm_or_stop(yes, f"delete job {job} ({st.state.value}) of queue {queue}?",
+                    "nothing changed")
+    q.delete(job, cancel=cancel, timeout=timeout)
+    if json_out:
+        emit_json({"queue": queue, "job_id": job, "deleted": True})
+    else:
+        typer.echo(f"deleted job {job}")

@@ -154,6 +154,14 @@ class JobScripts(ScriptsBase):
     def parse_ack(r: Sequence[Any]) -> AckReply:
         return AckReply(int(r[0]), JobReply.parse(r[1:]))
 
+    def delete_job(self, jk: JobKeys) -> None:
+        """Delete a finished job's records now; JobNotFound for no job, ConfigError for
+        one not finished. See delete_job-11.lua."""
+        r = self.run("delete_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
+                                    jk.inflight, jk.dlq, jk.unannounced, jk.batches, jk.added,
+                                    jk.ids), ())
+        raise_for_code("delete_job", r, jk.job_id)
+
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
         """Hand back entries ``consumer`` read but never started; return how many moved
         (none of a cancelled job: those are dropped)."""

@@ -129,6 +129,12 @@ class LaneScripts(ScriptsBase):
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
         return nxt, int(r[1]), int(r[2])
 
+    def lane_delete(self, qk: QueueKeys, job: str) -> None:
+        """Delete a finished small job's records now; JobNotFound for no record,
+        ConfigError for one not finished. See lane_delete-4.lua."""
+        r = self.run("lane_delete", (qk.ljobs, qk.lresults, qk.lerrors, qk.ldone), (job,))
+        raise_for_code("lane_delete", r, job)
+
     def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str,
                     closer: str = "") -> tuple[bool, str]:
         """Cancel a small job: (whether this call cancelled it, the id of its entry a

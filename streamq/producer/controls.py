@@ -1,5 +1,5 @@
 """Flow control of a queue's work, the part of :class:`streamq.client.Queue` that steers
-what is queued: pause and resume, re-prioritize, cancel, purge, rate limits."""
+what is queued: pause and resume, re-prioritize, cancel, delete, purge, rate limits."""
 
 from __future__ import annotations
 
@@ -77,6 +77,28 @@ class Controls:
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
         return cancelling.cancel(self._queue, job_id, wait=wait, timeout=timeout, token=token)
+
+    @wrap_connection_errors
+    def delete(self, job_id: str, *, cancel: bool = False, timeout: float = 30.0) -> None:
+        """Delete a finished job's records now, rather than when its retention ends: its
+        status, results and errors are gone (JobNotFound after), whichever lane it rode.
+        A job that has not finished is refused (ConfigError) unless ``cancel``: then it
+        is cancelled first (:meth:`cancel`, waiting up to ``timeout`` until no worker
+        starts any of its sub-requests; one running finishes into nothing). Its
+        completion record stays in the queue's history, its dead letters in the dead
+        stream (replayed, one goes to a new job)."""
+        check_name("job id", job_id)
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        q = self._queue
+        store = find_job(q, job_id)
+        if cancel:
+            report = cancelling.cancel(q, job_id, wait=True, timeout=timeout)
+            if not report.complete:
+                raise ConfigError(f"job {job_id!r} is cancelled, but workers holding its "
+                                  f"sub-requests had not all seen it within {timeout:g} s: "
+                                  "nothing was deleted; try again")
+        store.delete()
 
     @wrap_connection_errors
     def unfinished(self) -> list[str]:

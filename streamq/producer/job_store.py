@@ -7,8 +7,8 @@ changes of it, behind one interface (:class:`JobStore`) with two implementations
   ``ljobs`` and one entry of a lane stream, all in the shard's slot.
 
 :func:`find_job` reads which one a job id names (one round trip) and returns it;
-status, results, the settings a replay copies, cancel and re-prioritize are then
-asked of the store, and no caller asks which lane it holds. Where the two differ by
+status, results, the settings a replay copies, cancel, re-prioritize and delete are
+then asked of the store, and no caller asks which lane it holds. Where the two differ by
 design (a small job's priority cannot change; its cancel waits for its one held
 entry to settle) the store says so; docs/design/job-life.md lists each difference.
 """
@@ -78,6 +78,9 @@ class JobStore(Protocol):
     def cancel(self, token: str) -> Cancelled: ...
 
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None: ...
+
+    def delete(self) -> None:
+        """Delete the job's records now (it must have finished)."""
 
 
 def lane_shard(q: JobHome, job_id: str) -> QueueKeys:
@@ -209,6 +212,10 @@ class StreamJob:
                 raise
 
 
+    def delete(self) -> None:
+        self.q.scripts.delete_job(self.keys)
+
+
 class LaneJob:
     """A small job: its record in its shard's ``ljobs``, one entry of a lane stream."""
 
@@ -265,6 +272,10 @@ class LaneJob:
         raise ConfigError(f"job {self.job_id!r} is a small job (one sub-request on its "
                           "priority's shared lane): its priority cannot change; submit "
                           "it again with the priority wanted")
+
+
+    def delete(self) -> None:
+        self.q.scripts.lane_delete(self.shard, self.job_id)
 
 
 def _settings(text: list[Any]) -> JobSettings:

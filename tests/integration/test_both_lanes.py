@@ -251,3 +251,52 @@ def test_results_are_acknowledged_while_the_batch_that_made_them_runs(
     # sub-request started
     assert seen == [True]
     q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+@pytest.mark.cluster_too
+def test_a_deleted_job_is_gone_and_an_unfinished_one_is_refused_unless_cancelled(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
+    from streamq import ConfigError, JobNotFound
+    from streamq.ops import queue_overview
+    from streamq.web import listing
+
+    # Given a finished job (its result stored) and a queued one, on the same lane
+    q = Queue(queue_name, redis_url)
+    done = _submit(q, lane, [{"n": 1}])
+    w = workers(queue_name, lambda p: p["n"], concurrency=1)
+    assert q.wait(done.id, timeout=30).state is JobState.SUCCEEDED
+    w.stop()
+    queued = _submit(q, lane, [{"n": 2}])
+    # When the finished job is deleted
+    q.delete(done.id)
+    # Then its status, results and records are gone, and it is listed nowhere
+    for call in (q.status, q.results, lambda j: q.delete(j)):
+        with pytest.raises(JobNotFound):
+            call(done.id)
+    if lane == "job":
+        assert r.keys(f"sq:{{{done.id}}}:*") == []
+    else:
+        shard = q.lane_shard(done.id)
+        assert [r.hexists(k, done.id) for k in (shard.ljobs, shard.lresults, shard.lerrors)
+                ] == [False] * 3 and r.zscore(shard.ldone, done.id) is None
+    listed = listing.page(r, q.known_shards, listing.JobFilter(), None,
+                          queue_overview.server_ms(r, q.known_shards[0]))
+    assert [row.job_id for row in listed.rows] == [queued.id]
+    # And its completion stays in the queue's history
+    events = [f for qk in q.known_shards for _, f in r.xrange(qk.events)]
+    assert [f[b"job"].decode() for f in events] == [done.id]
+    # And a job that has not finished is refused, and left as it was
+    with pytest.raises(ConfigError, match="has not finished"):
+        q.delete(queued.id)
+    assert q.status(queued.id).state is JobState.ACTIVE
+    # And with cancel it is cancelled, then deleted: a worker started after runs nothing
+    q.delete(queued.id, cancel=True)
+    with pytest.raises(JobNotFound):
+        q.status(queued.id)
+    ran: list[Any] = []
+    workers(queue_name, ran.append, concurrency=1)
+    probe = q.submit([{"n": 3}])
+    assert q.wait(probe.id, timeout=30).state is JobState.SUCCEEDED
+    assert ran == [{"n": 3}]
+    q.close()

@@ -436,3 +436,35 @@ def test_purge_cancels_every_unfinished_job_on_both_lanes(
     assert q.purge() == 0
     assert _shell(redis_url, tmp_path, "purge", "nosuch-queue", "--yes").returncode == 4
     q.close()
+
+
+def test_delete_removes_a_finished_job_and_refuses_an_unfinished_one(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a finished small job, a finished job on its own stream and a queued job
+    q = Queue(queue_name, redis_url)
+    small, big = q.submit(["a"]), q.submit(["b", "c"], job_id=f"{queue_name}-big")
+    for job in (small, big):
+        q.cancel(job.id, wait=False)  # (finished: cancelled)
+    queued = q.submit(["d"])
+    # When `streamq delete` is asked and the answer is no, nothing changes
+    res = subprocess.run([STREAMQ, "delete", queue_name, small.id], input="n\n", cwd=tmp_path,
+                         env=_env(redis_url), text=True, capture_output=True, timeout=60)
+    assert res.returncode == 1 and f"delete job {small.id} (cancelled)" in res.stderr
+    assert q.status(small.id).state is JobState.CANCELLED
+    # And with --yes each finished job is deleted, on both lanes
+    for job in (small, big):
+        res = _shell(redis_url, tmp_path, "delete", queue_name, job.id, "--yes", "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == {"queue": queue_name, "job_id": job.id,
+                                          "deleted": True}
+        assert _shell(redis_url, tmp_path, "status", queue_name, job.id).returncode == 4
+    # Then deleting again finds no job (exit 4), one line on stderr
+    res = _shell(redis_url, tmp_path, "delete", queue_name, small.id, "--yes")
+    assert res.returncode == 4 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    # And an unfinished job is refused (a usage error, exit 2) unless --cancel
+    res = _shell(redis_url, tmp_path, "delete", queue_name, queued.id, "--yes")
+    assert res.returncode == 2 and "has not finished" in res.stderr, res.stderr
+    assert q.status(queued.id).state is JobState.ACTIVE
+    res = _shell(redis_url, tmp_path, "delete", queue_name, queued.id, "--yes", "--cancel")
+    assert res.returncode == 0 and f"deleted job {queued.id}" in res.stdout, res.stderr
+    q.close()

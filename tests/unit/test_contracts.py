@@ -79,7 +79,8 @@ def test_roles_come_from_the_contracts() -> None:
         assert {m for m in re.findall(r"\+sq\.fcall\|sq_(\w+)", rules)} == declared
     admin_only = {c.name for c in CONTRACTS.values() if c.roles == ("admin",)}
     assert admin_only == {"pause_queue", "resume_queue", "replay", "replay_mark",
-                          "reprioritize_job", "retoken", "set_rate"}
+                          "reprioritize_job", "retoken", "set_rate", "delete_job",
+                          "lane_delete"}
 
 
 def test_the_design_docs_tables_are_made_from_the_contracts() -> None:

@@ -1,0 +1,41 @@
+--[[
+  Delete a finished job's records now, rather than when its retention ends
+  (Queue.delete, streamq delete): its meta, stream, results, errors, retries,
+  start records, dead-letter payloads and add records. A job that has not
+  finished (open or active) is refused: cancel it first. Its completion
+  record in the queue's `events` stays, as its dead letters in the queue's
+  dead stream do (replayed, one goes to a new job), and its entry in the
+  queue's `finished` registry stays as the guard against a second finish
+  until its time: listings skip a job whose meta is gone. An entry a worker
+  still runs (a cancelled job's) is acknowledged into nothing. Deleting again
+  finds no job.
+
+  Input:
+    KEYS[1]  meta         sq:{<job>}:meta         HASH
+    KEYS[2]  tasks        sq:{<job>}:tasks        STREAM
+    KEYS[3]  results      sq:{<job>}:results      HASH
+    KEYS[4]  errors       sq:{<job>}:errors       HASH
+    KEYS[5]  retry        sq:{<job>}:retry        ZSET
+    KEYS[6]  inflight     sq:{<job>}:inflight     HASH
+    KEYS[7]  dlq          sq:{<job>}:dlq          HASH
+    KEYS[8]  unannounced  sq:{<job>}:unannounced  SET
+    KEYS[9]  batches      sq:{<job>}:batches      HASH
+    KEYS[10] added        sq:{<job>}:added        HASH
+    KEYS[11] ids          sq:{<job>}:ids          HASH
+
+  Output:
+    1 deleted
+    ERR_JOB_NOT_FOUND (-1) no such job
+    ERR_NOT_FINISHED (-10) the job has not finished (open or active)
+]]
+local rcall = redis.call
+local metaKey = KEYS[1]
+
+--- @include "includes/errors"
+
+local state = rcall("HGET", metaKey, "state")
+if not state then return ERR_JOB_NOT_FOUND end
+if state == "open" or state == "active" then return ERR_NOT_FINISHED end
+rcall("DEL", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+      KEYS[10], KEYS[11])
+return 1
