@@ -17,7 +17,8 @@
     ARGV[3] cap on wake-up signals
     ARGV[4] consumer group name
   A lane dropped while idle (lane_drop) is made again, group and registry
-  entry, before an entry goes back into it.
+  entry, before an entry goes back into it. The move is includes/move_due,
+  which promote_retries shares.
 
   Output:
     {moved, ms until the lane's next retry is due (0: due now), or -1 when none waits}
@@ -28,32 +29,28 @@ local retryKey, laneKey, retriesKey, wakeKey, lanesKey = KEYS[1], KEYS[2], KEYS[
 local member = "lane|" .. ARGV[2]
 
 --- @include "includes/now_ms"
+--- @include "includes/move_due"
+
+local function parse(m)
+  local a, job, c, t, p = string.match(m, "^(%d+)|([^|,]+),?([^|]*)|(%a)(.*)$")
+  return a, job, t, c, p
+end
+
+local function ready()
+  if rcall("EXISTS", laneKey) == 0 then
+    rcall("XGROUP", "CREATE", laneKey, ARGV[4], "0", "MKSTREAM")
+    rcall("ZADD", lanesKey, tonumber(string.match(ARGV[2], "^(%d+)|")), ARGV[2])
+  end
+end
 
 local nowMs = now_ms()
-local moved = 0
-local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
-if #due > 0 and rcall("EXISTS", laneKey) == 0 then
-  rcall("XGROUP", "CREATE", laneKey, ARGV[4], "0", "MKSTREAM")
-  rcall("ZADD", lanesKey, tonumber(string.match(ARGV[2], "^(%d+)|")), ARGV[2])
-end
-for _, m in ipairs(due) do
-  local a, job, c, t, p = string.match(m, "^(%d+)|([^|,]+),?([^|]*)|(%a)(.*)$")
-  if a and c ~= "" then
-    rcall("XADD", laneKey, "*", "j", job, "t", t, "p", p, "a", a, "s", 1, "c", c)
-    moved = moved + 1
-  elseif a then
-    rcall("XADD", laneKey, "*", "j", job, "t", t, "p", p, "a", a, "s", 1)
-    moved = moved + 1
-  end
-  rcall("ZREM", retryKey, m)
-end
+local moved, nextDue = move_due(retryKey, laneKey, "j", parse, ready, nowMs, tonumber(ARGV[1]))
 if moved > 0 and rcall("LLEN", wakeKey) < tonumber(ARGV[3]) then
   rcall("LPUSH", wakeKey, "1")
 end
-local nextDue = rcall("ZRANGE", retryKey, 0, 0, "WITHSCORES")
-if #nextDue == 0 then
+if not nextDue then
   rcall("ZREM", retriesKey, member)
   return {moved, -1}
 end
-rcall("ZADD", retriesKey, nextDue[2], member)
-return {moved, math.max(0, tonumber(nextDue[2]) - nowMs)}
+rcall("ZADD", retriesKey, nextDue, member)
+return {moved, math.max(0, tonumber(nextDue) - nowMs)}

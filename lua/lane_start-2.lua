@@ -17,6 +17,6 @@
 local rcall = redis.call
 local laneKey, startsKey = KEYS[1], KEYS[2]
 
-if #rcall("XRANGE", laneKey, ARGV[1], ARGV[1]) == 0 then return 0 end
-rcall("HSET", startsKey, ARGV[1], ARGV[2])
-return 1
+--- @include "includes/start_record"
+
+return start_record(laneKey, startsKey, ARGV[1], ARGV[2])

@@ -3,6 +3,7 @@
   entries carrying their attempt count and marked suspect ("s" = 1): the
   worker records their start, so a kill inside the handler on a retry counts
   an attempt (the one uncounted loss is for an entry's first read only).
+  The move is includes/move_due, which lane_promote shares.
 
   Input:
     KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms;
@@ -20,26 +21,21 @@ local rcall = redis.call
 local retryKey, tasksKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
 
 --- @include "includes/now_ms"
+--- @include "includes/move_due"
+
+local function parse(member)
+  local a, i, t, c, p = string.match(member, "^(%d+)|(%d+)|(%a),?([^|]*)|(.*)$")
+  return a, i, t, c, p
+end
 
 local nowMs = now_ms()
-
-local moved = 0
-local concurrency = 0
+local moved, nextDue, concurrency = 0, nil, 0
 if rcall("EXISTS", metaKey) == 1 then
   concurrency = tonumber(rcall("HGET", metaKey, "concurrency") or "0")
-  local due = rcall("ZRANGEBYSCORE", retryKey, "-inf", nowMs, "LIMIT", 0, tonumber(ARGV[1]))
-  for _, member in ipairs(due) do
-    local a, i, t, c, p = string.match(member, "^(%d+)|(%d+)|(%a),?([^|]*)|(.*)$")
-    if a and c ~= "" then
-      rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a, "s", 1, "c", c)
-      moved = moved + 1
-    elseif a then
-      rcall("XADD", tasksKey, "*", "i", i, "t", t, "p", p, "a", a, "s", 1)
-      moved = moved + 1
-    end
-    rcall("ZREM", retryKey, member)
-  end
+  moved, nextDue = move_due(retryKey, tasksKey, "i", parse, function() end, nowMs,
+                            tonumber(ARGV[1]))
+else
+  nextDue = rcall("ZRANGE", retryKey, 0, 0, "WITHSCORES")[2]
 end
-local nextDue = rcall("ZRANGE", retryKey, 0, 0, "WITHSCORES")
-if #nextDue == 0 then return {moved, -1, concurrency} end
-return {moved, math.max(0, tonumber(nextDue[2]) - nowMs), concurrency}
+if not nextDue then return {moved, -1, concurrency} end
+return {moved, math.max(0, tonumber(nextDue) - nowMs), concurrency}

@@ -22,7 +22,8 @@ local rcall = redis.call
 local tasksKey, inflightKey, metaKey = KEYS[1], KEYS[2], KEYS[3]
 local entryId = ARGV[1]
 
-if #rcall("XRANGE", tasksKey, entryId, entryId) == 0 then return 0 end
-rcall("HSET", inflightKey, entryId, ARGV[2])
+--- @include "includes/start_record"
+
+if start_record(tasksKey, inflightKey, entryId, ARGV[2]) == 0 then return 0 end
 rcall("PEXPIRE", inflightKey, tonumber(rcall("HGET", metaKey, "retention") or "0") + 604800000)
 return 1

@@ -12,3 +12,4 @@ local ERR_ROW_CHANGED = -7    -- a fenced add found its id added before with ano
 local ERR_DUPLICATE_ID = -8   -- a fenced add found its id added before by another partition
 local ERR_AT_PAST = -9       -- a job scheduled at a time already past by Redis's clock
 local ERR_NOT_FINISHED = -10  -- the job has not finished: a delete refuses it
+local ERR_NOTHING_TO_RETRY = -11  -- the job did not fail, or no dead letter of it is left

@@ -27,6 +27,7 @@ class ScriptErrorCode(enum.IntEnum):
     DUPLICATE_ID = -8
     AT_PAST = -9
     NOT_FINISHED = -10
+    NOTHING_TO_RETRY = -11
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
@@ -41,6 +42,9 @@ def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:
         raise ConfigError(f"job {job_id!r} has not finished: cancel it first (or delete it "
                           "with cancel: Queue.delete(job, cancel=True), streamq delete "
                           "--cancel)")
+    if reply == ScriptErrorCode.NOTHING_TO_RETRY:
+        raise ConfigError(f"job {job_id!r} has nothing to retry: it did not fail, or its "
+                          "dead letters were replayed")
     if reply == ScriptErrorCode.AT_PAST:
         raise ConfigError("the time the job was scheduled at is already past by Redis's "
                           "clock: nothing was submitted")

@@ -1,5 +1,5 @@
 """Flow control commands: ``pause``, ``resume``, ``reprioritize``, ``cancel``, ``purge``,
-``delete``."""
+``delete``, ``retry``."""
 
 from __future__ import annotations
 
@@ -176,3 +176,22 @@ def delete(
         emit_json({"queue": queue, "job_id": job, "deleted": True})
     else:
         typer.echo(f"deleted job {job}")
+
+
+@app.command(rich_help_panel="Flow control")
+def retry(
+    queue: QueueArg,
+    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    json_out: JsonOut = False,
+    redis_url: RedisUrl = DEFAULT_URL,
+) -> None:
+    """Re-run JOB's dead-lettered sub-requests in place, once (a failed or partial job):
+    they go back into JOB with no attempt made and leave the dead letters; JOB is active
+    again and completes once more, its results so far kept. A job that has not finished
+    or did not fail is refused (exit 2); exit 4 for an unknown job."""
+    q = Queue(check_name("queue name", queue), client=client(redis_url))
+    moved = q.retry(check_name("job id", job))
+    if json_out:
+        emit_json({"queue": queue, "job_id": job, "retried": moved})
+    else:
+        typer.echo(f"job {job}: {plural(moved, 'sub-request')} back to run")

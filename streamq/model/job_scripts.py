@@ -162,6 +162,16 @@ class JobScripts(ScriptsBase):
                                     jk.ids), ())
         raise_for_code("delete_job", r, jk.job_id)
 
+    def retry_job(self, jk: JobKeys, token: str, indexes: Sequence[int]) -> tuple[int, JobReply]:
+        """Re-run the dead-lettered sub-requests ``indexes`` of a failed or partial job in
+        place, under the new incarnation ``token``: (how many went back, the job).
+        JobNotFound, or ConfigError for a job not finished or with nothing to retry.
+        See retry_job-6.lua."""
+        r = self.run("retry_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.dlq,
+                                   jk.unannounced), (GROUP, token, *indexes))
+        raise_for_code("retry_job", r, jk.job_id)
+        return int(r[0]), JobReply.parse(r[1:])
+
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
         """Hand back entries ``consumer`` read but never started; return how many moved
         (none of a cancelled job: those are dropped)."""

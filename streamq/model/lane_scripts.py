@@ -135,6 +135,20 @@ class LaneScripts(ScriptsBase):
         r = self.run("lane_delete", (qk.ljobs, qk.lresults, qk.lerrors, qk.ldone), (job,))
         raise_for_code("lane_delete", r, job)
 
+    def lane_retry(self, qk: QueueKeys, lane: tuple[int, str], job: str, dead_id: str,
+                   letter: str, token: str, life_ms: int) -> bool:
+        """Re-run failed small job ``job`` in place from its dead letter (``dead_id`` in
+        the dead stream, identity ``letter``), under ``token``; False when this token
+        did it before. See lane_retry-10.lua."""
+        prio, client = lane
+        r = self.run("lane_retry",
+                     (qk.lane(prio, client), qk.lanes, qk.ljobs, qk.lerrors, qk.lactive,
+                      qk.ldone, qk.dead, qk.wake, qk.replayed(letter),
+                      qk.replayed_entry(dead_id)),
+                     (GROUP, lane_member(prio, client), WAKE_CAP, job, dead_id, token, life_ms))
+        raise_for_code("lane_retry", r, job)
+        return int(r) == 1
+
     def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str,
                     closer: str = "") -> tuple[bool, str]:
         """Cancel a small job: (whether this call cancelled it, the id of its entry a

@@ -1,5 +1,6 @@
 """Flow control of a queue's work, the part of :class:`streamq.client.Queue` that steers
-what is queued: pause and resume, re-prioritize, cancel, delete, purge, rate limits."""
+what is queued: pause and resume, re-prioritize, cancel, delete, retry, purge, rate
+limits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 from streamq.base import config
 from streamq.base.keys import check_name
 from streamq.base.models import JobStatus
+from streamq.base.replies import new_token
 from streamq.errors import ConfigError, JobNotFound
 from streamq.producer import cancel as cancelling
 from streamq.producer import flow
@@ -99,6 +101,19 @@ class Controls:
                                   f"sub-requests had not all seen it within {timeout:g} s: "
                                   "nothing was deleted; try again")
         store.delete()
+
+    @wrap_connection_errors
+    def retry(self, job_id: str, *, token: str | None = None) -> int:
+        """Re-run a failed or partial job's dead-lettered sub-requests in place, once: they
+        go back into the job with no attempt made and leave its dead letters (and the
+        dead stream); the job is ``active`` again and completes once more, its results so
+        far kept. Returns how many went back. A job that has not finished, or did not
+        fail, is refused (ConfigError). Each dead letter runs again once, whether this or
+        ``replay_dead`` takes it first; ``token`` names this retry across resends of it
+        (a resend returns what the first did). See :mod:`streamq.producer.retrying`."""
+        check_name("job id", job_id)
+        token = check_name("retry token", token) if token else new_token()
+        return find_job(self._queue, job_id).retry(token)
 
     @wrap_connection_errors
     def unfinished(self) -> list[str]:

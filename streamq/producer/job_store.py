@@ -7,8 +7,8 @@ changes of it, behind one interface (:class:`JobStore`) with two implementations
   ``ljobs`` and one entry of a lane stream, all in the shard's slot.
 
 :func:`find_job` reads which one a job id names (one round trip) and returns it;
-status, results, the settings a replay copies, cancel, re-prioritize and delete are
-then asked of the store, and no caller asks which lane it holds. Where the two differ by
+status, results, the settings a replay copies, cancel, re-prioritize, delete and retry
+are then asked of the store, and no caller asks which lane it holds. Where the two differ by
 design (a small job's priority cannot change; its cancel waits for its one held
 entry to settle) the store says so; docs/design/job-life.md lists each difference.
 """
@@ -16,7 +16,7 @@ entry to settle) the store says so; docs/design/job-life.md lists each differenc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import redis
@@ -29,7 +29,7 @@ from streamq.base.replies import Call, JobReply, ScriptErrorCode
 from streamq.errors import ConfigError, JobNotFound, ScriptError
 from streamq.model.lane_scripts import LaneCtx
 from streamq.model.queue_view import QueueStore
-from streamq.producer import lane
+from streamq.producer import lane, retrying
 from streamq.producer.flow import live_workers
 from streamq.services import schedule, watchdog
 
@@ -39,6 +39,9 @@ class JobHome(QueueStore, Protocol):
     records a terminal job's completion in the queue's hash slot."""
 
     def finish_call(self, jid: str, reply: JobReply, qk: QueueKeys | None = None) -> Call: ...
+
+    def register(self, jobs: Sequence[tuple[str, JobReply]], qk: QueueKeys | None = None
+                 ) -> None: ...
 
 
 class JobSettings(NamedTuple):
@@ -81,6 +84,9 @@ class JobStore(Protocol):
 
     def delete(self) -> None:
         """Delete the job's records now (it must have finished)."""
+
+    def retry(self, token: str) -> int:
+        """Re-run its dead-lettered sub-requests in place, once; how many went back."""
 
 
 def lane_shard(q: JobHome, job_id: str) -> QueueKeys:
@@ -215,6 +221,9 @@ class StreamJob:
     def delete(self) -> None:
         self.q.scripts.delete_job(self.keys)
 
+    def retry(self, token: str) -> int:
+        return retrying.retry_stream(self.q, self.shard, self.job_id, token)
+
 
 class LaneJob:
     """A small job: its record in its shard's ``ljobs``, one entry of a lane stream."""
@@ -276,6 +285,13 @@ class LaneJob:
 
     def delete(self) -> None:
         self.q.scripts.lane_delete(self.shard, self.job_id)
+
+    def retry(self, token: str) -> int:
+        raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
+        if raw is None:
+            raise JobNotFound(self.job_id)
+        return retrying.retry_lane(self.q, self.shard, self.job_id, lane.parse(raw),
+                                   raw.decode(), token)
 
 
 def _settings(text: list[Any]) -> JobSettings:

@@ -300,3 +300,98 @@ def test_a_deleted_job_is_gone_and_an_unfinished_one_is_refused_unless_cancelled
     assert q.wait(probe.id, timeout=30).state is JobState.SUCCEEDED
     assert ran == [{"n": 3}]
     q.close()
+
+
+def _failed_once(q: Queue, lane: str, workers: StartWorker, payloads: list[Any]
+                 ) -> tuple[Any, dict[str, Any], list[Any]]:
+    """A job of ``payloads`` whose sub-requests with ``bad`` failed for good (one
+    delivery each), run by a worker whose handler can be mended (``mode["bad"]``)."""
+    mode: dict[str, Any] = {"bad": True}
+    ran: list[Any] = []
+
+    def handle(p: Any) -> Any:
+        ran.append(p["n"])
+        if p.get("bad") and mode["bad"]:
+            raise ValueError("not yet")
+        return p["n"] * 10
+
+    job = _submit(q, lane, payloads, max_deliveries=1)
+    workers(q.name, handle, concurrency=1, retry_base_s=0.01)
+    assert q.wait(job.id, timeout=30).state in (JobState.FAILED, JobState.PARTIAL)
+    return job, mode, ran
+
+
+@pytest.mark.parametrize("lane", LANES)
+@pytest.mark.cluster_too
+def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_again(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
+    from streamq import ConfigError, StreamqError
+
+    # Given a job whose sub-request failed for good: the job failed, one dead letter
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, lane, workers, [{"n": 1, "bad": True}])
+    (dead,) = q.dead_letters(job_id=job.id)
+    # When it is retried in place, its cause mended (a resend of the retry with its
+    # token after a lost reply changes nothing more)
+    mode["bad"] = False
+    assert q.retry(job.id, token="retry-1") == 1
+    assert q.retry(job.id, token="retry-1") == 1
+    # Then the same job runs it again and completes once more: succeeded
+    st = q.wait(job.id, timeout=30)
+    assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 1, 0)
+    assert q.results(job.id) == {0: 10} and ran == [1, 1]
+    # And its dead letter is gone: listed nowhere, not replayable
+    assert q.dead_letters(job_id=job.id) == []
+    with pytest.raises(StreamqError):
+        q.replay_dead(dead.id)
+    # And the history holds both completions, one per run of the job
+    events = [f for qk in q.known_shards for _, f in r.xrange(qk.events)]
+    assert [f[b"state"].decode() for f in events if f[b"job"].decode() == job.id] == [
+        "failed", "succeeded"]
+    # And a job that did not fail, or has not finished, is refused
+    with pytest.raises(ConfigError, match="nothing to retry"):
+        q.retry(job.id)
+    later = _submit(q, lane, [{"n": 3}], delay=60)  # (scheduled: not finished)
+    with pytest.raises(ConfigError, match="has not finished"):
+        q.retry(later.id)
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_dead_letter_replayed_into_a_new_job_is_not_retried_in_place(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    from streamq import ConfigError
+
+    # Given a failed job whose dead letter was replayed into a new job first
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, lane, workers, [{"n": 1, "bad": True}])
+    (dead,) = q.dead_letters(job_id=job.id)
+    mode["bad"] = False
+    target = q.replay_dead(dead.id)
+    assert q.wait(target, timeout=30).state is JobState.SUCCEEDED
+    # When it is retried in place
+    # Then it is refused: its one dead letter ran again once already
+    with pytest.raises(ConfigError, match="nothing to retry"):
+        q.retry(job.id)
+    assert ran == [1, 1] and q.status(job.id).state is JobState.FAILED
+    q.close()
+
+
+@pytest.mark.cluster_too
+def test_a_partial_job_retried_in_place_keeps_its_results_and_reruns_the_failed_ones(
+        redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    # Given a job of four sub-requests, two of which failed for good (partial)
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, "job", workers, [
+        {"n": 0}, {"n": 1, "bad": True}, {"n": 2}, {"n": 3, "bad": True}])
+    st = q.status(job.id)
+    assert (st.state, st.done, st.failed) == (JobState.PARTIAL, 2, 2)
+    # When it is retried, the cause mended
+    mode["bad"] = False
+    assert q.retry(job.id) == 2
+    # Then only the two failed ones ran again, and the job succeeded with all four
+    st = q.wait(job.id, timeout=30)
+    assert (st.state, st.done, st.failed, st.total) == (JobState.SUCCEEDED, 4, 0, 4)
+    assert q.results(job.id) == {0: 0, 1: 10, 2: 20, 3: 30}
+    assert sorted(ran) == [0, 1, 1, 2, 3, 3]
+    q.close()

@@ -468,3 +468,34 @@ def test_delete_removes_a_finished_job_and_refuses_an_unfinished_one(
     res = _shell(redis_url, tmp_path, "delete", queue_name, queued.id, "--yes", "--cancel")
     assert res.returncode == 0 and f"deleted job {queued.id}" in res.stdout, res.stderr
     q.close()
+
+
+def test_retry_reruns_a_failed_jobs_dead_letters_in_place(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a handler that fails until a flag file exists, and a job it failed for good
+    (tmp_path / "app.py").write_text(
+        "import os\n"
+        "def handle(p):\n"
+        "    if not os.path.exists(os.path.join(os.path.dirname(__file__), 'mended')):\n"
+        "        raise ValueError('not yet')\n"
+        "    return p\n")
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["x"], max_deliveries=1)
+    proc = _worker(redis_url, tmp_path, queue_name, "app:handle")
+    try:
+        assert q.wait(job.id, timeout=30).state is JobState.FAILED
+        # When the cause is mended and `streamq retry` is run
+        (tmp_path / "mended").write_text("")
+        res = _shell(redis_url, tmp_path, "retry", queue_name, job.id, "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == {"queue": queue_name, "job_id": job.id, "retried": 1}
+        # Then the same job succeeds
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    finally:
+        proc.kill()
+        proc.communicate()
+    # And a second retry has nothing to do (exit 2), an unknown job is not found (exit 4)
+    res = _shell(redis_url, tmp_path, "retry", queue_name, job.id)
+    assert res.returncode == 2 and "nothing to retry" in res.stderr, res.stderr
+    assert _shell(redis_url, tmp_path, "retry", queue_name, "nosuch").returncode == 4
+    q.close()

@@ -80,7 +80,7 @@ def test_roles_come_from_the_contracts() -> None:
     admin_only = {c.name for c in CONTRACTS.values() if c.roles == ("admin",)}
     assert admin_only == {"pause_queue", "resume_queue", "replay", "replay_mark",
                           "reprioritize_job", "retoken", "set_rate", "delete_job",
-                          "lane_delete"}
+                          "lane_delete", "retry_job", "lane_retry"}
 
 
 def test_the_design_docs_tables_are_made_from_the_contracts() -> None:

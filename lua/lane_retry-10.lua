@@ -1,0 +1,82 @@
+--[[
+  Re-run a failed small job in place (Queue.retry, streamq retry): its dead
+  letter leaves the shard's dead stream and its payload goes back into its
+  lane stream as a new entry with no attempt made; its record is `active`
+  again (its error record gone, back in `lactive`, out of `ldone`), so it
+  completes once more. The caller names the dead-stream entry of its dead
+  letter (read by its job id and time); the entry must name the job. A lane
+  dropped while idle is made again, group and registry entry. The dead letter
+  is marked replayed into its own job (the markers `dlq replay` claims), so it
+  runs once: a replay that claimed it first refuses this call, and a later
+  replay is refused. Idempotent by the token, kept in the record: a call that
+  finds the job active under its own token was applied before and its reply
+  lost; it changes nothing.
+
+  Input:
+    KEYS[1] lane     sq:{<shard>}:lane:<prio>:<client>  STREAM (+ consumer group ARGV[1])
+    KEYS[2] lanes    sq:{<shard>}:lanes    ZSET "<prio>|<client>" -> priority
+    KEYS[3] ljobs    sq:{<shard>}:ljobs    HASH job -> JSON record
+    KEYS[4] lerrors  sq:{<shard>}:lerrors  HASH job -> JSON error record
+    KEYS[5] lactive  sq:{<shard>}:lactive  ZSET job -> submit ms
+    KEYS[6] ldone    sq:{<shard>}:ldone    ZSET job -> forget-after ms
+    KEYS[7] dead     sq:{<shard>}:dead     STREAM of dead letters
+    KEYS[8] wake     sq:{<shard>}:wake     LIST of wake-up signals
+    KEYS[9]  by_letter  sq:{<shard>}:replayed:<job>|<field>|<serial>  STRING (field 0)
+    KEYS[10] by_entry   sq:{<shard>}:replayed-id:<dead entry id>        STRING
+    ARGV[1] consumer group name
+    ARGV[2] lane member "<prio>|<client>"
+    ARGV[3] cap on wake-up signals
+    ARGV[4] job id
+    ARGV[5] entry id of the job's dead letter in the dead stream
+    ARGV[6] retry token
+    ARGV[7] lifetime of the replay markers, ms
+
+  Output:
+    1 put back now; 2 put back before by this token
+    ERR_JOB_NOT_FOUND (-1)     no such small job
+    ERR_NOT_FINISHED (-10)     the job has not finished
+    ERR_NOTHING_TO_RETRY (-11) the job did not fail, or its dead letter is gone or
+                               claimed by a replay
+]]
+local rcall = redis.call
+local laneKey, lanesKey, ljobsKey, lerrorsKey, lactiveKey, ldoneKey, deadKey, wakeKey =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local byLetter, byEntry = KEYS[9], KEYS[10]
+local group, member, job, deadId, token = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+
+--- @include "includes/errors"
+--- @include "includes/lane_complete"
+
+local raw = rcall("HGET", ljobsKey, job)
+if not raw then return ERR_JOB_NOT_FOUND end
+local mark = '"retry":"' .. token .. '",'
+if lane_active(raw) then
+  if string.find(raw, mark, 1, true) then return 2 end
+  return ERR_NOT_FINISHED
+end
+local rest = string.match(raw, '^{"state":"failed","done":%d+,"failed":%d+,"finished":%d+,(.*)$')
+if not rest then return ERR_NOTHING_TO_RETRY end
+local letter = rcall("XRANGE", deadKey, deadId, deadId)
+if #letter == 0 then return ERR_NOTHING_TO_RETRY end
+local f = {}
+for k = 1, #letter[1][2], 2 do f[letter[1][2][k]] = letter[1][2][k + 1] end
+if f.job ~= job or f.index ~= "0" then return ERR_NOTHING_TO_RETRY end
+if rcall("EXISTS", byLetter) == 1 or rcall("EXISTS", byEntry) == 1 then
+  return ERR_NOTHING_TO_RETRY  -- a replay claimed it
+end
+
+if rcall("EXISTS", laneKey) == 0 then
+  rcall("XGROUP", "CREATE", laneKey, group, "0", "MKSTREAM")
+  rcall("ZADD", lanesKey, tonumber(string.match(member, "^(%d+)|")), member)
+end
+rcall("XADD", laneKey, "*", "j", job, "t", f.t or "b", "p", f.p or "")
+rest = string.gsub(rest, '^"retry":"[^"]*",', '', 1)
+rcall("HSET", ljobsKey, job, LANE_ACTIVE .. mark .. rest)
+rcall("HDEL", lerrorsKey, job)
+rcall("ZADD", lactiveKey, lane_field(raw, "created") or 0, job)
+rcall("ZREM", ldoneKey, job)
+rcall("XDEL", deadKey, deadId)
+rcall("SET", byLetter, token .. "|" .. job, "PX", ARGV[7])
+rcall("SET", byEntry, token .. "|" .. job, "PX", ARGV[7])
+if rcall("LLEN", wakeKey) < tonumber(ARGV[3]) then rcall("LPUSH", wakeKey, "1") end
+return 1
