@@ -212,6 +212,7 @@ app = typer.Typer(cls=StreamqGroup, no_args_is_help=True, pretty_exceptions_show
 RedisUrl = Annotated[str, typer.Option("--redis-url", envvar="STREAMQ_REDIS_URL",
                                        help="redis:// or rediss:// URL (user, password, TLS)")]
 QueueArg = Annotated[str, typer.Argument(help="queue name", show_default=False)]
+JobArg = Annotated[str, typer.Argument(help="job id", show_default=False)]
 JsonOut = Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")]
 Timeout = Annotated[float | None, typer.Option(min=0.0, help="give up after this many seconds")]
 LogLevel = Annotated[str, typer.Option(envvar="STREAMQ_LOG_LEVEL",

@@ -15,6 +15,7 @@ from .common import (
     DEFAULT_URL,
     CreateOpt,
     ExitCode,
+    JobArg,
     JsonOut,
     QueueArg,
     RedisUrl,
@@ -73,7 +74,7 @@ def resume(queue: QueueArg, json_out: JsonOut = False,
 @app.command(rich_help_panel="Flow control")
 def reprioritize(
     queue: QueueArg,
-    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    job: JobArg,
     priority: Annotated[int | None, typer.Option(
         min=0, max=config.MAX_PRIORITY, show_default=False,
         help="the new priority (0 is the most urgent)")] = None,
@@ -100,7 +101,7 @@ def reprioritize(
 @app.command(rich_help_panel="Flow control")
 def cancel(
     queue: QueueArg,
-    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    job: JobArg,
     wait: Annotated[bool, typer.Option(
         "--wait/--no-wait", help="return once every worker holding its work saw the cancel "
                                  "(none of its sub-requests starts after that)")] = True,
@@ -153,7 +154,7 @@ def purge(
 @app.command(rich_help_panel="Flow control")
 def delete(
     queue: QueueArg,
-    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    job: JobArg,
     cancel: Annotated[bool, typer.Option(
         "--cancel", help="cancel JOB first when it has not finished")] = False,
     timeout: Annotated[float, typer.Option(
@@ -181,7 +182,7 @@ def delete(
 @app.command(rich_help_panel="Flow control")
 def retry(
     queue: QueueArg,
-    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    job: JobArg,
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..web import listing
 from .common import (
     DEFAULT_URL,
+    JobArg,
     JsonOut,
     QueueArg,
     RedisUrl,
@@ -41,7 +42,7 @@ def _plain(value: Any) -> Any:
 @app.command(rich_help_panel="Inspect")
 def results(
     queue: QueueArg,
-    job: Annotated[str, typer.Argument(help="job id", show_default=False)],
+    job: JobArg,
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
