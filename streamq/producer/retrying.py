@@ -6,7 +6,8 @@ claims (:func:`streamq.producer.deadletters.replay`), so a dead letter runs agai
 once however retries and replays meet: whichever claims it first re-runs it, the
 other is refused (a later ``dlq replay`` of it reports the job it went back to).
 
-- A job on its own stream: the dead letters are claimed in the queue's hash slot,
+- A job on its own stream: its dead letters not yet in the dead stream (a worker died
+  before it copied them) are copied first; they are claimed in the queue's hash slot,
   an intent is written there (so the reaper registers the job for a caller that
   dies midway), ``retry_job`` in the job's hash slot puts the claimed sub-requests
   back and reopens the job under a new incarnation (the retry's token: its next
@@ -27,7 +28,7 @@ from streamq.base.members import dead_letter_key
 from streamq.base.replies import Call, JobReply, ScriptErrorCode, raise_for_code
 from streamq.errors import ConfigError, JobNotFound
 from streamq.model.queue_view import QueueStore
-from streamq.producer.deadletters import REPLAY_CLAIM_MS, marker_life_ms
+from streamq.producer.deadletters import REPLAY_CLAIM_MS, announce, marker_life_ms
 
 NOT_FINISHED, NOTHING = ScriptErrorCode.NOT_FINISHED, ScriptErrorCode.NOTHING_TO_RETRY
 
@@ -91,6 +92,7 @@ def retry_stream(q: RetryHome, qk: QueueKeys, job_id: str, token: str) -> int:
         if state not in ("failed", "partial"):
             raise_for_code("retry_job", int(NOT_FINISHED if state in ("open", "active") else NOTHING),
                            job_id)
+        announce(q.scripts, qk, job_id)  # a dead letter a crash left unannounced, first
         found = _letters(q, jk, qk, created or "0")
         claims = q.scripts.run_many(_marks(qk, found, token, REPLAY_CLAIM_MS, ""))
         letters = [f for f, c in zip(found, claims) if int(c[0]) in (1, 2)]

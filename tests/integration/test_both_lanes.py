@@ -395,3 +395,27 @@ def test_a_partial_job_retried_in_place_keeps_its_results_and_reruns_the_failed_
     assert q.results(job.id) == {0: 0, 1: 10, 2: 20, 3: 30}
     assert sorted(ran) == [0, 1, 1, 2, 3, 3]
     q.close()
+
+
+def test_a_retry_copies_dead_letters_a_crash_left_unannounced_then_reruns_them(
+        redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
+    """A job on its own stream records a dead letter in its hash slot first and copies
+    it to the queue's dead stream after (a worker killed in between leaves that to the
+    reaper): a retry does not wait for the reaper."""
+    from streamq.base.members import dead_letter_key
+
+    # Given a failed job whose dead letter is recorded but not yet in the dead stream
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, "job", workers, [{"n": 1, "bad": True}])
+    (dead,) = q.dead_letters(job_id=job.id)
+    qk = q.known_shards[0]
+    r.xdel(qk.dead, dead.id)
+    r.delete(qk.announced(dead_letter_key(job.id, dead.job_created_ms, "0", dead.serial)))
+    r.sadd(JobKeys(job.id).unannounced, "0")
+    # When it is retried, its cause mended
+    mode["bad"] = False
+    assert q.retry(job.id) == 1
+    # Then it runs again and succeeds, and no dead letter of it is left
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED and ran == [1, 1]
+    assert q.dead_letters(job_id=job.id) == [] and r.scard(JobKeys(job.id).unannounced) == 0
+    q.close()
