@@ -100,6 +100,12 @@ DEFAULT_REAPER_INTERVAL_S = 5.0
 #: of the default min idle, so a stalled entry waits at most about 75 s; a dedicated
 #: reaper passes every DEFAULT_REAPER_INTERVAL_S
 WORKER_RECOVERY_INTERVAL_S = 15.0
+#: How long a reaper's pass lock on a shard lasts, in seconds, whatever the passes'
+#: interval: it spans one pass. A process killed while holding it (in a pass, or after a
+#: pass a Redis error cut short before its unlock) keeps every other reaper and every
+#: worker's recovery off that shard this long at most; a pass that outlasts it may
+#: overlap another's, which its atomic scripts allow.
+REAPER_LOCK_TTL_S = 10.0
 #: Entries one XAUTOCLAIM call examines.
 RECLAIM_COUNT = 100
 #: Dead letters kept in a queue's dead-letter stream at most (approximate trim).

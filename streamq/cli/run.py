@@ -231,7 +231,7 @@ def reaper(
                                 max_wait_s=redis_wait)
     r = Reaper(queue, client=client, min_idle_s=min_idle, interval_s=interval,
                max_deliveries=max_deliveries,
-               retention_s=retention, lock_ttl_s=max(10.0, interval * 5),
+               retention_s=retention,
                intent_grace_s=intent_grace,
                metrics_port=metrics_port, metrics_addr=metrics_addr)
     run_reaper(r, interval, redis_wait_s=redis_wait)

@@ -64,7 +64,6 @@ class Recovery:
                 client = connect_when_ready(self.url, log, stop=self.stopping)
                 self.reaper = Reaper(self.queue, client=client, min_idle_s=self.min_idle_s,
                                      interval_s=self.interval_s, retention_s=self.retention_s,
-                                     lock_ttl_s=max(10.0, self.interval_s * 5),
                                      watched_gap_s=self.watched_gap_s)
             self.reaper.run_once()
         except Exception as e:

@@ -53,7 +53,7 @@ class Reaper:
         retention_s: float = config.DEFAULT_RETENTION_S,
         intent_grace_s: float = config.DEFAULT_INTENT_GRACE_S,
         interval_s: float = config.DEFAULT_REAPER_INTERVAL_S,
-        lock_ttl_s: float = 60.0,
+        lock_ttl_s: float = config.REAPER_LOCK_TTL_S,
         exclusive: bool = True,
         metrics_port: int | None = None,
         metrics_addr: str = "0.0.0.0",

@@ -482,3 +482,31 @@ def test_a_broken_job_does_not_stop_the_recovery_of_the_others(
     workers(queue_name, lambda p: p["n"] * 2)
     assert q.wait(job.id, timeout=20).state is JobState.SUCCEEDED
     assert q.results(job.id) == {i: i * 2 for i in range(5)}
+
+
+def test_a_pass_lock_left_by_a_killed_process_expires_within_the_lock_ttl(
+        r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    """A worker's recovery passes run every 15 s; a worker killed holding the pass lock
+    (in a pass, or after a pass a Redis error cut short before its unlock) kept every
+    reaper off that shard for 5 intervals (75 s), and the dead workers' tokens there
+    stayed leased that long. The lock spans one pass: REAPER_LOCK_TTL_S, whatever the
+    interval, for a worker's recovery and a dedicated reaper alike."""
+    from streamq.base import config
+    from streamq.programs.recovery import Recovery
+
+    Queue(queue_name, redis_url).submit(["x"])  # the queue exists
+    lock = QueueKeys(queue_name).reaper_lock
+    ttl_ms = config.REAPER_LOCK_TTL_S * 1000
+    recovery = Recovery(queue_name, redis_url, interval_s=config.WORKER_RECOVERY_INTERVAL_S,
+                        min_idle_s=60, heartbeat_s=1)
+    # Given a worker's recovery that took the lock and died before releasing it
+    assert recovery._pass()
+    assert recovery.reaper is not None and recovery.reaper._lock()
+    # Then the lock lasts the lock TTL at most, and a reaper passes once it is gone
+    assert 0 < r.pttl(lock) <= ttl_ms
+    reaper = Reaper(queue_name, redis_url, interval_s=60)
+    assert reaper.run_once().skipped
+    assert r.pttl(lock) <= ttl_ms
+    r.delete(lock)  # (its expiry, without the wait)
+    assert not reaper.run_once().skipped
+    assert 0 < reaper.lock_ttl_ms <= ttl_ms
