@@ -36,6 +36,5 @@ local metaKey = KEYS[1]
 local state = rcall("HGET", metaKey, "state")
 if not state then return ERR_JOB_NOT_FOUND end
 if state == "open" or state == "active" then return ERR_NOT_FINISHED end
-rcall("DEL", KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
-      KEYS[10], KEYS[11])
+rcall("DEL", unpack(KEYS))  -- its 11 keys
 return 1

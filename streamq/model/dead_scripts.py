@@ -25,9 +25,16 @@ class DeadLetterScripts(ScriptsBase):
                     life_ms: int, target: str = "") -> tuple[int, str]:
         """Claim (``target`` "") or complete the one replay of dead letter ``letter``;
         return (2 claimed now | 1 this token's | 0 another caller's, target job)."""
-        r = self.run("replay_mark", (qk.replayed(letter), qk.replayed_entry(entry_id)),
-                     (token, life_ms, target))
+        call = self.replay_mark_call(qk, letter, entry_id, token, life_ms, target)
+        r = self.run(call.name, call.keys, call.args)
         return int(r[0]), s(r[1])
+
+    @staticmethod
+    def replay_mark_call(qk: QueueKeys, letter: str, entry_id: str, token: str,
+                         life_ms: int, target: str = "") -> Call:
+        """The call of :meth:`replay_mark`, for a batch of them."""
+        return Call("replay_mark", (qk.replayed(letter), qk.replayed_entry(entry_id)),
+                    (token, life_ms, target))
 
     def unannounced(self, jk: JobKeys, limit: int) -> tuple[JobMeta, list[tuple[str, bytes,
                                                                                 bytes]]]:

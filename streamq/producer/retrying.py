@@ -28,6 +28,7 @@ from streamq.base.members import dead_letter_key
 from streamq.base.replies import Call, JobReply, ScriptErrorCode, raise_for_code
 from streamq.errors import ConfigError, JobNotFound
 from streamq.model.queue_view import QueueStore
+from streamq.model.scripts import Scripts
 from streamq.producer.deadletters import REPLAY_CLAIM_MS, announce, marker_life_ms
 
 NOT_FINISHED, NOTHING = ScriptErrorCode.NOT_FINISHED, ScriptErrorCode.NOTHING_TO_RETRY
@@ -75,8 +76,8 @@ def _letters(q: QueueStore, jk: JobKeys, qk: QueueKeys, created: str
 
 def _marks(qk: QueueKeys, letters: list[tuple[int, str, str]], token: str, life_ms: int,
            target: str) -> list[Call]:
-    return [Call("replay_mark", (qk.replayed(letter), qk.replayed_entry(eid)),
-                 (token, life_ms, target)) for _, letter, eid in letters]
+    return [Scripts.replay_mark_call(qk, letter, eid, token, life_ms, target)
+            for _, letter, eid in letters]
 
 
 def retry_stream(q: RetryHome, qk: QueueKeys, job_id: str, token: str) -> int:
@@ -99,6 +100,8 @@ def retry_stream(q: RetryHome, qk: QueueKeys, job_id: str, token: str) -> int:
         if not letters:
             raise_for_code("retry_job", int(NOTHING), job_id)
     q.scripts.run_many([q.scripts.intend_jobs_call(qk, [job_id])])
+    # (a resend claims nothing: the script finds the job under its token and replies as
+    # the first call did, whatever index it is given)
     moved, reply = q.scripts.retry_job(jk, token, [i for i, _, _ in letters] or [0])
     q.register([(job_id, reply._replace(dedup="", due_ms=0))], qk)
     if letters:

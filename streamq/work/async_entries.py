@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,11 +17,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import cancels, hooks
 from streamq.base.codec import encode_result
 from streamq.base.entry_fields import _checked
-from streamq.base.failures import failure_text
 from streamq.base.running import current as _current
 from streamq.errors import HandlerTimeout, PayloadError
 from streamq.services.watchdog import CANCEL_GRACE_S, guarded
-from streamq.work.sources import Done, Read, Source, SourceWorker
+from streamq.work.sources import (
+    Done,
+    Read,
+    Source,
+    SourceWorker,
+    report_failure,
+    report_malformed,
+)
 
 if TYPE_CHECKING:
     from streamq.services.watchdog import Timeouts
@@ -35,9 +40,6 @@ _Outcome = tuple[bool, Any, float, float] | None
 #: what one group's run gives back: results not yet acknowledged, and whether a job of
 #: a token completed
 Ran = tuple[list[Done], bool]
-
-
-log = logging.getLogger("streamq.worker")
 
 
 class AsyncWorker(SourceWorker, Protocol):
@@ -100,11 +102,8 @@ class AsyncEntries:
                 index, kind, raw, payload = _checked(job, index, kind, raw)
                 ready.append((ids[n], index, kind, raw, attempt, payload, job))
             except PayloadError as e:
-                log.error("job %s entry %s is malformed: %s", job or "?", ids[n], e)
-                completed = src.fail(ids[n], job, -1 if index is None else index, 1, -1,
-                                     f"malformed entry: {e}", kind or b"b",
-                                     raw or b"") or completed
-                src.settled(ids[n])
+                completed = report_malformed(src, ids[n], job, (index, kind, raw),
+                                             e) or completed
         return ready, completed
 
     def _settle(self, src: Source, entries: list[Read], ready: list[_Item],
@@ -130,10 +129,8 @@ class AsyncEntries:
                 except Exception as e:  # noqa: BLE001 - a result that cannot be encoded
                     value = e
             out.observe(waits, durations)
-            delay = out.count_failure(job, index, attempt, value)
-            completed = src.fail(eid, job, index, attempt, delay, failure_text(value), kind,
-                                 raw) or completed
-            src.settled(eid)
+            completed = report_failure(out, src, (eid, job, index, attempt, kind, raw),
+                                       value) or completed
         if unstarted:
             src.hand_back([e for e in entries if e[0].decode() in unstarted])
         return done, completed

@@ -11,7 +11,6 @@ through :mod:`streamq.outcomes`.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,19 +18,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import cancels, config, hooks
 from streamq.base.codec import encode_result
 from streamq.base.entry_fields import _checked
-from streamq.base.failures import failure_text
 from streamq.base.running import current as _current
 from streamq.errors import PayloadError
 from streamq.work.async_entries import AsyncEntries, AsyncWorker
-from streamq.work.outcomes import Outcomes
-from streamq.work.sources import Done, Read, Source
+from streamq.work.sources import Done, Read, Source, report_failure, report_malformed
 
 if TYPE_CHECKING:
     from streamq.base.governor import Governor
     from streamq.services.watchdog import Watchdog
-
-log = logging.getLogger("streamq.worker")
-
 
 class EntryWorker(AsyncWorker, Protocol):
     """What running a job's entries reads of the worker."""
@@ -84,7 +78,7 @@ class EntryRunner:
                 index, kind, raw, payload = _checked(job, index, kind, raw)
             except PayloadError as e:
                 out.observe(waits, durations)
-                completed = self._malformed(src, eid, job, (index, kind, raw), e) or completed
+                completed = report_malformed(src, eid, job, (index, kind, raw), e) or completed
                 continue
             if suspect or cancelled(job):
                 go = self._gate(src, eid, job, suspect, entries[n:], (done, waits, durations))
@@ -115,7 +109,7 @@ class EntryRunner:
                 durations.append(clock() - started)
                 slow = durations[-1] >= config.SLOW_ENTRY_S
                 out.observe(waits, durations)
-                completed = failed(out, src, (eid, job, index, attempt, kind, raw), e) or completed
+                completed = report_failure(out, src, (eid, job, index, attempt, kind, raw), e) or completed
                 continue
             durations.append(took := clock() - started)
             slow = took >= config.SLOW_ENTRY_S
@@ -153,19 +147,6 @@ class EntryRunner:
         mine = src.of_job(rest, job)
         src.hand_back(mine)
         return len(mine) == len(rest)
-
-    @staticmethod
-    def _malformed(src: Source, eid: str, job: str,
-                   parsed: tuple[int | None, bytes | None, bytes | None],
-                   e: PayloadError) -> bool:
-        """An entry that cannot be run: dead-lettered at once (no retry can mend it);
-        True when that completed a job of a token."""
-        index, kind, raw = parsed
-        log.error("job %s entry %s is malformed: %s", job or "?", eid, e)
-        completed = src.fail(eid, job, -1 if index is None else index, 1, -1,
-                             f"malformed entry: {e}", kind or b"b", raw or b"")
-        src.settled(eid)
-        return completed
 
     def _gate(self, src: Source, eid: str, job: str, suspect: bool, rest: list[Read],
               gathered: tuple[list[Done], list[float], list[float]]
@@ -218,14 +199,3 @@ class EntryRunner:
         self._slow.seen = False
         return bool(seen)
 
-
-def failed(out: Outcomes, src: Source, entry: tuple[str, str, int, int, bytes, bytes],
-           e: Exception) -> bool:
-    """A handler raised ``e`` for ``entry`` (its id, job, index, attempt, type and raw
-    payload): counted, logged and reported to its source (a retry or a dead letter);
-    True when that completed a job of a token."""
-    eid, job, index, attempt, kind, raw = entry
-    delay = out.count_failure(job, index, attempt, e)
-    completed = src.fail(eid, job, index, attempt, delay, failure_text(e), kind, raw)
-    src.settled(eid)
-    return completed

@@ -22,15 +22,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import hooks
-from streamq.base.config import GROUP
 from streamq.base.entry_fields import LaneEntry, is_suspect
 from streamq.base.keys import QueueKeys
 from streamq.base.members import parse_lane_member
 from streamq.base.replies import Call
-from streamq.services.steady import steady
 from streamq.work.entries import EntryRunner, EntryWorker
 from streamq.work.lane_reads import LaneReads
-from streamq.work.sources import LaneAcks, LaneSource
+from streamq.work.sources import LaneAcks, LaneSource, requeue_lane
 
 if TYPE_CHECKING:
     from streamq.producer.rates import Limiter
@@ -71,7 +69,7 @@ class LaneWork:
         trip whose settle found the queue paused."""
         entries, _ = self.reads.parse(qk, replies, count, self.reads.sent(qk))
         if entries:
-            self._requeue(qk, entries)
+            requeue_lane(self.w, qk, entries)
 
     def taken(self, qk: QueueKeys, replies: list[Any], count: int, paused: bool
               ) -> tuple[list[LaneEntry], bool]:
@@ -122,19 +120,12 @@ class LaneWork:
             (again if e.eid in seen else keep).append(e)
             seen.add(e.eid)
         if again:
-            self._requeue(qk, again)
+            requeue_lane(self.w, qk, again)
         return keep
 
     def acked(self, replies: Sequence[Any]) -> None:
         """Count the replies of lane_ack calls (every call of :attr:`acks`)."""
         self.pending.acked(replies)
-
-    def _requeue(self, qk: QueueKeys, entries: Sequence[LaneEntry]) -> None:
-        """Hand back entries read but never started (the worker is stopping, or the queue
-        paused); an entry of a job cancelled meanwhile is dropped."""
-        for stream, ids in _by_stream(entries):
-            steady(self.w, "handing entries back", self.w.scripts.run, "lane_requeue",
-                   (stream, qk.ljobs), [GROUP, self.w.id, *ids])
 
     def promote(self, qk: QueueKeys, members: Sequence[str]) -> None:
         """Promote the due retries of lanes ``members`` (``lane|<prio>|<client>``)."""

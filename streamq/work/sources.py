@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import hooks
 from streamq.base.config import GROUP
 from streamq.base.entry_fields import LaneEntry, _lane_fields, _parse
-from streamq.base.failures import MAX_FAILURE_CHARS
+from streamq.base.failures import MAX_FAILURE_CHARS, failure_text
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.replies import Call
 from streamq.model.scripts import LaneCtx
@@ -133,6 +133,42 @@ class JobSource:
         return completed
 
 
+def requeue_lane(w: SourceWorker, qk: QueueKeys, entries: Sequence[LaneEntry]) -> None:
+    """Hand back lane entries read but never started (``lane_requeue``, one call per
+    stream); an entry of a job cancelled meanwhile is dropped."""
+    by_stream: dict[str, list[str]] = {}
+    for e in entries:
+        by_stream.setdefault(e.stream, []).append(e.eid)
+    for stream, ids in by_stream.items():
+        steady(w, "handing entries back", w.scripts.run, "lane_requeue", (stream, qk.ljobs),
+               [GROUP, w.id, *ids])
+
+
+def report_malformed(src: Source, eid: str, job: str,
+                     parsed: tuple[int | None, bytes | None, bytes | None],
+                     e: Exception) -> bool:
+    """An entry that cannot be run: dead-lettered at once (no retry can mend it), for
+    either runner; True when that completed a job of a token."""
+    index, kind, raw = parsed
+    log.error("job %s entry %s is malformed: %s", job or "?", eid, e)
+    completed = src.fail(eid, job, -1 if index is None else index, 1, -1,
+                         f"malformed entry: {e}", kind or b"b", raw or b"")
+    src.settled(eid)
+    return completed
+
+
+def report_failure(out: Outcomes, src: Source,
+                   entry: tuple[str, str, int, int, bytes, bytes], e: Exception) -> bool:
+    """A handler raised ``e`` for ``entry`` (its id, job, index, attempt, type and raw
+    payload), for either runner: counted, logged and reported to its source (a retry or
+    a dead letter); True when that completed a job of a token."""
+    eid, job, index, attempt, kind, raw = entry
+    delay = out.count_failure(job, index, attempt, e)
+    completed = src.fail(eid, job, index, attempt, delay, failure_text(e), kind, raw)
+    src.settled(eid)
+    return completed
+
+
 def _lane_entry_fields(flat: list[bytes]) -> Fields:
     job, kind, raw, attempt = _lane_fields(flat)
     suspect = len(flat) != 6 and b"s" in flat[0::2]
@@ -229,13 +265,7 @@ class LaneSource:
         return False  # the script completed the job: a small job holds no token
 
     def hand_back(self, rest: list[Read]) -> None:
-        by_stream: dict[str, list[str]] = {}
-        for eid, _ in rest:
-            e = self.by_id[eid.decode()]
-            by_stream.setdefault(e.stream, []).append(e.eid)
-        for stream, ids in by_stream.items():
-            steady(self.w, "handing entries back", self.w.scripts.run, "lane_requeue",
-                   (stream, self.qk.ljobs), [GROUP, self.w.id, *ids])
+        requeue_lane(self.w, self.qk, [self.by_id[eid.decode()] for eid, _ in rest])
 
     def behind_slow(self, rest: list[Read]) -> None:
         self.hand_back(rest)
