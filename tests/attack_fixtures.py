@@ -387,6 +387,8 @@ class Maker:
             return "queue"
         if n == "rate":
             return "10|10"
+        if n == "spec":
+            return json.dumps({"name": job, "payloads": ["x"], "every": 60})
         raise AssertionError(f"no valid value for {c.name}'s {n!r} ({a.kind})")
 
     def args(self, c: Contract, job: str) -> list[Any]:

@@ -253,6 +253,7 @@ def populate(r: Any, redis_url: str, queue: str, workers: WorkerProcs,
     workers.stop()
     waiting = q.submit([{"n": 5, "tag": "good"}, {"n": 6, "tag": "good"}], priority=7)
     dead_ids = [d.id for d in q.dead_letters(job_id=dead_job.id)]
+    q.repeats.add("nightly", [{"n": 7}], cron="0 3 * * *", tz="Europe/Paris")
     assert len(dead_ids) == 2
     return Data(q, done, dead_job, small, waiting, dead_ids)
 
@@ -270,7 +271,7 @@ def routes(q: str, d: Data) -> dict[str, str]:
         f"/q/{q}/pending": "pending", f"/q/{q}/pending?job={d.waiting.id}": "pending",
         f"/q/{q}/workers": "workers", f"/q/{q}/dead": "dead",
         f"/q/{q}/dead/{urllib.parse.quote(d.dead_ids[0], safe='')}": "dead-letter",
-        f"/q/{q}/completions": "completions",
+        f"/q/{q}/completions": "completions", f"/q/{q}/repeats": "repeats",
     }
 
 

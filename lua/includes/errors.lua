@@ -13,3 +13,5 @@ local ERR_DUPLICATE_ID = -8   -- a fenced add found its id added before by anoth
 local ERR_AT_PAST = -9       -- a job scheduled at a time already past by Redis's clock
 local ERR_NOT_FINISHED = -10  -- the job has not finished: a delete refuses it
 local ERR_NOTHING_TO_RETRY = -11  -- the job did not fail, or no dead letter of it is left
+local ERR_NO_REPEAT = -12        -- the queue has no repeat of that name
+local ERR_TICK_PAST = -13        -- a tick too far from Redis's clock (before now, or past a year)

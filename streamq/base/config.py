@@ -106,6 +106,9 @@ WORKER_RECOVERY_INTERVAL_S = 15.0
 #: worker's recovery off that shard this long at most; a pass that outlasts it may
 #: overlap another's, which its atomic scripts allow.
 REAPER_LOCK_TTL_S = 10.0
+#: How often a reaper, and a worker's recovery thread, submit their queue's due
+#: repeating jobs, in seconds: a tick runs this late at most while one of them runs.
+REPEAT_TICK_S = 1.0
 #: Entries one XAUTOCLAIM call examines.
 RECLAIM_COUNT = 100
 #: Dead letters kept in a queue's dead-letter stream at most (approximate trim).

@@ -91,6 +91,22 @@ class QueueKeys:
         return f"{PREFIX}:{{{self.name}}}:buckets"
 
     @cached_property
+    def repeats(self) -> str:
+        """HASH repeat name -> its spec (JSON, :mod:`streamq.services.repeats`): the
+        queue's repeating jobs, in its first shard's slot."""
+        return f"{PREFIX}:{{{self.name}}}:repeats"
+
+    @cached_property
+    def repeat_next(self) -> str:
+        """ZSET repeat name -> its next tick (epoch ms); a paused repeat has none."""
+        return f"{PREFIX}:{{{self.name}}}:repeat-next"
+
+    @cached_property
+    def repeat_last(self) -> str:
+        """ZSET repeat name -> the last tick submitted (epoch ms)."""
+        return f"{PREFIX}:{{{self.name}}}:repeat-last"
+
+    @cached_property
     def ready(self) -> str:
         """ZSET token -> score (priority, then fairness rank); lower is served first."""
         return self._k("ready")

@@ -28,6 +28,8 @@ class ScriptErrorCode(enum.IntEnum):
     AT_PAST = -9
     NOT_FINISHED = -10
     NOTHING_TO_RETRY = -11
+    NO_REPEAT = -12
+    TICK_PAST = -13
 
 
 def raise_for_code(script: str, reply: Any, job_id: str | None = None) -> None:

@@ -32,7 +32,7 @@ from .. import __version__
 from .common import ExitCode, app, fail
 
 # importing a command module registers its commands, in this order in --help
-from . import submit, read, results, live, flow, rates, dlq, admin, web  # isort: skip  # noqa: F401, E402
+from . import submit, read, results, repeats, live, flow, rates, dlq, admin, web  # isort: skip  # noqa: F401, E402
 from .run import load_handler  # isort: skip  # noqa: E402
 
 __all__ = ["ExitCode", "app", "load_handler", "main"]

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Column
 from typer.core import TyperArgument, TyperGroup
 
+from streamq.base import config
 from streamq.ops.queue_overview import DeadLetterNotFound, QueueNotFound, require_queue
 from streamq.storage.connection import Client, connect, ping
 
@@ -317,13 +318,21 @@ def fold(header: str) -> Column:
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+#: a job's settings, as `submit` and `repeat add` take them
+PriorityOpt = Annotated[int, typer.Option(min=0, max=config.MAX_PRIORITY,
+                                          help="0 is the most urgent")]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=config.MAX_CONCURRENCY,
+                                             help="sub-requests in flight at once")]
+ClientOpt = Annotated[str, typer.Option("--client", help="client name, for fairness")]
+MaxDeliveriesOpt = Annotated[int, typer.Option(min=1, help="attempts before a sub-request "
+                                                           "is dead-lettered")]
 
 
 def confirm_or_stop(yes: bool, question: str, unchanged: str) -> None:
     """Ask ``question`` on stderr unless ``yes``; a no ends the command (exit 1) with
     ``unchanged`` (what was left as it was)."""
     if not yes and not typer.confirm(question, err=True):
-        raise fail(f"purge cancelled, {unchanged}", ExitCode.FAILURE)
+        raise fail(f"cancelled, {unchanged}", ExitCode.FAILURE)
 
 
 CreateOpt = Annotated[bool, typer.Option(

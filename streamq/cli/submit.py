@@ -22,8 +22,12 @@ from streamq.services.notices import Notices
 from ..errors import WaitTimeout
 from .common import (
     DEFAULT_URL,
+    ClientOpt,
+    ConcurrencyOpt,
     ExitCode,
     JsonOut,
+    MaxDeliveriesOpt,
+    PriorityOpt,
     QueueArg,
     RedisUrl,
     Timeout,
@@ -134,18 +138,11 @@ def submit(
              "from stdin", show_default=False)] = None,
     file: Annotated[Path | None, typer.Option("--file", "-f", help="JSON-lines file, one "
                                               "payload per line (- for stdin)")] = None,
-    priority: Annotated[int, typer.Option(min=0, max=config.MAX_PRIORITY,
-                                          help="0 is the most urgent")] =
-        config.DEFAULT_PRIORITY,
-    concurrency: Annotated[int, typer.Option(min=1, max=config.MAX_CONCURRENCY,
-                                             help="sub-requests in flight at once")] =
-        config.DEFAULT_CONCURRENCY,
+    priority: PriorityOpt = config.DEFAULT_PRIORITY,
+    concurrency: ConcurrencyOpt = config.DEFAULT_CONCURRENCY,
     job_id: Annotated[str | None, typer.Option(help="job id (default: generated)")] = None,
-    client_name: Annotated[str, typer.Option("--client", help="client name, for fairness")] =
-        config.DEFAULT_CLIENT,
-    max_deliveries: Annotated[int, typer.Option(min=1, help="attempts before a sub-request "
-                                                           "is dead-lettered")] =
-        config.DEFAULT_MAX_DELIVERIES,
+    client_name: ClientOpt = config.DEFAULT_CLIENT,
+    max_deliveries: MaxDeliveriesOpt = config.DEFAULT_MAX_DELIVERIES,
     dedup_key: Annotated[str | None, typer.Option(help="a key seen before returns its job")] =
         None,
     delay: Annotated[float | None, typer.Option(

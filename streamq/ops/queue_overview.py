@@ -65,8 +65,9 @@ def queue_exists(r: Client, shards: Shards) -> bool:
         keys = (qk.active, qk.finished, qk.tokens, qk.ready, qk.leased, qk.parked, qk.owners,
                 qk.workers, qk.events, qk.dead, qk.fair, qk.dedup, qk.lanes, qk.ljobs,
                 qk.paused)
-        # the configuration and rate limits live in the first shard's slot only
-        if int(r.exists(*keys, *((qk.config, qk.rates) if k == 0 else ()))) > 0:
+        # the configuration, rate limits and repeats live in the first shard's slot only
+        first = (qk.config, qk.rates, qk.repeats) if k == 0 else ()
+        if int(r.exists(*keys, *first)) > 0:
             return True
     return False
 

@@ -1,6 +1,6 @@
 """Flow control of a queue's work, the part of :class:`streamq.client.Queue` that steers
 what is queued: pause and resume, re-prioritize, cancel, delete, retry, purge, rate
-limits."""
+limits, repeating jobs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from streamq.producer import flow
 from streamq.producer import rates as ratelimits
 from streamq.producer.job_store import find_job
 from streamq.producer.jobs import wrap_connection_errors
+from streamq.producer.repeating import Repeats
 
 if TYPE_CHECKING:
     from streamq.model.queue_view import QueueJobs as Queue
@@ -34,6 +35,12 @@ class Controls:
     @property
     def _queue(self) -> Queue:
         return cast("Queue", self)
+
+    @property
+    def repeats(self) -> Repeats:
+        """The queue's repeating jobs: add, list, pause, resume, remove
+        (:mod:`streamq.producer.repeating`)."""
+        return Repeats(self._queue)
 
     @wrap_connection_errors
     def pause(self, *, wait: bool = True, timeout: float = 30.0) -> flow.PauseReport:

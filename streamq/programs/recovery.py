@@ -3,7 +3,8 @@ of every ``streamq worker`` (``--recover``, the default), so a stalled job recov
 with workers alone, as with BullMQ, arq, Dramatiq and RQ. The passes are the
 reaper's own (:class:`streamq.reaper.Reaper`), one at a time across every process
 (the reaper's lock), each every ``interval_s`` with jitter (15 s from the CLI:
-``config.WORKER_RECOVERY_INTERVAL_S``).
+``config.WORKER_RECOVERY_INTERVAL_S``); the queue's due repeats are submitted every
+second (:mod:`streamq.reaping.ticker`), so repeats run with workers alone too.
 
 A dedicated reaper (``streamq reaper``, the reaper container of the deployment) is
 still the way under least-privilege credentials: a worker's ACL user may not run the
@@ -16,6 +17,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
+from collections.abc import Callable
 
 from streamq.base import config
 from streamq.reaping.reaper import Reaper
@@ -52,24 +55,38 @@ class Recovery:
         self.thread.join(timeout=5)
 
     def _run(self) -> None:
-        # the first pass after one interval: the worker registers first
-        while not self.stopping.wait(self.interval_s * random.uniform(0.9, 1.1)):
-            if not self._pass():
+        # due repeats every config.REPEAT_TICK_S; the first pass after one interval (the worker
+        # registers first)
+        next_pass = time.monotonic() + self.interval_s * random.uniform(0.9, 1.1)
+        while not self.stopping.wait(min(config.REPEAT_TICK_S, self.interval_s)):
+            if not self._guarded(Reaper.tick_repeats):
                 return
+            if time.monotonic() >= next_pass:
+                next_pass = time.monotonic() + self.interval_s * random.uniform(0.9, 1.1)
+                if not self._guarded(Reaper.run_once):
+                    return
+
+    def _reaper(self) -> Reaper:
+        if self.reaper is None:
+            client = connect_when_ready(self.url, log, stop=self.stopping)
+            self.reaper = Reaper(self.queue, client=client, min_idle_s=self.min_idle_s,
+                                 interval_s=self.interval_s, retention_s=self.retention_s,
+                                 watched_gap_s=self.watched_gap_s)
+        return self.reaper
 
     def _pass(self) -> bool:
         """One pass; False when recovery stops for good (access refused)."""
+        return self._guarded(Reaper.run_once)
+
+    def _guarded(self, step: Callable[[Reaper], object]) -> bool:
+        """Run ``step`` (a pass, or the due repeats); False when recovery stops for good
+        (access refused)."""
         try:
-            if self.reaper is None:
-                client = connect_when_ready(self.url, log, stop=self.stopping)
-                self.reaper = Reaper(self.queue, client=client, min_idle_s=self.min_idle_s,
-                                     interval_s=self.interval_s, retention_s=self.retention_s,
-                                     watched_gap_s=self.watched_gap_s)
-            self.reaper.run_once()
+            step(self._reaper())
         except Exception as e:
             if isinstance(e, LibraryMissing) or is_access_error(e):
                 log.warning("this worker may not run recovery passes (%s): stalled work "
-                            "waits for a reaper (streamq reaper %s)", e, self.queue)
+                            "and repeats wait for a reaper (streamq reaper %s)", e, self.queue)
                 return False
             if is_transient(e):
                 log.debug("recovery pass cut short: %s: %s", type(e).__name__, e)

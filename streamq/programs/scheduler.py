@@ -1,4 +1,5 @@
-"""APScheduler glue: the only module that imports apscheduler."""
+"""APScheduler glue: the only module that runs an APScheduler scheduler (the repeats'
+cron expressions are read with its cron trigger, :mod:`streamq.services.repeats`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from apscheduler.schedulers.base import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from streamq.base import config
 from streamq.errors import ConnectionFailed
 from streamq.reaping.reaper import Reaper
 from streamq.storage.connection import is_access_error, is_transient, wait_for_redis
@@ -31,6 +33,7 @@ for _name in ("apscheduler.executors.default", "apscheduler.scheduler"):
     logging.getLogger(_name).addFilter(_OnlyAtDebug())
 
 _JOB = "reaper"
+_TICKS = "repeats"
 
 
 def run_reaper(reaper: Reaper, interval_s: float, *, redis_wait_s: float | None = None) -> None:
@@ -98,6 +101,19 @@ class _Schedule:
             else:
                 log.exception("reaper pass failed; next pass in %.1f s", self.interval_s)
 
+    def tick_repeats(self) -> None:
+        """Submit the due repeats between passes; an error is the next pass's to report
+        (and wait out), so it is logged at DEBUG here, unless no pass would meet it."""
+        if self.stop.is_set():
+            return
+        try:
+            self.reaper.tick_repeats()
+        except Exception as e:
+            if is_transient(e) or is_access_error(e) or isinstance(e, LibraryMissing):
+                log.debug("repeats not ticked now: %s: %s", type(e).__name__, e)
+            else:
+                log.exception("submitting due repeats failed; next try in %.1f s", config.REPEAT_TICK_S)
+
     def on_signal(self, *_: object) -> None:
         self.stop.set()
         try:
@@ -121,6 +137,9 @@ class _Schedule:
                                                               jitter=interval_s * 0.1),
                                    id=_JOB, coalesce=True, max_instances=1,
                                    next_run_time=datetime.now().astimezone())
+            self.scheduler.add_job(self.tick_repeats,
+                                   IntervalTrigger(seconds=min(config.REPEAT_TICK_S, interval_s)),
+                                   id=_TICKS, coalesce=True, max_instances=1)
             log.info("reaper for queue %s every %.1f s", self.reaper.q.name, interval_s)
             if not self.stop.is_set():
                 self.scheduler.start()

@@ -42,6 +42,8 @@ class PassReport:
     backlog: dict[int, int] = field(default_factory=dict)
     #: unfinished small jobs (:mod:`streamq.lane`)
     lane_active: int = 0
+    #: jobs submitted for the due ticks of repeats (:mod:`streamq.reaping.ticker`)
+    repeats_submitted: int = 0
 
     def summary(self) -> str:
         """What the pass changed, in words (the counts that are not 0), for its log line."""
@@ -55,7 +57,8 @@ class PassReport:
             (self.intents_registered, "interrupted submits registered"),
             (self.intents_finished, "interrupted submits finished"),
             (self.intents_dropped, "intents dropped"),
-            (self.consumers_deleted, "consumers of gone workers deleted")) if n]
+            (self.consumers_deleted, "consumers of gone workers deleted"),
+            (self.repeats_submitted, "repeating jobs submitted")) if n]
         if self.dead_workers:
             parts.append(f"workers presumed dead: {', '.join(self.dead_workers)}")
         if self.job_errors:

@@ -26,6 +26,7 @@ from streamq.producer.client import Queue
 from streamq.producer.deadletters import announce
 from streamq.reaping.lane_reaper import LanePass, recover_lanes
 from streamq.reaping.reap_parts import PassReport, delete_idle_consumers, undelivered
+from streamq.reaping.ticker import tick_repeats
 from streamq.storage.connection import Client, is_access_error, is_transient, server_ms
 
 log = logging.getLogger("streamq.reaper")
@@ -88,7 +89,7 @@ class Reaper:
     def run_once(self) -> PassReport:
         """Run every pass once on every shard of the queue (each shard has its own pass
         lock: a shard another reaper is passing over is skipped)."""
-        report = PassReport()
+        report = PassReport(repeats_submitted=self.tick_repeats())
         skipped = 0
         shards = self.q.known_shards
         for qk in shards:
@@ -112,9 +113,14 @@ class Reaper:
         if any((report.leases_returned, report.reclaimed, report.dead_lettered,
                 report.finished, report.orphans, report.dead_workers, report.announced,
                 report.intents_registered, report.intents_finished,
-                report.intents_dropped)):
+                report.intents_dropped, report.repeats_submitted)):
             log.info("reaper pass: %s", report.summary())
         return report
+
+    def tick_repeats(self) -> int:
+        """Submit the due ticks of the queue's repeats (:mod:`streamq.reaping.ticker`):
+        at the start of every pass, and every second between them."""
+        return tick_repeats(self.q)
 
     def _shard_pass(self, report: PassReport) -> bool:
         """Every pass over the shard in ``self.keys``; False when another reaper holds

@@ -36,7 +36,8 @@ KINDS: dict[str, KeyKind] = {
     **_kinds("shard", "STREAM", "stats events dead"),
     **_kinds("shard", "LIST", "wake"),
     **_kinds("shard", "STRING", "paused reaper-lock"),
-    **_kinds("queue", "HASH", "rates buckets"),
+    **_kinds("queue", "HASH", "rates buckets repeats"),
+    **_kinds("queue", "ZSET", "repeat-next repeat-last"),
     "worker": KeyKind("worker", "shard", "HASH", r"worker:" + _TOKEN,
                       "^worker:[!-z|~]+$", "worker:<id>"),
     "lane": KeyKind("lane", "shard", "STREAM", r"lane:[0-9]{1,2}:" + _NAME,
@@ -114,6 +115,8 @@ FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
 LANE_CTX = (GROUP_ARG, i("events cap"), ms("events retention"))
 
 _P, _W, _R, _A = ("producer",), ("worker",), ("reaper",), ("admin",)
+#: what submits jobs: producers, and the reapers that submit repeats' ticks
+_PR = ("producer", "reaper")
 JOB_ALL = "meta tasks results errors retry inflight added ids dlq unannounced"
 
 _LIST = [
@@ -164,7 +167,7 @@ _LIST = [
               pat("when", r"[+@][0-9]{1,15}", "^[+@]%d+$", "+<ms> or @<ms>", 16, empty=True),
               ms("timeout")),
              rest=(KIND, PAYLOAD), tail=(TRACE,), reply="{created, incarnation, job_reply...}",
-             errors=("AT_PAST",), roles=_P),
+             errors=("AT_PAST",), roles=_PR),
     Contract("delete_consumers", "delete idle consumers that hold nothing",
              _k("work"), (GROUP_ARG, ms("min idle")), rest=(tok("consumer"),),
              reply="consumers deleted", roles=_R, flags=("allow-oom",)),
@@ -215,7 +218,7 @@ _LIST = [
              rest=(TOKEN, tok("owner")), reply="tokens lost", roles=_W, flags=("allow-oom",),
              binds=((2, 1),)),
     Contract("intend_jobs", "record submits' intents in `creating`", _k("creating"),
-             rest=(Arg("intent", "intent"),), least=1, reply="count", roles=_P),
+             rest=(Arg("intent", "intent"),), least=1, reply="count", roles=_PR),
     Contract("lane_ack", "acknowledge small jobs and complete them", _k(
         "lane ljobs lresults lerrors lstarts lactive ldone events"), LANE_CTX,
              rest=(ENTRY, name("job id"), text("result", _BIG)),
@@ -302,6 +305,20 @@ _LIST = [
              _k("replayed replayed-id"), (tok("replay token"), ms("lifetime", lo=1),
                                           name("target job", empty=True)),
              reply="the marker's value", roles=_A, flags=("allow-oom",)),
+    Contract("repeat_advance", "move a repeat past the tick just submitted (compare and set)",
+             _k("repeats repeat-next repeat-last"), (name("repeat"), ms("tick"), ms("next tick")),
+             reply="0|1", errors=("TICK_PAST",), roles=_R),
+    Contract("repeat_pause", "pause or resume a repeat", _k("repeats repeat-next"),
+             (name("repeat"), enum("mode", "pause", "resume"), ms("next tick", empty=True)),
+             reply="0|1", errors=("NO_REPEAT", "TICK_PAST"), roles=_P),
+    Contract("repeat_remove", "remove a repeat (its jobs stay)",
+             _k("repeats repeat-next repeat-last"), (name("repeat"),), reply="0|1", roles=_P,
+             flags=("allow-oom",)),
+    Contract("repeat_set", "add or replace a repeat and set its next tick",
+             _k("repeats repeat-next repeat-last"),
+             (name("repeat"), pat("spec", r"\{.*\}", "^{.*}$", "{...}", 64 * 1024),
+              ms("first tick")),
+             reply="1 added, 0 replaced", errors=("TICK_PAST",), roles=_P),
     Contract("reprioritize_job", "change a job's priority or concurrency in its meta",
              _k("meta"), (i("priority", 0, MAX_PRIORITY, empty=True),
                           i("concurrency", 1, MAX_CONCURRENCY, empty=True)),

@@ -1,5 +1,5 @@
 """The dashboard's actions (POST): pause, resume, cancel, change a job's priority or
-concurrency, replay and purge dead letters.
+concurrency, replay and purge dead letters, pause, resume and remove a repeat.
 
 Each runs with the admin role's client, is refused in read-only mode (403) and
 without a valid CSRF token (403, checked before by the app), answers 303 back to the
@@ -182,6 +182,27 @@ async def purge(request: Request) -> Response:
         n = sum(deadletters.purge(q.redis, qk) for qk in q.known_shards)
         return f"purged {n} dead letters" if n else "no dead letters to purge"
     return await _threaded(request, f"/q/{name}/dead", do)
+
+
+async def repeat(request: Request) -> Response:
+    """Pause, resume or remove one repeat (remove asks first)."""
+    name, rep, what = (request.path_params[k] for k in ("queue", "repeat", "what"))
+    if what not in ("pause", "resume", "remove"):
+        return error_page(request, 404, "Not found", f"no action {what!r} on a repeat")
+    form = await _form(request)
+    if what == "remove":
+        asked = _confirm(request, form, f"Remove repeat {rep}? No tick submits its job any "
+                                        "more; the jobs it submitted stay.")
+        if asked is not None:
+            return asked
+
+    def do() -> str:
+        backend_of(request).require_queue(name)
+        repeats = backend_of(request).admin_queue(name).repeats
+        done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[what]
+        changed = getattr(repeats, what)(check_name("repeat name", rep))
+        return f"repeat {rep} {done}" if changed else f"repeat {rep} was {done} already"
+    return await _threaded(request, f"/q/{name}/repeats", do)
 
 
 async def _threaded(request: Request, back: str, do: Any) -> Response:

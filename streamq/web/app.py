@@ -176,6 +176,8 @@ def _routes() -> list[Any]:
         Route(q + "/jobs/{job}/sub/{index:int}", views.sub_request),
         Route(q + "/pending", views.pending),
         Route(q + "/workers", views.workers),
+        Route(q + "/repeats", views.repeats),
+        Route(q + "/repeats/{repeat}/{what:str}", actions.repeat, methods=["POST"]),
         Route(q + "/dead", views.dead),
         Route(q + "/dead/{dead}", views.dead_letter),
         Route(q + "/completions", views.completions),

@@ -1,5 +1,5 @@
 """The dashboard's pages (GET): queues, one queue, jobs, one job, pending entries,
-workers, dead letters and completions. Each reads with the inspector's client."""
+workers, repeats, dead letters and completions. Each reads with the inspector's client."""
 
 from __future__ import annotations
 
@@ -206,6 +206,18 @@ def workers(request: Request) -> Response:
     shards = backend.require_queue(name)
     rows = queue_pending.workers(backend.r, shards[0])
     return render(request, "workers.html", queue=name, workers=rows)
+
+
+@guarded
+def repeats(request: Request) -> Response:
+    """The queue's repeating jobs, with pause, resume and remove."""
+    from streamq.producer.client import Queue
+
+    backend = backend_of(request)
+    name = request.path_params["queue"]
+    backend.require_queue(name)
+    rows = Queue(name, client=backend.r).repeats.list()
+    return render(request, "repeats.html", queue=name, repeats=rows)
 
 
 @guarded

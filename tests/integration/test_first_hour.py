@@ -499,3 +499,60 @@ def test_retry_reruns_a_failed_jobs_dead_letters_in_place(
     assert res.returncode == 2 and "nothing to retry" in res.stderr, res.stderr
     assert _shell(redis_url, tmp_path, "retry", queue_name, "nosuch").returncode == 4
     q.close()
+
+
+def test_repeats_are_added_listed_paused_and_removed_from_the_command_line(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    """`streamq repeat`: a cron repeat in a time zone and an interval one; a worker alone
+    (its recovery thread) submits the interval's ticks and runs them."""
+    q = Queue(queue_name, redis_url)
+    # Given a handler next to where the shell runs, and two repeats added by the CLI
+    (tmp_path / "app.py").write_text("def handle(p):\n    return p['n'] * 10\n")
+    res = _shell(redis_url, tmp_path, "repeat", "add", queue_name, "nightly", '{"n": 1}',
+                 "--cron", "30 2 * * 1-5", "--tz", "America/New_York", "--priority", "4")
+    assert res.returncode == 0, res.stderr
+    assert "repeat nightly of queue" in res.stdout and "cron 30 2 * * 1-5" in res.stdout
+    res = _shell(redis_url, tmp_path, "repeat", "add", queue_name, "tick", '{"n": 2}',
+                 "--every", "1", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["schedule"] == "every 1 s"
+    # Bad input: one line, a usage error, nothing stored; an unknown queue: exit 4
+    for bad in (["--cron", "61 * * * *"], ["--cron", "0 3 * * *", "--tz", "Mars/Base"],
+                ["--every", "5", "--cron", "0 3 * * *"], ["--every", "0.2"]):
+        res = _shell(redis_url, tmp_path, "repeat", "add", queue_name, "bad", "x", *bad)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (bad, res.stderr)
+    assert _shell(redis_url, tmp_path, "repeat", "list", "nosuchq").returncode == 4
+    # When a worker runs (no reaper), the interval's ticks become jobs it runs
+    worker = subprocess.Popen([STREAMQ, "worker", queue_name, "--handler", "app:handle",
+                               "--heartbeat", "0.3"], cwd=tmp_path,
+                              env=dict(_env(redis_url), STREAMQ_RECOVER="1"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: q.repeats.get("tick").last_job is not None, 30, "a tick")
+        job = q.repeats.get("tick").last_job or ""
+        assert q.wait(job, timeout=30).state is JobState.SUCCEEDED
+        res = _shell(redis_url, tmp_path, "results", queue_name, job, "--json")
+        assert res.returncode == 0 and "20" in res.stdout, res.stdout
+    finally:
+        worker.kill()
+        worker.wait()
+    # Then the list shows both, pause and resume say what they did, remove asks first
+    listed = json.loads(_shell(redis_url, tmp_path, "repeat", "list", queue_name,
+                               "--json").stdout)["repeats"]
+    assert [(r["name"], r["paused"], r["priority"]) for r in listed] == [
+        ("nightly", False, 4), ("tick", False, 50)]
+    assert "America/New_York" in _shell(redis_url, tmp_path, "repeat", "list", queue_name).stdout
+    assert _shell(redis_url, tmp_path, "repeat", "pause", queue_name, "tick").stdout.strip() == \
+        "repeat tick paused"
+    assert "was paused already" in _shell(redis_url, tmp_path, "repeat", "pause", queue_name,
+                                          "tick").stdout
+    assert q.repeats.get("tick").paused
+    assert _shell(redis_url, tmp_path, "repeat", "resume", queue_name, "tick").returncode == 0
+    res = subprocess.run([STREAMQ, "repeat", "remove", queue_name, "tick"], input="n\n",
+                         cwd=tmp_path, env=_env(redis_url), text=True, capture_output=True,
+                         timeout=60)
+    assert res.returncode == 1 and q.repeats.get("tick")
+    res = _shell(redis_url, tmp_path, "repeat", "remove", queue_name, "tick", "--yes")
+    assert res.returncode == 0 and [r.name for r in q.repeats.list()] == ["nightly"]
+    res = _shell(redis_url, tmp_path, "repeat", "pause", queue_name, "tick")
+    assert res.returncode == 2 and "has no repeat 'tick'" in res.stderr, res.stderr
+    q.close()

@@ -77,7 +77,9 @@ def actions(q: str, d: Data) -> list[tuple[str, dict[str, Any]]]:
             (f"/q/{q}/jobs/{d.waiting.id}/cancel", {"confirm": "yes"}),
             (f"/q/{q}/jobs/{d.waiting.id}/settings", {"priority": "90", "concurrency": "3"}),
             (f"/q/{q}/dead/replay", {"id": d.dead_ids}),
-            (f"/q/{q}/dead/purge", {"confirm": q})]
+            (f"/q/{q}/dead/purge", {"confirm": q}),
+            (f"/q/{q}/repeats/nightly/pause", {}), (f"/q/{q}/repeats/nightly/resume", {}),
+            (f"/q/{q}/repeats/nightly/remove", {"confirm": "yes"})]
 
 
 # -- every route -------------------------------------------------------------------------
@@ -363,6 +365,21 @@ def test_every_action_shows_its_outcome_and_doing_it_twice_changes_nothing_more(
         for _ in range(2):
             assert act(f"/q/{q}/dead/purge", f"/q/{q}/dead", confirm=q) == "ok"
             assert data.q.dead_letters(job_id=data.dead_job.id) == []
+
+        # a repeat listed with its schedule is paused, resumed and removed from its page
+        page = f"/q/{q}/repeats"
+        listed = c.get(page).text
+        assert 'data-repeat="nightly"' in listed and "cron 0 3 * * * (Europe/Paris)" in listed
+        for what, paused in (("pause", True), ("resume", False)):
+            for _ in range(2):
+                assert act(f"{page}/nightly/{what}", page) == "ok"
+                assert data.q.repeats.get("nightly").paused is paused
+        assert 'data-action="remove"' in c.get(page).text
+        assert "Remove repeat nightly?" in post_action(c, f"{page}/nightly/remove", page).text
+        assert act(f"{page}/nightly/remove", page, confirm="yes") == "ok"
+        assert data.q.repeats.list() == [] and "no repeats" in c.get(page).text
+        assert act(f"{page}/nightly/remove", page, confirm="yes") == "ok"  # removed already
+        assert post_action(c, f"{page}/nightly/explode", page).status_code == 404
     assert completions_of(r, q)[data.waiting.id] == 1
 
 

@@ -222,8 +222,9 @@ FOREIGN = {
                  "replay", "pause_queue", "retoken", "trim"),
     "worker": ("create_job", "lane_submit", "add_tasks", "reserve_dedup", "replay", "reclaim",
                "lane_reclaim", "trim", "pause_queue", "retoken"),
-    "reaper": ("create_job", "lane_submit", "ack", "settle", "lane_ack", "replay",
-               "pause_queue", "retoken"),
+    # (a reaper submits repeats' ticks, so create_job is its own: not lane_submit)
+    "reaper": ("add_tasks", "reserve_dedup", "lane_submit", "ack", "settle", "lane_ack",
+               "replay", "pause_queue", "retoken", "repeat_set"),
     "inspector": tuple(library().functions),
 }
 #: Commands of other roles' work each runtime role must be refused.

@@ -37,8 +37,8 @@ def _names(obj: Any) -> list[str]:
 @pytest.mark.parametrize("tag", ["images", "images~3"])
 def test_every_key_of_a_queue_shard_is_in_one_slot(tag: str) -> None:
     qk = QueueKeys("images", tag)
-    # the queue's own configuration and rate limits live in its first shard's slot
-    whole_queue = {qk.config, qk.rates, qk.buckets}
+    # the queue's own configuration, rate limits and repeats live in its first shard's slot
+    whole_queue = {qk.config, qk.rates, qk.buckets, qk.repeats, qk.repeat_next, qk.repeat_last}
     names = [n for n in _names(qk) if n not in whole_queue]
     assert len(names) > 30  # every key of the class was called
     assert {key_slot(n.encode()) for n in names} == {key_slot(f"{{{tag}}}".encode())}
