@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install module system-packages redis-server check test coverage chaos lint type bench demo clean
+.PHONY: help install module system-packages redis-server check test coverage chaos lint type bench bench-peers demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -64,7 +64,8 @@ lint: install ## ruff, and the floors of the code (import-linter's contracts in 
 type: install ## mypy --strict
 	$(BIN)/mypy
 
-bench: install ## benchmarks: streamq against raw redis-py on the same server
+bench: install bench-peers ## benchmarks: streamq against raw redis-py, and its peers, on the same server
+	$(BIN)/python tests/bench/bench_peers.py
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_small.py
 	$(BIN)/python tests/bench/bench_slow.py
@@ -75,6 +76,11 @@ bench: install ## benchmarks: streamq against raw redis-py on the same server
 	$(BIN)/python tests/bench/bench_cluster.py
 	$(BIN)/python tests/bench/bench_cluster_pipeline.py
 	$(BIN)/python tests/bench/bench_web.py
+
+bench-peers: install ## the peers bench_peers.py runs beside streamq: Dramatiq (pip), BullMQ (npm; skipped without Node)
+	$(BIN)/pip install --quiet "dramatiq[redis]==2.2.1"
+	@if command -v npm >/dev/null; then cd tests/bench/peers && npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "no npm: BullMQ's row is skipped"; fi
 
 demo: install ## the main job: a Spark pipeline through streamq on a private Redis
 	$(BIN)/python -m streamq.spark.demo

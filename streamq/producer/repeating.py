@@ -123,7 +123,7 @@ class Repeats:
 
     def list(self) -> builtins.list[Repeat]:
         """Every repeat of the queue, by name."""
-        raw: Any = self.q.redis.hkeys(self.q.keys.repeats)
+        raw: Any = self.q.redis.hgetall(self.q.keys.repeats)  # (HKEYS is no role's read)
         names = sorted(n.decode() for n in raw)
         return self._read(names)
 

@@ -41,6 +41,7 @@ from .check import TERMINAL, Findings, check, dump, job_ids_in_redis, summarize_
 from .faults import RATES, START_KINDS, Faults, plan
 from .fleet import HEARTBEAT_S, LEASE_MS, Fleet, RedisServer
 from .load import Ledger, Producer, Subscriber, replay_dead
+from .repeats import add_repeats, adopt, pause_repeats
 
 #: violation kinds, in the order the report lists them
 VIOLATIONS = ("losses", "double counts", "premature completions", "missing completions",
@@ -135,6 +136,7 @@ class Run:
             os.environ["CHAOS_SABOTAGE"] = self.args.sabotage
         q = Queue(self.queue, server.url, shards=self.args.shards)
         self.tags = [qk.tag for qk in q.shards]
+        add_repeats(q)
         q.close()
         drop = 0.01 if "proxy" in self.args.kinds else 0.0
         wp = ReplyDropProxy(server.port, drop_probability=drop, seed=self.seed)
@@ -193,6 +195,7 @@ class Run:
         assert self.fleet is not None and self.server is not None
         faults.stop()
         self.fleet.calm()
+        pause_repeats(self.server.url, self.queue)
         deadline = time.monotonic() + self.args.settle
         r = self.server.client()
         progress: tuple[int, int] = (-1, -1)
@@ -231,7 +234,7 @@ class Run:
         assert self.fleet is not None and self.server is not None
         fl, c, v = self.fleet, f.counts, f.violations
         kinds = ("plain", "scheduled", "many", "stream", "dedup", "big", "replay", "cancel",
-                 "reprioritize", "timeout")
+                 "reprioritize", "timeout", "repeat")
         jobs = ", ".join(f"{k} {c[f'jobs {k}']}" for k in kinds)
         drops = [p.dropped for p in self.proxies]
         restarts = self.server.restarts
@@ -249,6 +252,8 @@ class Run:
                if len(self.tags) > 1 else ""),
             f"            results {c['results']}, dead letters {c['dead letters']}, "
             f"states: {_fmt({k[6:]: n for k, n in c.items() if k.startswith('state ')})}",
+            f"            repeats: ticks {c['repeat tick ticks']}+{c['repeat pair ticks']}, "
+            f"missed {c['repeat tick ticks missed']}+{c['repeat pair ticks missed']}",
             f"            dedup keys {c['dedup keys']} (re-submits "
             f"{self.ledger.dedup_resubmits}), replays {self.replays}, producer retries "
             f"{sum(self.ledger.errors.values())}",
@@ -317,9 +322,14 @@ class Run:
         assert self.fleet is not None and self.server is not None and self.sub is not None
         r = self.server.client()
         try:
+            adopt(r, self.queue, job_ids_in_redis(r, self.queue, self.tags), self.ledger,
+                  ticks := Findings(), faults.crashes)
             f = check(r, self.queue, self.tags, self.ledger, self.sub, self.workdir,
                       deaths=self.fleet.deaths, outages=faults.outages,
                       lifetime_ns=int(3 * HEARTBEAT_S * 1e9), crashes=faults.crashes)
+            f.counts.update(ticks.counts)
+            f.violations.update(ticks.violations)
+            f.details += ticks.details
             if self.args.module:  # (the default user may not FCALL: fleet.RedisServer)
                 stats = r.info("commandstats")
                 via = int(stats.get("cmdstat_sq.fcall", {}).get("calls", 0))
