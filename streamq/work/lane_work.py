@@ -90,9 +90,15 @@ class LaneWork:
     def run(self, qk: QueueKeys, entries: list[LaneEntry]) -> None:
         """Run lane entries in order, as a job's entries run
         (:mod:`streamq.work.entries`); their results wait in :attr:`acks` for the next
-        settle (a failure is reported at once)."""
+        settle (a failure is reported at once). Two lane streams may give one id to two
+        entries of one read (the runner knows an entry by its id): such entries run in
+        turns, each group of distinct ids after the one before, none handed back (a
+        rate-limited client's entry was read on a permit it would lose)."""
+        for group in _distinct_groups(entries):
+            self._run(qk, group)
+
+    def _run(self, qk: QueueKeys, entries: list[LaneEntry]) -> None:
         w = self.w
-        entries = self._distinct(qk, entries)
         waits: list[float] = []
         durations: list[float] = []
         held = w.leases.track(self.hold, _by_stream(entries))
@@ -110,19 +116,6 @@ class LaneWork:
         w.outcomes.observe(waits, durations)
         self.pending.add(qk, src.results(done))
 
-    def _distinct(self, qk: QueueKeys, entries: list[LaneEntry]) -> list[LaneEntry]:
-        """``entries`` whose ids are distinct: two lane streams may give one id to two
-        entries; the later one goes back unstarted (its copy gets a new id), read again."""
-        seen: set[str] = set()
-        keep: list[LaneEntry] = []
-        again: list[LaneEntry] = []
-        for e in entries:
-            (again if e.eid in seen else keep).append(e)
-            seen.add(e.eid)
-        if again:
-            requeue_lane(self.w, qk, again)
-        return keep
-
     def acked(self, replies: Sequence[Any]) -> None:
         """Count the replies of lane_ack calls (every call of :attr:`acks`)."""
         self.pending.acked(replies)
@@ -139,3 +132,18 @@ def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:
     for e in entries:
         out.setdefault(e.stream, []).append(e.eid)
     return list(out.items())
+
+
+def _distinct_groups(entries: list[LaneEntry]) -> list[list[LaneEntry]]:
+    """``entries`` in groups of distinct ids, in order: an entry goes to the first group
+    that has no entry of its id (one group, unless two lanes gave one id)."""
+    groups: list[list[LaneEntry]] = []
+    ids: list[set[str]] = []
+    for e in entries:
+        k = next((k for k, seen in enumerate(ids) if e.eid not in seen), len(groups))
+        if k == len(groups):
+            groups.append([])
+            ids.append(set())
+        groups[k].append(e)
+        ids[k].add(e.eid)
+    return groups

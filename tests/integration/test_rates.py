@@ -283,3 +283,32 @@ def test_setting_limits_is_idempotent_and_bad_input_is_refused(
     assert out.returncode == 0 and "cleared" in out.stdout
     assert "B" not in q.rates().clients
     q.close()
+
+
+def test_a_limited_small_job_sharing_its_entry_id_with_another_lane_runs_on_its_permit(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
+    """Two lane streams may give one id to two entries of one read (the same millisecond):
+    the runner took the later one apart by handing it back, and a rate-limited client's
+    entry handed back so lost the permit it had been read with: with no other permit
+    for 1,000 s, its job waited that long (the differential rate-limit scenario met it
+    under load). Each entry of such a read now runs, on the permit it was read with."""
+    q, qk = Queue(queue_name, redis_url), QueueKeys(queue_name)
+    q.set_rate(0.001, client="slow", burst=2)  # two permits, then none for 1,000 s
+    jobs = [q.submit([{"n": 0}], client="slow"), q.submit([{"n": 1}], client="fast")]
+    # Given the next entry of each client's lane made to take the same id (both lanes
+    # moved to one last id ahead of now: XADD * then gives both its successor)
+    sec, _ = r.time()
+    ahead = f"{(int(sec) + 10**6) * 1000}-0"
+    for client in ("slow", "fast"):
+        r.execute_command("XSETID", qk.lane(50, client), ahead)
+    jobs += [q.submit([{"n": 2}], client="slow"), q.submit([{"n": 3}], client="fast")]
+    heads = {client: r.xrevrange(qk.lane(50, client), count=1)[0][0]
+             for client in ("slow", "fast")}
+    assert heads["slow"] == heads["fast"], heads
+    # When one worker reads all four in one read (two permits for the slow lane)
+    workers(queue_name, lambda p: p["n"])
+    # Then every job runs, the slow client's two on its two permits
+    for job in jobs:
+        assert q.wait(job.id, timeout=20).state is JobState.SUCCEEDED, job.id
+    assert [q.results(j.id)[0] for j in jobs] == [0, 1, 2, 3]
+    q.close()

@@ -139,10 +139,14 @@ def test_urgent_work_on_any_shard_starts_before_background_work(
     # Then every urgent sub-request started before all but a bounded number of
     # background ones: a slot claims a less urgent token while a more urgent one is
     # ready only on a look at the shards one round trip old, at most once per slot
+    # (its first claim, made before any look); and a slot that finds every urgent
+    # token taken claims background work at once, which may start a moment before the
+    # last urgent entry the other slot already holds (two threads' starts have no
+    # order): one more per other slot
     last_urgent = max(i for i, kind in enumerate(order) if kind == "urgent")
     background_first = order[:last_urgent].count("bg")
     assert order.count("urgent") == 2 * n
-    assert background_first <= w.concurrency * w.prefetch, order
+    assert background_first <= w.concurrency * w.prefetch + w.concurrency - 1, order
 
 
 def blocked_clients(r: Any) -> int:
