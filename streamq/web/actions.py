@@ -1,5 +1,6 @@
 """The dashboard's actions (POST): pause, resume, cancel, change a job's priority or
-concurrency, replay and purge dead letters, pause, resume and remove a repeat.
+concurrency, retry or delete a finished job, replay and purge dead letters, pause,
+resume and remove a repeat.
 
 Each runs with the admin role's client, is refused in read-only mode (403) and
 without a valid CSRF token (403, checked before by the app), answers 303 back to the
@@ -104,9 +105,7 @@ async def cancel(request: Request) -> Response:
         return asked
 
     def do() -> str:
-        q = backend_of(request).admin_queue(name)
-        if q.status(check_name("job id", job_id)).queue != name:
-            raise JobNotFound(job_id)
+        q = _own_job(request, name, job_id)
         rep = q.cancel(job_id, wait=True, timeout=ACK_WAIT_S)
         if rep.state != "cancelled":
             return f"job {job_id} had ended ({rep.state}): nothing to cancel"
@@ -133,9 +132,7 @@ async def settings(request: Request) -> Response:
         conc = number("concurrency", 1, config.MAX_CONCURRENCY)
         if prio is None and conc is None:
             raise StreamqError("give a priority or a concurrency")
-        q = backend_of(request).admin_queue(name)
-        if q.status(check_name("job id", job_id)).queue != name:
-            raise JobNotFound(job_id)
+        q = _own_job(request, name, job_id)
         st = q.reprioritize(job_id, priority=prio, concurrency=conc)
         return f"job {job_id}: priority {st.priority}, concurrency {st.concurrency}"
     return await _threaded(request, f"/q/{name}/jobs/{job_id}", do)
@@ -182,6 +179,43 @@ async def purge(request: Request) -> Response:
         n = sum(deadletters.purge(q.redis, qk) for qk in q.known_shards)
         return f"purged {n} dead letters" if n else "no dead letters to purge"
     return await _threaded(request, f"/q/{name}/dead", do)
+
+
+async def retry(request: Request) -> Response:
+    """Retry a failed job's dead-lettered sub-requests in place (the form's token makes
+    a resent form do nothing more)."""
+    name, job_id = request.path_params["queue"], request.path_params["job"]
+    form = await _form(request)
+    token = _one(form, "token") or None
+
+    def do() -> str:
+        q = _own_job(request, name, job_id)
+        n = q.retry(job_id, token=check_name("retry token", token) if token else None)
+        return f"job {job_id}: {n} sub-request(s) run again"
+    return await _threaded(request, f"/q/{name}/jobs/{job_id}", do)
+
+
+async def delete(request: Request) -> Response:
+    """Delete a finished job's records now (asks first)."""
+    name, job_id = request.path_params["queue"], request.path_params["job"]
+    form = await _form(request)
+    asked = _confirm(request, form, f"Delete job {job_id}? Its status, results and errors "
+                                    "go now; its completion record and dead letters stay.")
+    if asked is not None:
+        return asked
+
+    def do() -> str:
+        _own_job(request, name, job_id).delete(job_id)
+        return f"job {job_id} deleted"
+    return await _threaded(request, f"/q/{name}/jobs", do)
+
+
+def _own_job(request: Request, name: str, job_id: str) -> Any:
+    """The admin's queue client, once ``job_id`` is a job of queue ``name``."""
+    q = backend_of(request).admin_queue(name)
+    if q.status(check_name("job id", job_id)).queue != name:
+        raise JobNotFound(job_id)
+    return q
 
 
 async def repeat(request: Request) -> Response:

@@ -188,6 +188,8 @@ def _routes() -> list[Any]:
         Route(q + "/resume", actions.resume, methods=["POST"]),
         Route(q + "/jobs/{job}/cancel", actions.cancel, methods=["POST"]),
         Route(q + "/jobs/{job}/settings", actions.settings, methods=["POST"]),
+        Route(q + "/jobs/{job}/retry", actions.retry, methods=["POST"]),
+        Route(q + "/jobs/{job}/delete", actions.delete, methods=["POST"]),
         Route(q + "/dead/replay", actions.replay, methods=["POST"]),
         Route(q + "/dead/purge", actions.purge, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

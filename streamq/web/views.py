@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from streamq.base.keys import check_name
+from streamq.base.replies import new_token
 from streamq.ops import queue_overview, queue_pending
 from streamq.producer import deadletters
 from streamq.services.shards import CorruptShards
@@ -153,6 +154,7 @@ def job(request: Request) -> Response:
     d = job_detail(backend, name, job_id, offset)
     dead = backend.queue(name).dead_letters(count=DEAD_PAGE, job_id=job_id)
     return render(request, "job.html", queue=name, d=d, st=d.status, dead=dead,
+                  retry_token=new_token(),
                   page_size=jobview.SUB_PAGE)
 
 

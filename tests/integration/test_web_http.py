@@ -79,7 +79,9 @@ def actions(q: str, d: Data) -> list[tuple[str, dict[str, Any]]]:
             (f"/q/{q}/dead/replay", {"id": d.dead_ids}),
             (f"/q/{q}/dead/purge", {"confirm": q}),
             (f"/q/{q}/repeats/nightly/pause", {}), (f"/q/{q}/repeats/nightly/resume", {}),
-            (f"/q/{q}/repeats/nightly/remove", {"confirm": "yes"})]
+            (f"/q/{q}/repeats/nightly/remove", {"confirm": "yes"}),
+            (f"/q/{q}/jobs/{d.dead_job.id}/retry", {"token": "form-1"}),
+            (f"/q/{q}/jobs/{d.done.id}/delete", {"confirm": "yes"})]
 
 
 # -- every route -------------------------------------------------------------------------
@@ -581,3 +583,51 @@ def test_the_web_server_stops_on_sigterm(web_server: WebServer) -> None:
     """A stop signal is a clean stop, as for the worker and the reaper: exit 0."""
     os.kill(web_server.pid, signal.SIGTERM)
     assert web_server.proc.wait(15) == 0, web_server.stderr()
+
+
+def test_a_failed_job_is_retried_and_a_finished_one_deleted_from_its_page(
+        web_server: WebServer, data: Data, queue_name: str) -> None:
+    """A failed job's page offers Retry (its dead letters run again in it, once: the
+    form's token makes a resent form do nothing more) and every finished job's Delete
+    (asked first); an unfinished job offers neither."""
+    from streamq import JobNotFound
+
+    q = queue_name
+    with web_server.client() as c:
+        def act(path: str, page: str, **fields: Any) -> tuple[str, str]:
+            resp = post_action(c, path, page, **fields)
+            assert resp.status_code == 303, (path, resp.status_code, resp.text[:300])
+            shown = c.get(resp.headers["location"]).text
+            found = FLASH.search(shown)
+            assert found, f"{path}: no outcome shown"
+            return found.group(1), shown
+
+        failed = f"/q/{q}/jobs/{data.dead_job.id}"
+        page = c.get(failed).text
+        assert 'data-action="retry"' in page and 'data-action="delete"' in page
+        done = c.get(f"/q/{q}/jobs/{data.done.id}").text
+        assert 'data-action="retry"' not in done and 'data-action="delete"' in done
+        waiting = c.get(f"/q/{q}/jobs/{data.waiting.id}").text
+        assert 'data-action="retry"' not in waiting and 'data-action="delete"' not in waiting
+        # Retry: both dead letters go back into the job, which is active again
+        token = re.search(r'name="token" value="([^"]+)"', page)
+        assert token
+        outcome, _ = act(f"{failed}/retry", failed, token=token.group(1))
+        assert outcome == "ok"
+        st = data.q.status(data.dead_job.id)
+        assert (st.state, st.failed) == (JobState.ACTIVE, 0)
+        assert data.q.dead_letters(job_id=data.dead_job.id) == []
+        # the same form again changes nothing more
+        assert act(f"{failed}/retry", failed, token=token.group(1))[0] == "ok"
+        assert data.q.status(data.dead_job.id).total == 2
+        # Delete asks first, then deletes; again finds no job; an unfinished job is refused
+        done_page = f"/q/{q}/jobs/{data.done.id}"
+        assert "Delete job" in post_action(c, f"{done_page}/delete", done_page).text
+        assert act(f"{done_page}/delete", done_page, confirm="yes")[0] == "ok"
+        with pytest.raises(JobNotFound):
+            data.q.status(data.done.id)
+        assert act(f"{done_page}/delete", f"/q/{q}/jobs", confirm="yes")[0] == "error"
+        waiting_page = f"/q/{q}/jobs/{data.waiting.id}"
+        outcome, shown = act(f"{waiting_page}/delete", waiting_page, confirm="yes")
+        assert outcome == "error" and "has not finished" in shown
+        assert data.q.status(data.waiting.id).state is JobState.ACTIVE
