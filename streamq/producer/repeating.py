@@ -124,8 +124,8 @@ class Repeats:
     def list(self) -> builtins.list[Repeat]:
         """Every repeat of the queue, by name."""
         raw: Any = self.q.redis.hgetall(self.q.keys.repeats)  # (HKEYS is no role's read)
-        names = sorted(n.decode() for n in raw)
-        return self._read(names)
+        specs = {n.decode(): spec for n, spec in raw.items()}
+        return self._read(sorted(specs), specs)
 
     def pause(self, name: str) -> bool:
         """Pause repeat ``name`` (no tick submits until :meth:`resume`); False when it
@@ -162,15 +162,20 @@ class Repeats:
         last: Any = self.q.redis.zscore(self.q.keys.repeat_last, name)
         return None if last is None else int(last)
 
-    def _read(self, names: builtins.list[str]) -> builtins.list[Repeat]:
+    def _read(self, names: builtins.list[str],
+              read: dict[str, Any] | None = None) -> builtins.list[Repeat]:
+        """The repeats ``names`` (their specs read here, or given as ``read``)."""
         if not names:
             return []
         qk, pipe = self.q.keys, self.q.redis.pipeline(transaction=False)
-        pipe.hmget(qk.repeats, names)
+        if read is None:
+            pipe.hmget(qk.repeats, names)
         for n in names:
             pipe.zscore(qk.repeat_next, n)
             pipe.zscore(qk.repeat_last, n)
-        specs, *scores = pipe.execute()
+        replies = pipe.execute()
+        specs, scores = ((replies[0], replies[1:]) if read is None
+                         else ([read[n] for n in names], replies))
         out: builtins.list[Repeat] = []
         for i, (n, raw) in enumerate(zip(names, specs)):
             if raw is None:

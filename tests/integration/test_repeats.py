@@ -91,6 +91,12 @@ def test_a_ticker_killed_between_its_submit_and_its_advance_leaves_one_job(
     assert tick_jobs(r, queue_name, "once") == [rep.next_ms]
     after = q.repeats.get("once")
     assert after.last_ms == rep.next_ms and (after.next_ms or 0) > (rep.next_ms or 0)
+    # And a ticker that read the old tick and advances late changes nothing (the
+    # advance compares the tick it read with the repeat's next tick)
+    keys = (q.keys.repeats, q.keys.repeat_next, q.keys.repeat_last)
+    stale = (after.next_ms or 0) + 5000
+    assert q.scripts.run("repeat_advance", keys, ("once", rep.next_ms, stale)) == 0
+    assert q.repeats.get("once").next_ms == after.next_ms
     q.close()
 
 
