@@ -120,6 +120,12 @@ DEFAULT_DEAD_MAXLEN = 100_000
 UNANNOUNCED_GRACE_MS = 7 * 24 * 3600 * 1000
 #: Dead letters one announce call lists from a job's hash slot.
 ANNOUNCE_CHUNK = 500
+
+#: How long ``Queue.wait`` holds a failed job's return for its dead letters to reach the
+#: queue's dead stream (its worker announces them right after the failure, then publishes
+#: the completion): a waiter that then lists the job's dead letters sees them. A worker
+#: that died in between leaves them to the reaper, and the waiter returns after this.
+ANNOUNCE_WAIT_S = 5.0
 #: Jobs of the ``owed`` set the reaper repairs per pass.
 OWED_PER_PASS = 1000
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from streamq.base.keys import QueueKeys
+from streamq.base.config import ANNOUNCE_WAIT_S
+from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.models import Completion, JobState, JobStatus
 from streamq.errors import WaitTimeout
 from streamq.producer.connected import Connected
@@ -73,16 +74,27 @@ class Following(Connected):
     def _wait(self, job_id: str, deadline: float | None, timeout: float | None) -> JobStatus:
         # the job's shard announces it (JobNotFound for an unknown job)
         qk = find_job(self._home, job_id).shard
+        announcing: float | None = None  # until when a failed job's dead letters are awaited
         with Notices(self.redis) as notices:
             notices.subscribe(qk.job_channel(job_id))
             while True:
                 st = self._status(job_id)
+                now = time.monotonic()
                 if st.terminal:
-                    return st
-                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                    if announcing is None:
+                        announcing = now + ANNOUNCE_WAIT_S
+                    if not self._announcing(st) or now >= announcing or (
+                            deadline is not None and now >= deadline):
+                        return st
+                left = 1.0 if deadline is None else min(1.0, deadline - now)
                 if left <= 0:
                     raise WaitTimeout(f"job {job_id!r} not complete after {timeout} s")
-                notices.get(left)
+                notices.get(min(left, 0.1) if announcing is not None else left)
+
+    def _announcing(self, st: JobStatus) -> bool:
+        """True while a terminal job's dead letters wait for their worker to copy them to
+        the queue's dead stream (a small job's are written there with its failure)."""
+        return st.failed > 0 and bool(self.redis.scard(JobKeys(st.job_id).unannounced))
 
     @wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:

@@ -67,6 +67,34 @@ def test_worker_killed_between_dead_letter_and_announce(
     assert r.xlen(q.keys.dead) == 1
 
 
+def test_a_waiter_on_a_failed_job_finds_its_dead_letters(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a job of its own stream whose one sub-request was just dead-lettered (terminal
+    # `failed` in its hash slot), and a worker that announces it and publishes the
+    # completion a moment later, as a worker does right after the failure
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["a"], job_id="fails-once", max_deliveries=1)
+    dead_letter_directly(q, job.id, 0)
+    assert q.status(job.id).state is JobState.FAILED
+
+    def announcer() -> None:
+        time.sleep(0.5)
+        deadletters.announce(q.scripts, q.keys, job.id)
+        r.publish(q.keys.job_channel(job.id), "done")
+
+    t = threading.Thread(target=announcer)
+    t.start()
+    # When the submitter waits for the job and then lists its dead letters
+    st = q.wait(job.id, timeout=30)
+    dead = q.dead_letters(job_id=job.id)
+    t.join()
+    # Then the wait returned the failure with its dead letter already listed
+    assert st.state is JobState.FAILED
+    assert [(d.job_id, d.index) for d in dead] == [(job.id, "0")]
+    q.close()
+
+
 def test_a_terminal_job_owing_announcements_is_repaired(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
