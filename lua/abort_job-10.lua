@@ -13,16 +13,16 @@
   job (finish_jobs does that once).
 
   Input:
-    KEYS[1] meta      sq:{<job>}:meta      HASH
-    KEYS[2] tasks     sq:{<job>}:tasks     STREAM
-    KEYS[3] results   sq:{<job>}:results   HASH
-    KEYS[4] errors    sq:{<job>}:errors    HASH
-    KEYS[5] retry     sq:{<job>}:retry     ZSET
-    KEYS[6] inflight  sq:{<job>}:inflight  HASH
-    KEYS[7] added     sq:{<job>}:added     HASH deterministic id -> index
-    KEYS[8] ids       sq:{<job>}:ids       HASH index -> deterministic id
-    KEYS[9] dlq       sq:{<job>}:dlq       HASH dead-letter payloads
-    KEYS[10] unannounced sq:{<job>}:unannounced SET dead letters not yet announced
+    KEYS[1] meta      sq:{<queue>/<job>}:meta            HASH
+    KEYS[2] tasks     sq:{<queue>/<job>}:tasks           STREAM
+    KEYS[3] results   sq:{<queue>/<job>}:results         HASH
+    KEYS[4] errors    sq:{<queue>/<job>}:errors          HASH
+    KEYS[5] retry     sq:{<queue>/<job>}:retry           ZSET
+    KEYS[6] inflight  sq:{<queue>/<job>}:inflight        HASH
+    KEYS[7] added     sq:{<queue>/<job>}:added           HASH deterministic id -> index
+    KEYS[8] ids       sq:{<queue>/<job>}:ids             HASH index -> deterministic id
+    KEYS[9] dlq       sq:{<queue>/<job>}:dlq             HASH dead-letter payloads
+    KEYS[10] unannounced sq:{<queue>/<job>}:unannounced  SET dead letters not yet announced
     ARGV[1] reason (stored in meta `abort_reason`)
     ARGV[2] closer token, unique per abort call ("" for none)
     ARGV[3] write token ("" for none): when given, the job is aborted only if

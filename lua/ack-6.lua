@@ -6,12 +6,12 @@
   counter, so a sub-request processed twice is counted once.
 
   Input:
-    KEYS[1] tasks    sq:{<job>}:tasks    STREAM
-    KEYS[2] meta     sq:{<job>}:meta     HASH
-    KEYS[3] results  sq:{<job>}:results  HASH
-    KEYS[4] errors   sq:{<job>}:errors   HASH
-    KEYS[5] inflight sq:{<job>}:inflight HASH entry id -> consumer (recorded starts)
-    KEYS[6] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
+    KEYS[1] tasks    sq:{<queue>/<job>}:tasks     STREAM
+    KEYS[2] meta     sq:{<queue>/<job>}:meta      HASH
+    KEYS[3] results  sq:{<queue>/<job>}:results   HASH
+    KEYS[4] errors   sq:{<queue>/<job>}:errors    HASH
+    KEYS[5] inflight sq:{<queue>/<job>}:inflight  HASH entry id -> consumer (recorded starts)
+    KEYS[6] dlq      sq:{<queue>/<job>}:dlq       HASH dead-letter payloads (expire with the job)
     ARGV[1] consumer group name
     ARGV[2..] triples (entry id, sub-request index, encoded result)
 

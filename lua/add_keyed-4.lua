@@ -19,10 +19,10 @@
   sub-requests by one and gets the next index.
 
   Input:
-    KEYS[1] meta   sq:{<job>}:meta   HASH
-    KEYS[2] tasks  sq:{<job>}:tasks  STREAM
-    KEYS[3] added  sq:{<job>}:added  HASH id -> "<index>|<digest>|<partition>|<attempt>"
-    KEYS[4] ids    sq:{<job>}:ids    HASH index -> id
+    KEYS[1] meta   sq:{<queue>/<job>}:meta   HASH
+    KEYS[2] tasks  sq:{<queue>/<job>}:tasks  STREAM
+    KEYS[3] added  sq:{<queue>/<job>}:added  HASH id -> "<index>|<digest>|<partition>|<attempt>"
+    KEYS[4] ids    sq:{<queue>/<job>}:ids    HASH index -> id
     ARGV[1]   lifetime of `added` and `ids` after this call, ms (refreshed by every
               call that adds; aligned with the job's retention when it ends)
     ARGV[2]   write token: must be the job's incarnation

@@ -6,12 +6,12 @@
   call replied, even when the job was finalized since.
 
   Input:
-    KEYS[1] meta     sq:{<job>}:meta     HASH
-    KEYS[2] tasks    sq:{<job>}:tasks    STREAM
-    KEYS[3] batches  sq:{<job>}:batches  HASH batch id -> index of its first sub-request;
+    KEYS[1] meta     sq:{<queue>/<job>}:meta     HASH
+    KEYS[2] tasks    sq:{<queue>/<job>}:tasks    STREAM
+    KEYS[3] batches  sq:{<queue>/<job>}:batches  HASH batch id -> index of its first sub-request;
                      expires the job's retention (meta `retention`) after the latest add,
                      so never later than the job's own keys
-    KEYS[4] retry    sq:{<job>}:retry    ZSET a scheduled job's sub-requests (meta `due`)
+    KEYS[4] retry    sq:{<queue>/<job>}:retry  ZSET a scheduled job's sub-requests (meta `due`)
     ARGV[1]   the total the caller expects the job to have now, "" for any: when
               it differs, nothing is added (a second producer of one submit is fenced)
     ARGV[2]   batch id, unique per call (chosen by the caller)

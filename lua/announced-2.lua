@@ -6,8 +6,8 @@
   dead letter that still waits for its announcement.
 
   Input:
-    KEYS[1] unannounced  sq:{<job>}:unannounced  SET of dlq fields
-    KEYS[2] errors       sq:{<job>}:errors       HASH field -> JSON {error, attempts, at, n}
+    KEYS[1] unannounced  sq:{<queue>/<job>}:unannounced  SET of dlq fields
+    KEYS[2] errors       sq:{<queue>/<job>}:errors       HASH field -> JSON {error, attempts, at, n}
     ARGV[1..] pairs (field, serial announced)
 
   Output:

@@ -8,7 +8,7 @@
   commit and before Spark recorded it, or this call resent) changes nothing.
 
   Input:
-    KEYS[1] meta  sq:{<job>}:meta  HASH (fields stream_batch, stream_total)
+    KEYS[1] meta  sq:{<queue>/<job>}:meta  HASH (fields stream_batch, stream_total)
     ARGV[1] write token
     ARGV[2] batch id (integer, rising)
     ARGV[3] sub-requests the batch's successful tasks produced

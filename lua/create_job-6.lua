@@ -9,12 +9,12 @@
   finishes it (finish_jobs does that once).
 
   Input:
-    KEYS[1] meta     sq:{<job>}:meta     HASH
-    KEYS[2] tasks    sq:{<job>}:tasks    STREAM (+ consumer group ARGV[10])
-    KEYS[3] results  sq:{<job>}:results  HASH
-    KEYS[4] errors   sq:{<job>}:errors   HASH
-    KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
-    KEYS[6] retry    sq:{<job>}:retry    ZSET a scheduled job's sub-requests, due at its time
+    KEYS[1] meta     sq:{<queue>/<job>}:meta     HASH
+    KEYS[2] tasks    sq:{<queue>/<job>}:tasks    STREAM (+ consumer group ARGV[10])
+    KEYS[3] results  sq:{<queue>/<job>}:results  HASH
+    KEYS[4] errors   sq:{<queue>/<job>}:errors   HASH
+    KEYS[5] dlq      sq:{<queue>/<job>}:dlq      HASH dead-letter payloads (expire with the job)
+    KEYS[6] retry    sq:{<queue>/<job>}:retry    ZSET a scheduled job's sub-requests, due at its time
     ARGV[1]  queue name
     ARGV[2]  priority (0..99, 0 most urgent)
     ARGV[3]  concurrency (tokens)

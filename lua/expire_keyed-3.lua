@@ -5,9 +5,9 @@
   (its maps keep the lifetime the last fenced add gave them).
 
   Input:
-    KEYS[1] meta   sq:{<job>}:meta   HASH
-    KEYS[2] added  sq:{<job>}:added  HASH deterministic id -> index
-    KEYS[3] ids    sq:{<job>}:ids    HASH index -> deterministic id
+    KEYS[1] meta   sq:{<queue>/<job>}:meta   HASH
+    KEYS[2] added  sq:{<queue>/<job>}:added  HASH deterministic id -> index
+    KEYS[3] ids    sq:{<queue>/<job>}:ids    HASH index -> deterministic id
     (no ARGV)
 
   Output:

@@ -4,16 +4,16 @@
   none expires after the given retention. A job with meta is left alone.
 
   Input:
-    KEYS[1]  meta         sq:{<job>}:meta         HASH (must be missing)
-    KEYS[2]  tasks        sq:{<job>}:tasks        STREAM
-    KEYS[3]  results      sq:{<job>}:results      HASH
-    KEYS[4]  errors       sq:{<job>}:errors       HASH
-    KEYS[5]  retry        sq:{<job>}:retry        ZSET
-    KEYS[6]  inflight     sq:{<job>}:inflight     HASH
-    KEYS[7]  dlq          sq:{<job>}:dlq          HASH
-    KEYS[8]  unannounced  sq:{<job>}:unannounced  SET
-    KEYS[9]  added        sq:{<job>}:added        HASH
-    KEYS[10] ids          sq:{<job>}:ids          HASH
+    KEYS[1]  meta         sq:{<queue>/<job>}:meta         HASH (must be missing)
+    KEYS[2]  tasks        sq:{<queue>/<job>}:tasks        STREAM
+    KEYS[3]  results      sq:{<queue>/<job>}:results      HASH
+    KEYS[4]  errors       sq:{<queue>/<job>}:errors       HASH
+    KEYS[5]  retry        sq:{<queue>/<job>}:retry        ZSET
+    KEYS[6]  inflight     sq:{<queue>/<job>}:inflight     HASH
+    KEYS[7]  dlq          sq:{<queue>/<job>}:dlq          HASH
+    KEYS[8]  unannounced  sq:{<queue>/<job>}:unannounced  SET
+    KEYS[9]  added        sq:{<queue>/<job>}:added        HASH
+    KEYS[10] ids          sq:{<queue>/<job>}:ids          HASH
     ARGV[1] retention, ms
 
   Output:

@@ -5,14 +5,14 @@
   acknowledged is acted on, so a failure reported twice counts once.
 
   Input:
-    KEYS[1] tasks        sq:{<job>}:tasks        STREAM
-    KEYS[2] meta         sq:{<job>}:meta         HASH
-    KEYS[3] results      sq:{<job>}:results      HASH
-    KEYS[4] errors       sq:{<job>}:errors       HASH index -> JSON error record
-    KEYS[5] retry        sq:{<job>}:retry        ZSET member -> due ms
-    KEYS[6] inflight     sq:{<job>}:inflight     HASH entry id -> consumer
-    KEYS[7] dlq          sq:{<job>}:dlq          HASH index -> type + payload
-    KEYS[8] unannounced  sq:{<job>}:unannounced  SET of indexes
+    KEYS[1] tasks        sq:{<queue>/<job>}:tasks        STREAM
+    KEYS[2] meta         sq:{<queue>/<job>}:meta         HASH
+    KEYS[3] results      sq:{<queue>/<job>}:results      HASH
+    KEYS[4] errors       sq:{<queue>/<job>}:errors       HASH index -> JSON error record
+    KEYS[5] retry        sq:{<queue>/<job>}:retry        ZSET member -> due ms
+    KEYS[6] inflight     sq:{<queue>/<job>}:inflight     HASH entry id -> consumer
+    KEYS[7] dlq          sq:{<queue>/<job>}:dlq          HASH index -> type + payload
+    KEYS[8] unannounced  sq:{<queue>/<job>}:unannounced  SET of indexes
     ARGV[1] consumer group name
     ARGV[2] entry id
     ARGV[3] sub-request index ("-1" for a malformed entry)

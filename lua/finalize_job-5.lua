@@ -7,11 +7,11 @@
   completed 1, so that the caller still finishes it (finish_jobs does that once).
 
   Input:
-    KEYS[1] meta     sq:{<job>}:meta     HASH
-    KEYS[2] tasks    sq:{<job>}:tasks    STREAM
-    KEYS[3] results  sq:{<job>}:results  HASH
-    KEYS[4] errors   sq:{<job>}:errors   HASH
-    KEYS[5] dlq      sq:{<job>}:dlq      HASH dead-letter payloads (expire with the job)
+    KEYS[1] meta     sq:{<queue>/<job>}:meta     HASH
+    KEYS[2] tasks    sq:{<queue>/<job>}:tasks    STREAM
+    KEYS[3] results  sq:{<queue>/<job>}:results  HASH
+    KEYS[4] errors   sq:{<queue>/<job>}:errors   HASH
+    KEYS[5] dlq      sq:{<queue>/<job>}:dlq      HASH dead-letter payloads (expire with the job)
     ARGV[1] closer token, unique per finalize call ("" for none)
     ARGV[2] write token ("" for none): when given, only the write that opened
             the job (its incarnation) may finalize it

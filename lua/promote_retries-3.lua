@@ -6,10 +6,10 @@
   The move is includes/move_due, which lane_promote shares.
 
   Input:
-    KEYS[1] retry  sq:{<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms;
+    KEYS[1] retry  sq:{<queue>/<job>}:retry  ZSET "<attempts>|<index>|<type>|<payload>" -> due ms;
                    "<type>,<context>" for an entry that carries a trace context (field "c")
-    KEYS[2] tasks  sq:{<job>}:tasks  STREAM
-    KEYS[3] meta   sq:{<job>}:meta   HASH
+    KEYS[2] tasks  sq:{<queue>/<job>}:tasks  STREAM
+    KEYS[3] meta   sq:{<queue>/<job>}:meta   HASH
     ARGV[1] most entries to move in this call
 
   Output:

@@ -13,13 +13,13 @@
   never re-added: nothing of a cancelled job starts again.
 
   Input:
-    KEYS[1] tasks        sq:{<job>}:tasks        STREAM
-    KEYS[2] meta         sq:{<job>}:meta         HASH
-    KEYS[3] results      sq:{<job>}:results      HASH
-    KEYS[4] errors       sq:{<job>}:errors       HASH
-    KEYS[5] inflight     sq:{<job>}:inflight     HASH entry id -> consumer
-    KEYS[6] dlq          sq:{<job>}:dlq          HASH
-    KEYS[7] unannounced  sq:{<job>}:unannounced  SET
+    KEYS[1] tasks        sq:{<queue>/<job>}:tasks        STREAM
+    KEYS[2] meta         sq:{<queue>/<job>}:meta         HASH
+    KEYS[3] results      sq:{<queue>/<job>}:results      HASH
+    KEYS[4] errors       sq:{<queue>/<job>}:errors       HASH
+    KEYS[5] inflight     sq:{<queue>/<job>}:inflight     HASH entry id -> consumer
+    KEYS[6] dlq          sq:{<queue>/<job>}:dlq          HASH
+    KEYS[7] unannounced  sq:{<queue>/<job>}:unannounced  SET
     ARGV[1] consumer group name
     ARGV[2] consumer name the reaper claims as
     ARGV[3] min idle, ms

@@ -9,9 +9,9 @@
   last record (config.UNANNOUNCED_GRACE_MS), however the job ends.
 
   Input:
-    KEYS[1] tasks     sq:{<job>}:tasks     STREAM
-    KEYS[2] inflight  sq:{<job>}:inflight  HASH entry id -> consumer
-    KEYS[3] meta      sq:{<job>}:meta      HASH
+    KEYS[1] tasks     sq:{<queue>/<job>}:tasks     STREAM
+    KEYS[2] inflight  sq:{<queue>/<job>}:inflight  HASH entry id -> consumer
+    KEYS[3] meta      sq:{<queue>/<job>}:meta      HASH
     ARGV[1] entry id
     ARGV[2] consumer (worker id)
 

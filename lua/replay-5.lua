@@ -7,11 +7,11 @@
   so a resent call replays nothing twice.
 
   Input:
-    KEYS[1] meta         sq:{<job>}:meta         HASH
-    KEYS[2] tasks        sq:{<job>}:tasks        STREAM
-    KEYS[3] errors       sq:{<job>}:errors       HASH field -> JSON {error, attempts, at, n}
-    KEYS[4] dlq          sq:{<job>}:dlq          HASH index -> type + payload
-    KEYS[5] unannounced  sq:{<job>}:unannounced  SET
+    KEYS[1] meta         sq:{<queue>/<job>}:meta         HASH
+    KEYS[2] tasks        sq:{<queue>/<job>}:tasks        STREAM
+    KEYS[3] errors       sq:{<queue>/<job>}:errors       HASH field -> JSON {error, attempts, at, n}
+    KEYS[4] dlq          sq:{<queue>/<job>}:dlq          HASH index -> type + payload
+    KEYS[5] unannounced  sq:{<queue>/<job>}:unannounced  SET
     ARGV[1] sub-request index
     ARGV[2] serial of the dead letter (meta `dead` when it was recorded; 0 for a
             record written before serials existed)

@@ -4,7 +4,7 @@
   shows, and the concurrency later steps (unpark, finish) read. Idempotent.
 
   Input:
-    KEYS[1] meta  sq:{<job>}:meta  HASH
+    KEYS[1] meta  sq:{<queue>/<job>}:meta  HASH
     ARGV[1] new priority, "" to keep
     ARGV[2] new concurrency, "" to keep
 

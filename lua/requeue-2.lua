@@ -7,8 +7,8 @@
   of a cancelled job starts again.
 
   Input:
-    KEYS[1] tasks  sq:{<job>}:tasks  STREAM
-    KEYS[2] meta   sq:{<job>}:meta   HASH
+    KEYS[1] tasks  sq:{<queue>/<job>}:tasks  STREAM
+    KEYS[2] meta   sq:{<queue>/<job>}:meta   HASH
     ARGV[1] consumer group name
     ARGV[2] consumer name (the worker id)
     ARGV[3..] entry ids

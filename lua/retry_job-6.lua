@@ -15,12 +15,12 @@
   reply lost; it changes nothing and replies as the first did.
 
   Input:
-    KEYS[1] meta         sq:{<job>}:meta         HASH
-    KEYS[2] tasks        sq:{<job>}:tasks        STREAM
-    KEYS[3] results      sq:{<job>}:results      HASH
-    KEYS[4] errors       sq:{<job>}:errors       HASH
-    KEYS[5] dlq          sq:{<job>}:dlq          HASH index -> type + payload
-    KEYS[6] unannounced  sq:{<job>}:unannounced  SET
+    KEYS[1] meta         sq:{<queue>/<job>}:meta         HASH
+    KEYS[2] tasks        sq:{<queue>/<job>}:tasks        STREAM
+    KEYS[3] results      sq:{<queue>/<job>}:results      HASH
+    KEYS[4] errors       sq:{<queue>/<job>}:errors       HASH
+    KEYS[5] dlq          sq:{<queue>/<job>}:dlq          HASH index -> type + payload
+    KEYS[6] unannounced  sq:{<queue>/<job>}:unannounced  SET
     ARGV[1] consumer group name
     ARGV[2] retry token: the job's new incarnation
     ARGV[3..] the indexes of the dead-lettered sub-requests to re-run

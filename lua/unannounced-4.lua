@@ -6,10 +6,10 @@
   to announce and leaves the set here.
 
   Input:
-    KEYS[1] unannounced  sq:{<job>}:unannounced  SET of dlq fields
-    KEYS[2] errors       sq:{<job>}:errors       HASH field -> JSON {error, attempts, at, n}
-    KEYS[3] dlq          sq:{<job>}:dlq          HASH field -> type letter + payload
-    KEYS[4] meta         sq:{<job>}:meta         HASH
+    KEYS[1] unannounced  sq:{<queue>/<job>}:unannounced  SET of dlq fields
+    KEYS[2] errors       sq:{<queue>/<job>}:errors       HASH field -> JSON {error, attempts, at, n}
+    KEYS[3] dlq          sq:{<queue>/<job>}:dlq          HASH field -> type letter + payload
+    KEYS[4] meta         sq:{<queue>/<job>}:meta         HASH
     ARGV[1] most dead letters to list
 
   Output:

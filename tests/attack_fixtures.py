@@ -55,24 +55,25 @@ ATTACKER_PREFIX = "atk"
 
 
 @functools.cache
-def same_slot(prefix: str, n: int) -> tuple[str, ...]:
-    """The first ``n`` names ``<prefix><i>`` whose cluster slot (as a hash tag) is SLOT."""
+def same_slot(prefix: str, n: int, queue: str = "") -> tuple[str, ...]:
+    """The first ``n`` names ``<prefix><i>`` whose cluster slot (as a hash tag) is SLOT;
+    with ``queue``, job ids whose job tag ``<queue>/<id>`` is."""
     out: list[str] = []
     i = 0
     while len(out) < n:
         name = f"{prefix}{i}"
-        if key_slot(name.encode()) == SLOT:
+        if key_slot((f"{queue}/{name}" if queue else name).encode()) == SLOT:
             out.append(name)
         i += 1
     return tuple(out)
 
 
 #: the victim's jobs: dead letters, queued multi-entry, open (streaming), scheduled
-VICTIM_JOBS = same_slot("victim-job-", 4)
+VICTIM_JOBS = same_slot("victim-job-", 4, VICTIM_QUEUE)
 ATTACKER_QUEUE = same_slot("atk-q", 1)[0]
-ATTACKER_JOBS = same_slot("atk-job-", 4)
+ATTACKER_JOBS = same_slot("atk-job-", 4, ATTACKER_QUEUE)
 #: fresh job ids of the attacker, for creates
-ATTACKER_NEW = same_slot("atk-new-", 6)
+ATTACKER_NEW = same_slot("atk-new-", 6, ATTACKER_QUEUE)
 ATTACKER_WORKER = "atk-w1"
 
 #: keys outside streamq's, written before the attack: db 0 (on a cluster: ``foo`` in
@@ -182,7 +183,7 @@ class Attacker:
     def read(cls, admin: redis.Redis) -> Attacker:
         a = cls()
         for job in a.jobs:
-            jk = JobKeys(job)
+            jk = JobKeys(job, a.queue)
             a.entries[job] = [i.decode() for i, _ in admin.xrange(jk.tasks)]
             meta = admin.hgetall(jk.meta)
             a.created[job] = int(meta.get(b"created", b"0") or 0)
@@ -272,7 +273,7 @@ def hostile_values(rng: random.Random) -> Any:
         return MIB + b"A"
     vjob = rng.choice(VICTIM_JOBS)
     pool = [*HOSTILE_WORDS, *HOSTILE_NUMBERS, *HOSTILE_TEXTS,
-            f"sq:{{{VICTIM_QUEUE}}}:meta", f"sq:{{{vjob}}}:meta", vjob, VICTIM_QUEUE,
+            f"sq:{{{VICTIM_QUEUE}}}:meta", f"sq:{{{VICTIM_QUEUE}/{vjob}}}:meta", vjob, VICTIM_QUEUE,
             f"{vjob}#0", f"50|{VICTIM_QUEUE}", f"{VICTIM_QUEUE}~1", f"{vjob}|1|0|1"]
     return rng.choice(pool)
 
@@ -432,7 +433,7 @@ class Maker:
         raise AssertionError(kind.name)
 
     def tag(self, c: Contract, job: str) -> str:
-        return job if c.tag_class == "job" else self.atk.queue
+        return f"{self.atk.queue}/{job}" if c.tag_class == "job" else self.atk.queue
 
     def job(self, c: Contract) -> str:
         if c.name == "create_job":
@@ -448,7 +449,7 @@ class Maker:
         exact = getattr(c.keys[0], "exact", "")
         if len(keys) == 1 and exact in KINDS and KINDS[exact].slot == "job" and \
                 keys[0].endswith(":" + exact):
-            keys = [f"sq:{{{job}}}:{exact}"]  # a job's part: of the job's tag
+            keys = [f"sq:{{{self.atk.queue}/{job}}}:{exact}"]  # a job's part: its tag
         c.check(keys, args)  # the generator makes only what the contract accepts
         return Call(name, len(keys), keys, args)
 
@@ -458,7 +459,9 @@ class Maker:
         """A tag of the victim's for the call's class: a job of the victim's, or the victim's
         queue (or a victim's job id: a shard's tag is any name)."""
         if c.tag_class == "job":
-            return self.rng.choice(VICTIM_JOBS)
+            return f"{VICTIM_QUEUE}/{self.rng.choice(VICTIM_JOBS)}"
+        if c.tag_class == "work":
+            return self.rng.choice([VICTIM_QUEUE, f"{VICTIM_QUEUE}/{VICTIM_JOBS[0]}"])
         return self.rng.choice([VICTIM_QUEUE, VICTIM_QUEUE, *VICTIM_JOBS])
 
     def mutate_keys(self, call: Call, c: Contract) -> str:
@@ -496,7 +499,9 @@ class Maker:
         if how == "badtag":
             bad = rng.choice(["", "a b", "x" * 129, f"{self.atk.queue}~12345",
                               f"{self.atk.queue}~", f"{VICTIM_QUEUE}}}{{{self.atk.queue}",
-                              "é", "a\nb", f"{VICTIM_QUEUE}~12345", f"~{VICTIM_QUEUE}"])
+                              "é", "a\nb", f"{VICTIM_QUEUE}~12345", f"~{VICTIM_QUEUE}",
+                              f"{self.atk.queue}/", f"/{ATTACKER_JOBS[0]}",
+                              f"{self.atk.queue}/a/b"])
             keys[i] = f"sq:{{{bad}}}:{part}"
             return f"KEYS[{i + 1}]:badtag"
         tag = _TAG_RE.match(keys[i].encode())
@@ -510,7 +515,8 @@ class Maker:
     @staticmethod
     def _tag_job(keys: list[Any]) -> str:
         m = _TAG_RE.match(keys[0].encode() if isinstance(keys[0], str) else keys[0])
-        return m[1].decode() if m else ATTACKER_JOBS[0]
+        # the job of a job's tag ``<queue>/<job>``; a shard's tag is taken whole
+        return m[1].decode().rpartition("/")[2] if m else ATTACKER_JOBS[0]
 
     def mutate_args(self, call: Call) -> str:
         rng, args = self.rng, call.args

@@ -14,7 +14,6 @@ from typing import Any
 from conftest import Procs, wait_until
 
 from streamq import Job, JobStatus, NonRetryable, Queue, RetryLater, Worker, current_task
-from streamq.base.keys import JobKeys
 
 LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]
@@ -69,7 +68,7 @@ class Ctx:
 
     def rides(self, job_id: str) -> str:
         """The lane a job took: "job" (a meta hash of its own) or "small"."""
-        return "job" if self.q.redis.exists(JobKeys(job_id).meta) else "small"
+        return "job" if self.q.redis.exists(self.q.keys.job(job_id).meta) else "small"
 
     def worker(self, **kw: Any) -> Worker:
         kw.setdefault("concurrency", 1)

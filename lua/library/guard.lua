@@ -7,7 +7,8 @@
     - there are exactly as many KEYS as declared;
     - every KEYS[i] is sq:{<tag>}:<kind_i> (plus the suffix its kind declares),
       with one tag for the whole call, valid for the call's class of tag
-      (a job id, a queue name, or a shard: <queue> or <queue>~<n>);
+      (a job: <queue>/<job id>; a queue name; a shard: <queue> or
+      <queue>~<n>; a stream of work: a job's or a shard's);
     - every ARGV[i] matches its declared type (integer range, enum, name,
       token, stream entry id, intent, bounded text, pattern), the repeated groups and
       the optional last group included, and nothing is left over;
@@ -26,14 +27,23 @@ local function sq_name_ok(v)
   return #v <= 128 and string.find(v, "^[%w_%.:%-]+$") ~= nil
 end
 
+local function sq_job_tag_ok(v)  -- "<queue>/<job id>"
+  local q, j = string.match(v, "^([^/]+)/([^/]+)$")
+  return q ~= nil and sq_name_ok(q) and sq_name_ok(j)
+end
+
+local function sq_shard_tag_ok(v)  -- "<queue>" or "<queue>~<n>"
+  local q, n = string.match(v, "^([^~]+)~(%d+)$")
+  if q then return #n <= 4 and sq_name_ok(q) end
+  return sq_name_ok(v)
+end
+
 local SQ_TAG_OK = {
-  job = sq_name_ok,
+  job = sq_job_tag_ok,
   queue = sq_name_ok,
-  shard = function(v)
-    local q, n = string.match(v, "^([^~]+)~(%d+)$")
-    if q then return #n <= 4 and sq_name_ok(q) end
-    return sq_name_ok(v)
-  end,
+  shard = sq_shard_tag_ok,
+  -- a stream of work: a job's tasks or a shard's lane
+  work = function(v) return sq_shard_tag_ok(v) or sq_job_tag_ok(v) end,
 }
 
 local function sq_arg_ok(s, v)

@@ -39,6 +39,9 @@ def check_client(value: str) -> str:
 #: dashboard's list of queues); a key of its own hash slot, written outside scripts
 QUEUES = f"{PREFIX}:queues"
 
+#: the separator of a job's hash tag: ``<queue>/<job>`` (never in a name)
+JOB_SEP = "/"
+
 #: the separator of a shard's hash tag: ``<queue>~<n>`` (never in a queue name)
 SHARD_SEP = "~"
 
@@ -292,6 +295,10 @@ class QueueKeys:
         """Pub/sub channel announcing every completion of the queue."""
         return self._k("done")
 
+    def job(self, job_id: str) -> JobKeys:
+        """The keys of job ``job_id`` of this queue (of any of its shards)."""
+        return JobKeys(job_id, self.name)
+
     def job_channel(self, job_id: str) -> str:
         """Pub/sub channel announcing one job's completion."""
         return self._k(f"done:{job_id}")
@@ -306,29 +313,38 @@ class JobKeys:
     """
 
     job_id: str
+    #: the job's queue (its name, never a shard's tag): job ids are per queue, so
+    #: the job's hash tag is ``<queue>/<job>`` (a ``/`` is in no name)
+    queue: str
 
     def __post_init__(self) -> None:
         check_name("job id", self.job_id)
+        check_name("queue name", self.queue)
+
+    @property
+    def tag(self) -> str:
+        """The job's hash tag: all its keys are ``sq:{<queue>/<job>}:<part>``."""
+        return f"{self.queue}{JOB_SEP}{self.job_id}"
 
     @property
     def tasks(self) -> str:
         """STREAM of sub-requests, with the consumer group ``workers``."""
-        return f"{PREFIX}:{{{self.job_id}}}:tasks"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:tasks"
 
     @property
     def meta(self) -> str:
         """HASH of the job's settings, counters and state."""
-        return f"{PREFIX}:{{{self.job_id}}}:meta"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:meta"
 
     @property
     def results(self) -> str:
         """HASH sub-request index -> encoded result."""
-        return f"{PREFIX}:{{{self.job_id}}}:results"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:results"
 
     @property
     def errors(self) -> str:
         """HASH sub-request index -> error text of a dead-lettered sub-request."""
-        return f"{PREFIX}:{{{self.job_id}}}:errors"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:errors"
 
     @property
     def retry(self) -> str:
@@ -336,35 +352,35 @@ class JobKeys:
 
         A member is ``<attempts made>|<index>|<type>|<payload bytes>``.
         """
-        return f"{PREFIX}:{{{self.job_id}}}:retry"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:retry"
 
     @property
     def inflight(self) -> str:
         """HASH entry id -> consumer, for entries whose start was recorded before the handler ran."""
-        return f"{PREFIX}:{{{self.job_id}}}:inflight"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:inflight"
 
     @property
     def dlq(self) -> str:
         """HASH sub-request index -> type letter + payload of a dead-lettered sub-request."""
-        return f"{PREFIX}:{{{self.job_id}}}:dlq"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:dlq"
 
     @property
     def unannounced(self) -> str:
         """SET of dead-lettered indexes not yet copied to the queue's dead-letter stream."""
-        return f"{PREFIX}:{{{self.job_id}}}:unannounced"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:unannounced"
 
     @property
     def batches(self) -> str:
         """HASH batch id -> index of its first sub-request, written by ``add_tasks`` so a
         resent add is recognised; expires the job's retention after its latest add."""
-        return f"{PREFIX}:{{{self.job_id}}}:batches"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:batches"
 
     @property
     def added(self) -> str:
         """HASH deterministic sub-request id -> index, written by fenced keyed adds (Spark)."""
-        return f"{PREFIX}:{{{self.job_id}}}:added"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:added"
 
     @property
     def ids(self) -> str:
         """HASH sub-request index -> deterministic id, the reverse of :attr:`added`."""
-        return f"{PREFIX}:{{{self.job_id}}}:ids"
+        return f"{PREFIX}:{{{self.queue}/{self.job_id}}}:ids"

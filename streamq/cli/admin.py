@@ -9,6 +9,7 @@ from typing import Annotated
 import redis
 import typer
 
+from streamq.ops import migrate
 from streamq.ops import setup as setup_
 from streamq.storage.luaload import library
 
@@ -59,6 +60,7 @@ def setup(
     c = client(redis_url)
     try:
         reports = setup_.run_setup(c, allow_eviction=allow_eviction, load=not check)
+        moved = 0 if check else migrate.move_old_jobs(c)
     except redis.exceptions.NoPermissionError as e:
         raise ConfigError(f"setup needs the admin role (FUNCTION LOAD, INFO, CONFIG GET): "
                           f"Redis said {e}") from None
@@ -67,7 +69,7 @@ def setup(
     lib = library()
     if json_out:
         emit_json({"library": {"name": lib.name, "version": lib.version},
-                   "nodes": setup_.as_json(reports)})
+                   "nodes": setup_.as_json(reports), "jobs_moved": moved})
         return
     out = console()
     for r in reports:
@@ -83,6 +85,8 @@ def setup(
                   f"({did}); module {'loaded' if r.module else 'not loaded'}")
         for w in r.warnings:
             error_line(f"warning: {r.node}: {w}")
+    if moved:
+        out.print(f"moved {moved} job(s) to this release's key layout (job ids per queue)")
     if check and any(r.library_before != lib.version for r in reports):
         raise typer.Exit(1)
 

@@ -110,20 +110,21 @@ class JobRow:
     consumers: dict[str, int] = field(default_factory=dict)  #: XPENDING per consumer
 
 
-def job_rows(r: Client, job_ids: Sequence[str], *, idle: bool = True) -> list[JobRow]:
+def job_rows(r: Client, queue: str, job_ids: Sequence[str], *,
+             idle: bool = True) -> list[JobRow]:
     """Read each job's meta, stream length, retries and pending list (pipelined)."""
     out: list[JobRow] = []
     for start in range(0, len(job_ids), _CHUNK):
         chunk = job_ids[start : start + _CHUNK]
         pipe = r.pipeline(transaction=False)
         for job in chunk:
-            jk = JobKeys(job)
+            jk = JobKeys(job, queue)
             pipe.hmget(jk.meta, *_META)
             pipe.xlen(jk.tasks)
             pipe.zcard(jk.retry)
             pipe.xpending(jk.tasks, config.GROUP)
         got = pipe.execute(raise_on_error=False)
-        idle_of = _max_idle(r, [(job, _pending_count(got[4 * n + 3]))
+        idle_of = _max_idle(r, queue, [(job, _pending_count(got[4 * n + 3]))
                                 for n, job in enumerate(chunk)]) if idle else {}
         for n, job in enumerate(chunk):
             meta, xlen, retrying, summary = got[4 * n : 4 * n + 4]
@@ -153,13 +154,13 @@ def _pending_count(summary: Any) -> int:
     return int(summary["pending"]) if isinstance(summary, dict) else 0
 
 
-def _max_idle(r: Client, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
+def _max_idle(r: Client, queue: str, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
     busy = [(job, n) for job, n in jobs if n > 0]
     if not busy:
         return {}
     pipe = r.pipeline(transaction=False)
     for job, n in busy:
-        pipe.xpending_range(JobKeys(job).tasks, config.GROUP, "-", "+", min(n, PENDING_CAP))
+        pipe.xpending_range(JobKeys(job, queue).tasks, config.GROUP, "-", "+", min(n, PENDING_CAP))
     out: dict[str, int] = {}
     for (job, _), entries in zip(busy, pipe.execute(raise_on_error=False)):
         if isinstance(entries, list) and entries:
@@ -268,7 +269,7 @@ def overview(r: Client, shards: Shards) -> Overview:
             lanes[p] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2])
     # a worker registers on every shard: counted once, live when live on any
     live, dead_w = len(live_ids), len(dead_ids - live_ids)
-    rows = job_rows(r, active_job_ids(r, shards))
+    rows = job_rows(r, shards[0].name, active_job_ids(r, shards))
     prio: dict[int, list[JobRow]] = {}
     for row in rows:
         prio.setdefault(row.priority, []).append(row)

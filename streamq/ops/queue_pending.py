@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamq.base import config
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.members import owner_worker
 from streamq.ops.queue_overview import PENDING_CAP, _s, server_ms
 from streamq.storage.connection import Client
@@ -66,7 +66,7 @@ def pending(r: Client, qk: QueueKeys, job_ids: Sequence[str], *,
     alive = live_workers(r, qk)
     pipe = r.pipeline(transaction=False)
     for job in job_ids:
-        pipe.xpending_range(JobKeys(job).tasks, config.GROUP, "-", "+", cap,
+        pipe.xpending_range(qk.job(job).tasks, config.GROUP, "-", "+", cap,
                             consumername=consumer, idle=min_idle_ms or None)
     raw_entries: list[tuple[str, dict[str, Any]]] = []
     for job, got in zip(job_ids, pipe.execute(raise_on_error=False)):
@@ -79,14 +79,14 @@ def pending(r: Client, qk: QueueKeys, job_ids: Sequence[str], *,
         PendingGroup(job, c, len(es), max(int(e["time_since_delivered"]) for e in es),
                      max(int(e["times_delivered"]) for e in es), c in alive)
         for (job, c), es in groups.items()]
-    entries = _entries(r, raw_entries) if details else None
+    entries = _entries(r, qk, raw_entries) if details else None
     return PendingReport(qk.name, len(raw_entries), out_groups, entries)
 
 
-def _entries(r: Client, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
+def _entries(r: Client, qk: QueueKeys, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
     pipe = r.pipeline(transaction=False)
     for job, e in raw:
-        pipe.xrange(JobKeys(job).tasks, e["message_id"], e["message_id"])
+        pipe.xrange(qk.job(job).tasks, e["message_id"], e["message_id"])
     out = []
     for (job, e), found in zip(raw, pipe.execute(raise_on_error=False)):
         index = None

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamq.base import config
 from streamq.base.codec import encode
-from streamq.base.keys import JobKeys, QueueKeys, check_client, check_name, shard_queue
+from streamq.base.keys import QueueKeys, check_client, check_name, shard_queue
 from streamq.base.models import JobState
 from streamq.errors import ConfigError, DeadLetterReplayed, JobNotFound, StreamqError
 from streamq.model.scripts import JobReply
@@ -118,7 +118,7 @@ class Queue(Following, Controls, Creating, Connected):
     def job_shard(self, job_id: str) -> QueueKeys:
         """The shard job ``job_id`` lives on (its meta ``queue``; the first for a job
         that is gone or of another queue)."""
-        tag: Any = self.redis.hget(JobKeys(job_id).meta, "queue")
+        tag: Any = self.redis.hget(self.keys.job(job_id).meta, "queue")
         if tag is None or shard_queue(tag.decode()) != self.name:
             return self.keys
         return self.shard_of(tag.decode())
@@ -221,7 +221,7 @@ class Queue(Following, Controls, Creating, Connected):
         qk = self._check_queue(jid, created.queue)
         reply = created.job
         if reply.state == JobState.OPEN.value and (
-            created.created or self.redis.hget(JobKeys(jid).meta, "mode") == b"submit"
+            created.created or self.redis.hget(self.keys.job(jid).meta, "mode") == b"submit"
         ):
             # a plain submit adds the rest, fenced by the job's total, so a retried
             # submit of the same job id resumes where an interrupted one stopped
@@ -265,7 +265,7 @@ class Queue(Following, Controls, Creating, Connected):
             by_shard.setdefault(shard_index(ids[i], len(shards)), []).append(i)
         order = [i for group in by_shard.values() for i in group]
         calls = [call for k, group in by_shard.items() for call in self.scripts.create_job_calls(
-            ((JobKeys(ids[i]), encoded[i]) for i in group), queue=shards[k].tag,
+            ((self.keys.job(ids[i]), encoded[i]) for i in group), queue=shards[k].tag,
             priority=priority, concurrency=concurrency, client=client,
             max_deliveries=max_deliveries, retention_ms=self.retention_ms, mode="final",
             timeout_ms=limit)]

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamq.base import config
-from streamq.base.keys import JobKeys, QueueKeys, shard_queue
+from streamq.base.keys import QueueKeys, shard_queue
 from streamq.base.models import JobState, completion_message
 from streamq.errors import JobClosed, JobConflict, ScriptError
 from streamq.model.scripts import Call, CreateReply, JobReply, ScriptErrorCode
@@ -46,7 +46,7 @@ class Creating(Connected):
     def _add_rest_and_finalize(
         self, jid: str, entries: Sequence[tuple[bytes, bytes]], total: int
     ) -> JobReply:
-        jk = JobKeys(jid)
+        jk = self.keys.job(jid)
         for start in range(total, len(entries), config.ADD_CHUNK):
             try:
                 self.scripts.add_tasks(jk, entries[start : start + config.ADD_CHUNK],
@@ -65,7 +65,7 @@ class Creating(Connected):
                      when: str = "", timeout_ms: int = 0) -> Call:
         qk = qk or self.shard_for(jid, dedup or None)
         return self.scripts.create_job_call(
-            JobKeys(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
+            qk.job(jid), queue=qk.tag, priority=priority, concurrency=concurrency,
             client=client, max_deliveries=max_deliveries,
             retention_ms=self.retention_ms, dedup=dedup, mode=mode, entries=entries,
             token=token, when=when, timeout_ms=timeout_ms)

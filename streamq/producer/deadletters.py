@@ -23,7 +23,7 @@ from streamq.base.config import (
     UNANNOUNCED_GRACE_MS,
 )
 from streamq.base.failures import split_failure
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.members import dead_letter_key
 from streamq.errors import DeadLetterReplayed, JobNotFound, ScriptError, StreamqError
 from streamq.model.scripts import ScriptErrorCode, Scripts
@@ -99,7 +99,7 @@ def announce(scripts: Scripts, qk: QueueKeys, job_id: str,
     same dead letter. Whoever calls it (worker, reaper) may crash anywhere: the set
     and the queue's ``owed`` set let the reaper finish the work.
     """
-    jk = JobKeys(job_id)
+    jk = qk.job(job_id)
     added, left, terminal = 0, 0, False
     for _ in range(1000):  # bounded: each round lists ANNOUNCE_CHUNK of them
         job, letters = scripts.unannounced(jk, ANNOUNCE_CHUNK)
@@ -176,7 +176,7 @@ def replay(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLetter,
     taking over a stale claim runs nothing twice.
     """
     token = token or uuid.uuid4().hex
-    life = marker_life_ms(_retention_ms(client, dead.job_id))
+    life = marker_life_ms(_retention_ms(client, qk, dead.job_id))
     claim, target = scripts.replay_mark(qk, dead.key, dead.id, token, REPLAY_CLAIM_MS)
     if claim == 0:
         if target:
@@ -195,7 +195,7 @@ def _replay_once(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLett
     try:
         if not dead.index.isdigit():
             raise ScriptError("replay", int(ScriptErrorCode.JOB_FINISHED), "malformed entry")
-        scripts.replay(JobKeys(dead.job_id), int(dead.index), dead.serial, dead.job_created_ms)
+        scripts.replay(qk.job(dead.job_id), int(dead.index), dead.serial, dead.job_created_ms)
     except (ScriptError, JobNotFound) as e:
         code = getattr(e, "code", ScriptErrorCode.JOB_NOT_FOUND)
         if code == ScriptErrorCode.NOT_DEAD:
@@ -203,7 +203,7 @@ def _replay_once(client: Client, scripts: Scripts, qk: QueueKeys, dead: DeadLett
         if code in (ScriptErrorCode.JOB_FINISHED, ScriptErrorCode.JOB_NOT_FOUND):
             return new_job(dead.kind, dead.payload, replay_job_id(dead))
         raise
-    concurrency: Any = client.hget(JobKeys(dead.job_id).meta, "concurrency")
+    concurrency: Any = client.hget(qk.job(dead.job_id).meta, "concurrency")
     scripts.unpark(qk, dead.job_id, int(concurrency or 1))
     return dead.job_id
 
@@ -214,8 +214,8 @@ def replay_job_id(dead: DeadLetter) -> str:
     return "replay-" + hashlib.sha256(dead.key.encode()).hexdigest()[:32]
 
 
-def _retention_ms(client: Client, job_id: str) -> int:
-    raw: Any = client.hget(JobKeys(job_id).meta, "retention")
+def _retention_ms(client: Client, qk: QueueKeys, job_id: str) -> int:
+    raw: Any = client.hget(qk.job(job_id).meta, "retention")
     return int(raw) if raw else DEFAULT_RETENTION_S * 1000
 
 

@@ -6,7 +6,7 @@ import time
 from typing import Any, cast
 
 from streamq.base.config import ANNOUNCE_WAIT_S
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.models import Completion, JobState, JobStatus
 from streamq.errors import WaitTimeout
 from streamq.producer.connected import Connected
@@ -94,7 +94,7 @@ class Following(Connected):
     def _announcing(self, st: JobStatus) -> bool:
         """True while a terminal job's dead letters wait for their worker to copy them to
         the queue's dead stream (a small job's are written there with its failure)."""
-        return st.failed > 0 and bool(self.redis.scard(JobKeys(st.job_id).unannounced))
+        return st.failed > 0 and bool(self.redis.scard(self.keys.job(st.job_id).unannounced))
 
     @wrap_connection_errors
     def completions(self, count: int = 100) -> list[Completion]:

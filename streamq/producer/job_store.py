@@ -23,7 +23,7 @@ import redis
 
 from streamq.base import config
 from streamq.base.codec import decode_result
-from streamq.base.keys import JobKeys, QueueKeys, check_name, shard_queue
+from streamq.base.keys import QueueKeys, check_name, shard_queue
 from streamq.base.models import JobState, JobStatus
 from streamq.base.replies import Call, JobReply, ScriptErrorCode
 from streamq.errors import ConfigError, JobNotFound, ScriptError
@@ -100,7 +100,7 @@ def find_job(q: JobHome, job_id: str) -> JobStore:
     check_name("job id", job_id)
     qk = lane_shard(q, job_id)
     pipe = q.redis.pipeline(transaction=False)
-    pipe.hget(JobKeys(job_id).meta, "queue")
+    pipe.hget(qk.job(job_id).meta, "queue")
     pipe.hget(qk.ljobs, job_id)
     tag, rec = pipe.execute()
     if tag is not None:
@@ -125,7 +125,7 @@ class StreamJob:
 
     def __init__(self, q: JobHome, job_id: str, shard: QueueKeys) -> None:
         self.q, self.job_id, self.shard = q, job_id, shard
-        self.keys = JobKeys(job_id)
+        self.keys = shard.job(job_id)
 
     def status(self) -> JobStatus:
         jk, r = self.keys, self.q.redis

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import redis
 
 from streamq.base import config
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.models import JobStatus
 from streamq.errors import ConfigError, ConnectionFailed
 from streamq.model.scripts import new_token
@@ -91,7 +91,7 @@ class StreamingJob(Job):
         """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
         if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 64):
             raise ConfigError("batch_id must be a string of 1 to 64 characters")
-        jk, out = JobKeys(self.id), list[int]()
+        jk, out = self.shard.job(self.id), list[int]()
         base = batch_id or new_token()
         for start in range(0, len(entries), config.ADD_CHUNK):
             chunk = entries[start : start + config.ADD_CHUNK]
@@ -103,7 +103,7 @@ class StreamingJob(Job):
     @wrap_connection_errors
     def finalize(self) -> None:
         """Declare that no more sub-requests come; the job may complete at once."""
-        reply = self.queue.scripts.finalize_job(JobKeys(self.id))
+        reply = self.queue.scripts.finalize_job(self.shard.job(self.id))
         if reply.completed:
             self.queue._finish(self.id, reply, self.shard)
 

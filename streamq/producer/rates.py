@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamq.base.keys import JobKeys, QueueKeys, check_name
+from streamq.base.keys import QueueKeys, check_name
 from streamq.base.members import token_job
 from streamq.base.replies import Call
 from streamq.errors import ConfigError
@@ -268,7 +268,7 @@ class Limiter:
         """The client of each job (its meta, remembered; "" for a job gone)."""
         missing = list(dict.fromkeys(j for j in jobs if j not in self._clients))
         if missing:
-            found = pipelined(self.w.redis, [("HGET", JobKeys(j).meta, "client")
+            found = pipelined(self.w.redis, [("HGET", self.qk.job(j).meta, "client")
                                              for j in missing])
             if len(self._clients) + len(missing) > _CLIENT_CACHE:
                 self._clients.clear()

@@ -82,7 +82,7 @@ def _marks(qk: QueueKeys, letters: list[tuple[int, str, str]], token: str, life_
 
 def retry_stream(q: RetryHome, qk: QueueKeys, job_id: str, token: str) -> int:
     """Retry a job on its own stream (see the module); how many sub-requests went back."""
-    jk, r = JobKeys(job_id), q.redis
+    jk, r = qk.job(job_id), q.redis
     state, incarnation, created, retention = (
         None if v is None else _text(v)
         for v in r.hmget(jk.meta, "state", "incarnation", "created", "retention"))

@@ -17,7 +17,6 @@ from typing import Any
 import redis
 
 from streamq.base import config, hooks
-from streamq.base.keys import JobKeys
 from streamq.base.members import parse_intent
 from streamq.base.metrics import ReaperMetrics
 from streamq.errors import StreamqError
@@ -166,7 +165,7 @@ class Reaper:
         intents = [(*parse_intent(member.decode()), int(score)) for member, score in rows]
         pipe = self.redis.pipeline(transaction=False)
         for job, _dedup, _ms in intents:
-            pipe.hmget(JobKeys(job).meta, *_META, "queue")
+            pipe.hmget(self.keys.job(job).meta, *_META, "queue")
         metas: list[Any] = pipe.execute()
         live: list[tuple[str, JobReply]] = []
         for (job, dedup, written_ms), m in zip(intents, metas):
@@ -207,8 +206,8 @@ class Reaper:
     def _recover_batch(self, jobs: list[str], alive: set[str], report: PassReport) -> None:
         pipe = self.redis.pipeline(transaction=False)
         for job in jobs:
-            pipe.hmget(JobKeys(job).meta, *_META)
-            pipe.exists(JobKeys(job).unannounced)
+            pipe.hmget(self.keys.job(job).meta, *_META)
+            pipe.exists(self.keys.job(job).unannounced)
         got: list[Any] = pipe.execute()
         for n, job in enumerate(jobs):
             m, owes = got[2 * n], got[2 * n + 1]
@@ -235,7 +234,7 @@ class Reaper:
             # an orphan: its dead letters are announced first (it leaves `active`, the
             # marker that would bring the reaper back), what is left of it expires
             report.announced += announce(self.scripts, self.keys, job).added
-            self.scripts.expire_orphan(JobKeys(job), self.q.retention_ms)
+            self.scripts.expire_orphan(self.keys.job(job), self.q.retention_ms)
             self.scripts.forget_job(self.keys, job)
             report.orphans += 1
             return
@@ -247,7 +246,7 @@ class Reaper:
 
     def _recover_job(self, job: str, reply: JobReply, alive: set[str],
                      report: PassReport) -> None:
-        jk = JobKeys(job)
+        jk = self.keys.job(job)
         moved, _ = self.scripts.promote_retries(jk)
         report.retries_promoted += moved
         work = moved > 0

@@ -75,7 +75,8 @@ def seconds(raw: Any) -> float | None:
 class Timeouts:
     """Each job's timeout, as its meta says, cached per job for CACHE_S seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: str) -> None:
+        self.queue = queue  #: the queue whose jobs these are
         #: job id -> (timeout in seconds or None, monotonic time it was read)
         self._known: dict[str, tuple[float | None, float]] = {}
 
@@ -89,10 +90,9 @@ class Timeouts:
                 out.append(job)
         return out
 
-    @staticmethod
-    def command(job: str) -> tuple[Any, ...]:
+    def command(self, job: str) -> tuple[Any, ...]:
         """The read of a job's timeout, sent with the job's XREADGROUP."""
-        return ("HGET", JobKeys(job).meta, "timeout")
+        return ("HGET", JobKeys(job, self.queue).meta, "timeout")
 
     def learn(self, job: str, raw: Any) -> None:
         """Keep what :meth:`command` replied (an error: not kept)."""
@@ -110,7 +110,7 @@ class Timeouts:
     def of(self, job: str, client: Client) -> float | None:
         """The job's timeout, read from its meta when not known."""
         if self.unknown([job]):
-            self.learn(job, client.hget(JobKeys(job).meta, "timeout"))
+            self.learn(job, client.hget(JobKeys(job, self.queue).meta, "timeout"))
         return self.cached(job)
 
 

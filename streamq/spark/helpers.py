@@ -15,7 +15,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StructType
 
 from streamq.base import config
-from streamq.base.keys import JobKeys
 from streamq.base.models import JobStatus
 from streamq.producer.client import Queue
 
@@ -167,7 +166,7 @@ def wait_job(queue: str, job_id: str, redis_url: str,
     q = Queue(queue, redis_url)
     try:
         status = q.wait(job_id, timeout)
-        q.scripts.expire_keyed(JobKeys(job_id))
+        q.scripts.expire_keyed(q.keys.job(job_id))
         return status
     finally:
         q.close()

@@ -136,7 +136,7 @@ def read_range(client: Client, jk: JobKeys, lo: int, hi: int, *,
 
 def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(part, IndexRange)
-    client, jk = connect(opts.redis_url), JobKeys(opts.job)
+    client, jk = connect(opts.redis_url), JobKeys(opts.job, opts.queue)
     try:
         # a sub-request that failed before this point has its error in `errors`: without
         # that hash, skip its HMGET (one a chunk); a failure stored later is left out like
@@ -152,7 +152,7 @@ def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]
 
 def _meta(client: Client, opts: SourceOptions) -> tuple[str, int]:
     """(state, total) of the job; JobNotFound / JobConflict when it is not the queue's."""
-    m: Any = client.hmget(JobKeys(opts.job).meta, "state", "total", "queue")
+    m: Any = client.hmget(JobKeys(opts.job, opts.queue).meta, "state", "total", "queue")
     if m[0] is None:
         raise JobNotFound(opts.job)
     if m[2] is not None and shard_queue(m[2].decode()) != opts.queue:
@@ -176,7 +176,7 @@ class StreamqReader(DataSourceReader):
         try:
             state, total = _meta(client, self.opts)
             if state not in ("open", "active"):
-                Scripts(client).expire_keyed(JobKeys(self.opts.job))
+                Scripts(client).expire_keyed(JobKeys(self.opts.job, self.opts.queue))
         finally:
             client.close()
         return _splits(0, total, self.opts.indexes_per_split) or [IndexRange(0, 0)]
@@ -210,7 +210,7 @@ class StreamqStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, int]:
         base = max(int(start["settled"]) if start else 0, self._known)
-        client, jk = self._redis(), JobKeys(self.opts.job)
+        client, jk = self._redis(), JobKeys(self.opts.job, self.opts.queue)
         state, total = _meta(client, self.opts)
         if state not in ("open", "active"):
             end = total

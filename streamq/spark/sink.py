@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from streamq.base.keys import JobKeys
 from streamq.base.models import JobState
 from streamq.producer.client import Queue
 
@@ -118,7 +117,7 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
         operator) fails the batch: its rows cannot be written exactly once any more."""
         with Queue(self.opts.queue, self.opts.redis_url) as q:
             state = q.status(job).state
-            last: Any = q.redis.hget(JobKeys(job).meta, "stream_batch")
+            last: Any = q.redis.hget(q.keys.job(job).meta, "stream_batch")
         if not self.opts.job_per_batch:
             if last is not None and int(last) >= batch:
                 return True
@@ -147,7 +146,7 @@ class StreamqStreamWriter(DataSourceStreamArrowWriter):
             commit_write(target, added)
             return
         with Queue(self.opts.queue, self.opts.redis_url) as q:
-            q.scripts.commit_batch(JobKeys(target.job), target.token, batchId,
+            q.scripts.commit_batch(q.keys.job(target.job), target.token, batchId,
                                    sum(a.sub_requests for a in added))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from redis.cluster import RedisCluster
 
 from streamq.base import config
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.replies import new_token
 from streamq.model.scripts import Call, Scripts
 from streamq.producer.client import Queue
@@ -78,7 +78,8 @@ class _Adder:
         self.target, self.partition, self.attempt = target, partition, attempt
         self.client = connect(target.opts.redis_url, cluster=target.cluster)
         self.scripts = Scripts(self.client)
-        self.jk, self.qk = JobKeys(target.job), QueueKeys(target.opts.queue, target.shard)
+        self.qk = QueueKeys(target.opts.queue, target.shard)
+        self.jk = self.qk.job(target.job)
         self.entries: list[tuple[str, str, bytes, bytes]] = []
         self.entry_bytes = 0  # payload bytes of self.entries
         self.calls: list[Call] = []
@@ -192,7 +193,7 @@ def open_write(opts: SourceOptions, job: str, token: str) -> WriteTarget:
                 f"job {job!r} exists already ({state.value}): a write opens a new job, and a "
                 "second write into one job is refused, leaving the first unchanged (write "
                 "into another job id)")
-        retention: Any = q.redis.hget(JobKeys(job).meta, "retention")
+        retention: Any = q.redis.hget(q.keys.job(job).meta, "retention")
         keep_ms = int(retention or q.retention_ms) + KEEP_AFTER_ADD_MS
         cluster = None if undecided(q.redis) else isinstance(q.redis, RedisCluster)
     return WriteTarget(opts, job, token, sj.concurrency, keep_ms, cluster=cluster,
@@ -205,7 +206,7 @@ def commit_write(target: WriteTarget, messages: Sequence[WriterCommitMessage | N
     written = sum(m.sub_requests for m in messages if isinstance(m, AddedPartition))
     with Queue(target.opts.queue, target.opts.redis_url) as q:
         try:
-            reply = q.scripts.commit_write(JobKeys(target.job), target.token, written)
+            reply = q.scripts.commit_write(q.keys.job(target.job), target.token, written)
         except TotalMismatch as e:
             _abort(q, target.job, f"commit refused: {e}", write_token=target.token)
             raise
@@ -240,7 +241,7 @@ class StreamqWriter(DataSourceArrowWriter):
 
 
 def _abort(q: Queue, job_id: str, reason: str, *, write_token: str = "") -> bool:
-    reply = q.scripts.abort_job(JobKeys(job_id), reason, write_token=write_token)
+    reply = q.scripts.abort_job(q.keys.job(job_id), reason, write_token=write_token)
     if reply.completed:
         call = q.finish_call(job_id, reply, q.job_shard(job_id))
         q.scripts.run(call.name, call.keys, call.args)
@@ -259,6 +260,6 @@ def finalize_job(queue: str, job_id: str, redis_url: str) -> None:
     """Finalize an open job (the one job of a streaming query in the sink's single-job
     mode, once the query is retired): it completes when its last sub-request is done."""
     with Queue(queue, redis_url) as q:
-        reply = q.scripts.finalize_job(JobKeys(job_id))
+        reply = q.scripts.finalize_job(q.keys.job(job_id))
         if reply.completed:
             q._finish(job_id, reply)

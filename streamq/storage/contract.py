@@ -47,9 +47,13 @@ def lua_string(text: str) -> str:
 
 # -- key kinds ---------------------------------------------------------------------------
 
-#: the tag classes: a job's tag is its id, a shard's its queue name or ``<queue>~<n>``,
-#: and a queue's first-shard keys (config, rates, buckets) carry the queue name only
-TAG_CLASSES = {"job": _NAME_RE, "shard": _SHARD_RE, "queue": _NAME_RE}
+#: the tag classes: a job's tag is ``<queue>/<job id>``, a shard's its queue name or
+#: ``<queue>~<n>``, and a queue's first-shard keys (config, rates, buckets) carry the
+#: queue name only
+_JOB_RE = re.compile(_NAME_RE.pattern + "/" + _NAME_RE.pattern)
+#: ... and a stream of work (``delete_consumers``) is a job's ``tasks`` or a shard's lane
+TAG_CLASSES = {"job": _JOB_RE, "shard": _SHARD_RE, "queue": _NAME_RE,
+               "work": re.compile(f"{_SHARD_RE.pattern}|{_JOB_RE.pattern}")}
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,8 @@ class Contract:
     @property
     def tag_class(self) -> str:
         slots = {k.slot for k in self.keys}
+        if any(k.name == "work" for k in self.keys):
+            return "work"  # a job's stream or a shard's lane
         return "job" if "job" in slots else "queue" if "queue" in slots else "shard"
 
     # -- the Python twin of the Lua prologue --

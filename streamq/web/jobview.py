@@ -110,10 +110,10 @@ def _error(raw: bytes) -> tuple[Any, int | None]:
         return _s(raw), None
 
 
-def sub_requests(r: Client, job_id: str, total: int, offset: int, count: int = SUB_PAGE,
+def sub_requests(r: Client, queue: str, job_id: str, total: int, offset: int, count: int = SUB_PAGE,
                  limit: int | None = PREVIEW_CHARS) -> list[SubRequest]:
     """Sub-requests ``offset`` .. ``offset + count - 1`` of a (big) job."""
-    jk = JobKeys(job_id)
+    jk = JobKeys(job_id, queue)
     idx = list(range(max(0, offset), min(total, offset + count)))
     if not idx:
         return []
@@ -238,7 +238,7 @@ def readable_settings(raw: dict[str, str]) -> dict[str, str]:
 def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, offset: int,
            limit: int | None = PREVIEW_CHARS) -> JobDetail:
     """Everything the Job view shows of job ``st``."""
-    jk = JobKeys(st.job_id)
+    jk = JobKeys(st.job_id, st.queue)
     meta: Any = r.hgetall(jk.meta)
     if not meta:  # a small job: one sub-request, its record in the lane's hash
         raw = r.hget(small_shard.ljobs, st.job_id)
@@ -251,7 +251,7 @@ def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, o
     retrying = int(r.zcard(jk.retry))
     by_state = {"done": st.done, "dead": st.failed, "running": st.in_flight,
                 "queued": max(0, st.queued - retrying), "retrying": retrying}
-    subs = sub_requests(r, st.job_id, st.total, offset, limit=limit)
+    subs = sub_requests(r, st.queue, st.job_id, st.total, offset, limit=limit)
     settings = readable_settings(m)
     started = m.get("started")
     return JobDetail(st, False, int(started) if started else None, by_state, subs, offset,

@@ -135,27 +135,27 @@ def _job_row(jr: queue_overview.JobRow) -> Row | None:
         jr.in_flight, jr.queued, jr.created_ms, False)
 
 
-def _big_rows(r: Client, jobs: list[str]) -> dict[str, Row | None]:
+def _big_rows(r: Client, queue: str, jobs: list[str]) -> dict[str, Row | None]:
     """Rows of big jobs; a job whose keys cannot be read as a job's shows nothing. A
     job with no meta (gone, or never made) costs one read, not a row's four."""
     out: dict[str, Row | None] = {}
     if jobs:
         pipe = r.pipeline(transaction=False)
         for j in jobs:
-            pipe.exists(JobKeys(j).meta)
+            pipe.exists(JobKeys(j, queue).meta)
         have = pipe.execute()
         out = {j: None for j, n in zip(jobs, have) if not n}
         jobs = [j for j, n in zip(jobs, have) if n]
     if not jobs:
         return out
     try:
-        out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, jobs, idle=False)})
+        out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, queue, jobs, idle=False)})
         return out
     except (ValueError, TypeError, KeyError, StreamqError):
         pass  # one job's keys are not a job's: read them one by one
     for j in jobs:
         try:
-            out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, [j], idle=False)})
+            out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, queue, [j], idle=False)})
         except (ValueError, TypeError, KeyError, StreamqError):
             out[j] = None
     return out
@@ -164,7 +164,7 @@ def _big_rows(r: Client, jobs: list[str]) -> dict[str, Row | None]:
 def rows_of(r: Client, shards: Sequence[QueueKeys], jobs: Sequence[tuple[str, bool]]
             ) -> list[Row | None]:
     """The rows of jobs (id, small), None for one that is gone or unreadable."""
-    by_id = _big_rows(r, [j for j, small in jobs if not small])
+    by_id = _big_rows(r, shards[0].name, [j for j, small in jobs if not small])
     small = [j for j, is_small in jobs if is_small]
     if small:
         pipe = r.pipeline(transaction=False)
@@ -254,6 +254,6 @@ def search(r: Client, shards: Sequence[QueueKeys], term: str) -> list[Row]:
         pass
     jobs: list[tuple[str, bool]] = []
     for j in dict.fromkeys(found):
-        small = not r.exists(JobKeys(j).meta)
+        small = not r.exists(JobKeys(j, shards[0].name).meta)
         jobs.append((j, small))
     return [row for row in rows_of(r, shards, jobs) if row is not None]

@@ -70,7 +70,7 @@ class JobWork:
         left to acknowledge with the next settle: when every job with results left is
         followed, they go in that round trip, first; otherwise they are acknowledged
         here, and the jobs this completed are added to ``finishes``."""
-        jks = [JobKeys(token_job(t)) for t in tokens]
+        jks = [self.slot.qk.job(token_job(t)) for t in tokens]
         replies, refused = self._read_tokens(tokens, jks, preread)
         reads = self._tracked(jks, replies)
         hooks.at("after_read")
@@ -228,7 +228,7 @@ class JobWork:
         """Promote the due retries of ``jobs`` (jobs' hash slots), then, in the queue's hash slot,
         unpark the jobs that got work and note when each next retry is due."""
         w, qk = self.w, self.slot.qk
-        replies = w.scripts.run_many([w.scripts.promote_retries_call(JobKeys(j)) for j in jobs])
+        replies = w.scripts.run_many([w.scripts.promote_retries_call(qk.job(j)) for j in jobs])
         calls = []
         for job, raw in zip(jobs, replies):
             r = w.scripts.parse_promote(raw)
@@ -242,7 +242,7 @@ class JobWork:
         """How to settle a token whose read found nothing new: park it, release it (a
         retry was due and is back in the stream) or drop it (the job is done or gone)."""
         w = self.w
-        jk = JobKeys(job)
+        jk = self.slot.qk.job(job)
         state: bytes | None = w.redis.hget(jk.meta, "state")  # type: ignore[assignment]
         if state is None:
             return "d"  # the job is gone (expired, or never created): nothing to serve
@@ -258,7 +258,7 @@ class JobWork:
 
     def finish_from_meta(self, job: str) -> None:
         w = self.w
-        m = w.redis.hmget(JobKeys(job).meta, "state", "total", "done", "failed",
+        m = w.redis.hmget(self.slot.qk.job(job).meta, "state", "total", "done", "failed",
                           "concurrency", "dedup", "priority", "client", "created", "retention",
                           "incarnation", "dead")
         if m[0] is None:

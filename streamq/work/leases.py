@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, config
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.work.lane_unseen import UnseenLaneEntries, UnseenWorker
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ class LeaseKeeper:
             return
         pipe = self.w.redis.pipeline(transaction=False)
         for job in jobs:
-            pipe.hget(JobKeys(job).meta, "state")
+            pipe.hget(self.w.keys.job(job).meta, "state")
         states = pipe.execute(raise_on_error=False)
         cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"])
         ended = [job for job, state in zip(watched, states[len(held):])
@@ -260,6 +260,6 @@ class LeaseKeeper:
         pipe = self.w.redis.pipeline(transaction=False)
         for job, ids in held:
             # a small-job lane's entries are held by stream key ("{" is in no job id)
-            stream = job if "{" in job else JobKeys(job).tasks
+            stream = job if "{" in job else self.w.keys.job(job).tasks
             pipe.xclaim(stream, config.GROUP, self.w.id, 0, list[Any](ids), justid=True)
         pipe.execute(raise_on_error=False)

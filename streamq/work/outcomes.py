@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import cancels, hooks
 from streamq.base.entry_fields import Batch
 from streamq.base.failures import MAX_FAILURE_CHARS, summary
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.errors import HandlerTimeout
 from streamq.model.queue_view import Serving
 from streamq.model.scripts import JobReply
@@ -90,7 +90,7 @@ class Outcomes:
         promotes a retry whose second step never ran."""
         w = self.w
         shard = shard or w.keys
-        jk = JobKeys(job)
+        jk = shard.job(job)
         calls = [w.scripts.fail_call(jk, entry_id=eid, index=index,
                                      attempts=attempts, delay_ms=delay_ms, error=error[:MAX_FAILURE_CHARS],
                                      kind=kind, payload=raw,
@@ -159,7 +159,7 @@ class Outcomes:
     def requeue(self, job: str, entry_ids: list[bytes]) -> None:
         """Hand back entries read but never started (drain, or a read-ahead not served)."""
         w = self.w
-        moved = steady(w, "handing entries back", w.scripts.requeue, JobKeys(job), w.id,
+        moved = steady(w, "handing entries back", w.scripts.requeue, w.keys.job(job), w.id,
                        [e.decode() for e in entry_ids])
         if cancels.seen(job):
             log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))

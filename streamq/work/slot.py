@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import config, hooks
 from streamq.base.entry_fields import Batch, LaneEntry, batch_ids
 from streamq.base.governor import next_claim, next_read
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.base.members import token_job
 from streamq.base.replies import Call
 from streamq.model.scripts import JobReply
@@ -292,7 +292,7 @@ class Slot:
         # one read per job (a second would be lost); none when the claim is made in
         # another shard (a followed job's token is not claimed back from there)
         follow = list(dict.fromkeys(follow)) if new is old else []
-        ahead = trip.commands([self.jobs.read(JobKeys(j)) for j in follow])
+        ahead = trip.commands([self.jobs.read(old.job(j)) for j in follow])
         peeks = trip.commands([("ZRANGE", qk.ready, 0, 0, "WITHSCORES") for qk in w.shards]
                               if claim > 0 and len(w.shards) > 1 else [])
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)

@@ -152,7 +152,7 @@ class Worker:
         self.async_entries = AsyncEntries(self)
         self.entries = EntryRunner(self)
         #: the jobs' handler timeouts, and the slots' handler threads for them
-        self.timeouts = Timeouts()
+        self.timeouts = Timeouts(self.keys.name)
         self.watchdog = Watchdog()
 
     @cached_property

@@ -153,7 +153,7 @@ def raw_read_source(url: str) -> type[Any]:
 
     class RawReader(DataSourceReader):
         def __init__(self, job: str, total: int, split: int) -> None:
-            jk = JobKeys(job)
+            jk = JobKeys(job, QUEUE)
             self.keys = (jk.results, jk.errors, jk.ids)
             self.total, self.split = total, split
 
@@ -207,7 +207,7 @@ def raw_read_source(url: str) -> type[Any]:
 
 def fill_results(client: redis.Redis, job: str) -> None:
     """Store a result per sub-request, as workers would (the payload echoed)."""
-    jk = JobKeys(job)
+    jk = JobKeys(job, QUEUE)
     pipe = client.pipeline(transaction=False)
     for _, fields in client.xrange(jk.tasks):
         pipe.hset(jk.results, fields[b"i"], b"j" + fields[b"p"])
@@ -244,7 +244,7 @@ def pairs(spark: Any, df: Any, url: str, rows: int, per_partition: list[int]) ->
             secs = timed(lambda: df.write.format("streamq").mode("append")
                          .option("queue", QUEUE).option("job", job).option("redisUrl", wurl)
                          .option("rowsPerRequest", n).save())
-            assert w.xlen(JobKeys(job).tasks) == entries[n], "streamq write lost entries"
+            assert w.xlen(JobKeys(job, QUEUE).tasks) == entries[n], "streamq write lost entries"
             return secs
         return run
 
@@ -295,7 +295,7 @@ def measure(spark: Any, url: str, rows: int, rounds: int, only: set[str],
     rc = redis.Redis.from_url(f"{url}/1")  # the read's job: written once, results stored
     submit_dataframe(df, QUEUE, f"{url}/1", job_id="bench-read")
     fill_results(rc, "bench-read")
-    assert rc.hlen(JobKeys("bench-read").results) == rows
+    assert rc.hlen(JobKeys("bench-read", QUEUE).results) == rows
 
     todo = [p for p in pairs(spark, df, url, rows, per_partition) if p.key in only]
     if "read" in only:  # both readers read the same rows (checked once, outside the rounds)

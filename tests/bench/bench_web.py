@@ -31,7 +31,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from streamq import Queue  # noqa: E402
-from streamq.base.keys import JobKeys, QueueKeys  # noqa: E402
+from streamq.base.keys import QueueKeys  # noqa: E402
 
 JOBS, BATCH, RUNS = 100_000, 1_000, 5
 perf = time.perf_counter
@@ -143,7 +143,7 @@ def main() -> None:
             def metas() -> Any:
                 pipe = r.pipeline(transaction=False)
                 for m in r.zrevrange(qk.active, 0, 49):
-                    pipe.hgetall(JobKeys(m.decode()).meta)
+                    pipe.hgetall(qk.job(m.decode()).meta)
                 return pipe.execute()
 
             first, best, median, _ = timed(metas)

@@ -1,6 +1,6 @@
 """The invariants a chaos run must end with, checked on Redis and on the handlers' logs.
 
-Every job of the queue in Redis (found by SCAN of ``sq:{*}:meta``, so jobs of an
+Every job of the queue in Redis (found by SCAN of ``sq:{<queue>/*}:meta``, so jobs of an
 interrupted ``submit_many`` count too, and in each shard's ``ljobs``: the small
 jobs of the lane) and every job a producer confirmed:
 
@@ -172,9 +172,9 @@ def job_ids_in_redis(r: redis.Redis, queue: str,
     """Every job of the queue (its meta names one of the queue's shard tags)."""
     mine = set(tags or [queue])
     out: dict[str, dict[str, str]] = {}
-    for key in r.scan_iter(match="sq:{*}:meta", count=1000):
+    for key in r.scan_iter(match=f"sq:{{{queue}/*}}:meta", count=1000):
         k = _s(key)
-        jid = k[len("sq:{"):-len("}:meta")]
+        jid = k[len(f"sq:{{{queue}/"):-len("}:meta")]
         meta = {_s(a): _s(b) for a, b in r.hgetall(k).items()}  # type: ignore[union-attr]
         if meta.get("queue") in mine:
             out[jid] = meta
@@ -220,7 +220,7 @@ def _token_places(r: redis.Redis, qk: QueueKeys, jid: str) -> list[str]:
 
 def _stuck_detail(r: redis.Redis, qk: QueueKeys, jid: str, meta: dict[str, str]) -> str:
     """One line saying where a job that never finished is stuck."""
-    jk = JobKeys(jid)
+    jk = qk.job(jid)
     fields = {k: meta.get(k) for k in ("state", "total", "remaining", "done", "failed", "mode")}
     xlen = int(r.xlen(jk.tasks))
     why = ""
@@ -313,7 +313,7 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
             f.bad("stuck jobs", detail)
             continue
         f.counts[f"state {state}"] += 1
-        jk = JobKeys(jid)
+        jk = JobKeys(jid, queue)
         if meta.get("lane"):
             lqk = QueueKeys(queue, meta["lane"])
             result: Any = r.hget(lqk.lresults, jid)
@@ -441,7 +441,7 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
                             f"{_dead_at(r, jk, idx)} ms)")
 
         # no key of the job without a TTL
-        for key in r.scan_iter(match=f"sq:{{{jid}}}:*", count=1000):
+        for key in r.scan_iter(match=f"sq:{{{queue}/{jid}}}:*", count=1000):
             if r.ttl(key) == -1:
                 f.bad("keys without TTL", f"{_s(key)} ({state} job)")
 

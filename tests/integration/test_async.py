@@ -159,7 +159,7 @@ def test_an_async_worker_sigkilled_mid_run_loses_nothing_and_counts_once(
         st = q.wait(j.id, timeout=90)
         assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 10, 0)
         assert q.results(j.id) == {i: i * 2 for i in range(10)}
-        assert r.exists(JobKeys(j.id).tasks) == 0
+        assert r.exists(JobKeys(j.id, queue_name).tasks) == 0
     pipe = r.pipeline(transaction=False)
     for j in jobs:
         for i in range(10):

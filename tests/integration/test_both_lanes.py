@@ -41,7 +41,7 @@ def test_a_dead_letter_replays_with_its_jobs_priority_client_and_deliveries(
     target = q.replay_dead(dead.id)
     # Then the new job has the settings of the job it came from
     assert target != job.id
-    meta = r.hmget(JobKeys(target).meta, "priority", "client", "max_deliveries")
+    meta = r.hmget(JobKeys(target, queue_name).meta, "priority", "client", "max_deliveries")
     assert [m.decode() for m in meta] == ["3", "vip", "2"]
     q.close()
 
@@ -52,7 +52,7 @@ def test_a_cancel_resent_after_its_reply_was_lost_reports_what_the_first_did(
     # Given a one-entry job whose entry a worker holds (read, not acknowledged)
     q = Queue(queue_name, redis_url)
     job = _submit(q, lane, ["x"])
-    stream = (JobKeys(job.id).tasks if lane == "job"
+    stream = (JobKeys(job.id, queue_name).tasks if lane == "job"
               else q.lane_shard(job.id).lane(50, "default"))
     assert r.xreadgroup("workers", "w-held", {stream: ">"}, count=10)
     # When a cancel is sent, its reply lost, and the same cancel sent again
@@ -276,7 +276,7 @@ def test_a_deleted_job_is_gone_and_an_unfinished_one_is_refused_unless_cancelled
         with pytest.raises(JobNotFound):
             call(done.id)
     if lane == "job":
-        assert r.keys(f"sq:{{{done.id}}}:*") == []
+        assert r.keys(f"sq:{{{q.name}/{done.id}}}:*") == []
     else:
         shard = q.lane_shard(done.id)
         assert [r.hexists(k, done.id) for k in (shard.ljobs, shard.lresults, shard.lerrors)
@@ -420,11 +420,11 @@ def test_a_retry_copies_dead_letters_a_crash_left_unannounced_then_reruns_them(
     qk = q.known_shards[0]
     r.xdel(qk.dead, dead.id)
     r.delete(qk.announced(dead_letter_key(job.id, dead.job_created_ms, "0", dead.serial)))
-    r.sadd(JobKeys(job.id).unannounced, "0")
+    r.sadd(JobKeys(job.id, queue_name).unannounced, "0")
     # When it is retried, its cause mended
     mode["bad"] = False
     assert q.retry(job.id) == 1
     # Then it runs again and succeeds, and no dead letter of it is left
     assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED and ran == [1, 1]
-    assert q.dead_letters(job_id=job.id) == [] and r.scard(JobKeys(job.id).unannounced) == 0
+    assert q.dead_letters(job_id=job.id) == [] and r.scard(JobKeys(job.id, queue_name).unannounced) == 0
     q.close()

@@ -85,7 +85,7 @@ def test_a_cancelled_job_starts_nothing_more_and_keeps_what_ran(
     assert st.state is JobState.CANCELLED and st.terminal and st.finished_ms
     # with one completion record, and every key of the job on the normal retention
     assert settled_completions(r, queue_name)[job] == 1
-    jk = JobKeys(job)
+    jk = JobKeys(job, queue_name)
     wait_until(lambda: not r.exists(jk.tasks), 30, "the stream released")
     for key in (jk.meta, jk.results):
         assert 0 < r.pttl(key) <= q.retention_ms
@@ -143,7 +143,7 @@ def test_cancel_before_any_start_drops_everything_of_both_lanes_and_scheduled_jo
     for job in (big, later, *small):
         st = q.status(job)
         assert st.state is JobState.CANCELLED and st.done == 0 and q.results(job) == {}
-    assert not r.exists(JobKeys(big).tasks)
+    assert not r.exists(JobKeys(big, queue_name).tasks)
     counts = settled_completions(r, queue_name)
     assert all(counts[job] == 1 for job in (big, later, *small, keep))
     q.close()
@@ -181,7 +181,7 @@ def test_a_worker_killed_holding_a_cancelled_job_loses_nothing_and_runs_none_of_
     wait_until(lambda: passes.at_least(4) & beats.at_least(7), 60,
                "4 reaper passes and 7 beats of every worker")
     assert starts(r, job, 12) == at_kill
-    assert 0 < r.pttl(JobKeys(job).tasks) <= q.retention_ms
+    assert 0 < r.pttl(JobKeys(job, queue_name).tasks) <= q.retention_ms
     assert q.status(job).state is JobState.CANCELLED
     assert settled_completions(r, queue_name) == {job: 1, other: 1}
     q.close()
@@ -194,7 +194,7 @@ def test_a_canceller_killed_after_its_first_step_leaves_nothing_stuck(
     # canceller was killed between the two steps)
     q = Queue(queue_name, redis_url)
     job = q.submit([{"n": i, "sleep": 0} for i in range(10)], concurrency=2).id
-    held, reply = q.scripts.cancel_job(JobKeys(job), new_token())
+    held, reply = q.scripts.cancel_job(JobKeys(job, queue_name), new_token())
     assert reply.completed and held == 0
     assert r.zscore(q.shard_for(job).active, job) is not None  # still registered
     # When a worker comes (it claims the job's token and finds it terminal)
@@ -296,7 +296,7 @@ def test_the_reaper_and_a_hand_back_release_a_cancelled_jobs_held_entries(
     # still visits it)
     q = Queue(queue_name, redis_url)
     job = q.submit([{"n": i, "sleep": 0} for i in range(6)], concurrency=2).id
-    jk = JobKeys(job)
+    jk = JobKeys(job, queue_name)
     read: Any = r.xreadgroup("workers", "gone", {jk.tasks: ">"}, count=4)
     ids = [eid.decode() for eid, _ in read[0][1]]
     held, reply = q.scripts.cancel_job(jk, new_token())

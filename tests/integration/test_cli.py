@@ -143,7 +143,7 @@ def test_submit_from_arguments_stdin_and_file(
                    "sub_requests": 4}
     st = q.status("job-args")
     assert (st.priority, st.concurrency, st.client, st.total) == (3, 2, "team-a", 4)
-    assert r.hget(JobKeys("job-args").meta, "max_deliveries") == b"2"
+    assert r.hget(JobKeys("job-args", queue_name).meta, "max_deliveries") == b"2"
     res = cli(redis_url, "submit", queue_name, "-", "--json", input='{"n": 1}\n\n[2]\n')
     stdin_job = json.loads(res.stdout)["job_id"]
     f = tmp_path / "in.jsonl"
@@ -204,7 +204,7 @@ def test_submit_in_a_real_process_reads_stdin(r: redis.Redis, redis_url: str,
     out = run(redis_url, "submit", queue_name, "-", "--json", input='{"n": 1}\n{"n": 2}\n')
     assert out.returncode == 0, out.stderr
     job = json.loads(out.stdout)["job_id"]
-    assert r.xlen(JobKeys(job).tasks) == 2 and r.zscore(QueueKeys(queue_name).active, job)
+    assert r.xlen(JobKeys(job, queue_name).tasks) == 2 and r.zscore(QueueKeys(queue_name).active, job)
 
 
 def test_submit_wait_exits_1_when_the_job_failed(redis_url: str, queue_name: str,
@@ -225,14 +225,14 @@ def test_submit_wait_exits_1_when_the_job_failed(redis_url: str, queue_name: str
 # -- status, pending, workers: the numbers equal Redis's own ------------------------------
 
 
-def _pending_by(r: redis.Redis, job: str) -> dict[str, int]:
-    return {c["name"].decode(): c["pending"] for c in r.xpending(JobKeys(job).tasks, GROUP)[
+def _pending_by(r: redis.Redis, queue: str, job: str) -> dict[str, int]:
+    return {c["name"].decode(): c["pending"] for c in r.xpending(JobKeys(job, queue).tasks, GROUP)[
         "consumers"]}
 
 
-def _idle_ids(r: redis.Redis, jobs: list[str], min_idle_ms: int) -> set[str]:
+def _idle_ids(r: redis.Redis, queue: str, jobs: list[str], min_idle_ms: int) -> set[str]:
     return {e["message_id"].decode() for j in jobs for e in r.xpending_range(
-        JobKeys(j).tasks, GROUP, "-", "+", 1000, idle=min_idle_ms)}
+        JobKeys(j, queue).tasks, GROUP, "-", "+", 1000, idle=min_idle_ms)}
 
 
 @pytest.mark.chaos
@@ -242,9 +242,9 @@ def test_status_pending_workers_with_live_stalled_and_dead_work(
     q, qk = Queue(queue_name, redis_url), QueueKeys(queue_name)
     # Given job B read by fake consumers and left pending (stalled), 2 of them delivered twice
     b = q.submit([{"sleep": 1}] * 4, priority=90).id
-    read = r.xreadgroup(GROUP, "ghost", {JobKeys(b).tasks: ">"}, count=10)
+    read = r.xreadgroup(GROUP, "ghost", {JobKeys(b, queue_name).tasks: ">"}, count=10)
     ids = [e[0] for e in read[0][1]]
-    r.xclaim(JobKeys(b).tasks, GROUP, "ghost2", 0, ids[:2])
+    r.xclaim(JobKeys(b, queue_name).tasks, GROUP, "ghost2", 0, ids[:2])
     # and job C dead-lettered by a worker process (KeyError, max_deliveries 1)
     c = q.submit([{"no sleep": 1}], priority=0, max_deliveries=1).id
     w1 = procs.worker(queue_name, "tests.handlers:slow", "--concurrency", "1", "--batch", "2")
@@ -260,7 +260,7 @@ def test_status_pending_workers_with_live_stalled_and_dead_work(
     until(lambda: r.exists(f"started:{d}:0"), what="job D started")
     until(lambda: r.zcount(qk.workers, "-inf", f"({int(time.time() * 1000)}") == 1,
           what="the killed worker's heartbeat to expire")
-    time.sleep(max(0.0, 1.6 - int(r.xpending_range(JobKeys(b).tasks, GROUP, "-", "+", 1)[0][
+    time.sleep(max(0.0, 1.6 - int(r.xpending_range(JobKeys(b, queue_name).tasks, GROUP, "-", "+", 1)[0][
         "time_since_delivered"]) / 1000))
     jobs = [b, a, d]
 
@@ -276,15 +276,15 @@ def test_status_pending_workers_with_live_stalled_and_dead_work(
     assert ov["completions_last_minute"] == r.xlen(qk.events) == 1  # job C, failed
     assert q.status(c).state is JobState.FAILED
     for row in ov["jobs"]:
-        tasks = JobKeys(row["job_id"]).tasks
+        tasks = JobKeys(row["job_id"], queue_name).tasks
         pending = r.xpending(tasks, GROUP)["pending"]
         assert row["in_flight"] == pending
-        assert row["queued"] == r.xlen(tasks) - pending + r.zcard(JobKeys(row["job_id"]).retry)
-        assert row["consumers"] == _pending_by(r, row["job_id"])
+        assert row["queued"] == r.xlen(tasks) - pending + r.zcard(JobKeys(row["job_id"], queue_name).retry)
+        assert row["consumers"] == _pending_by(r, queue_name, row["job_id"])
     assert ov["in_flight"] == 4 + 2 + 1
     assert {p["priority"]: p["jobs"] for p in ov["by_priority"]} == {10: 1, 20: 1, 90: 1}
     oldest = max(e["time_since_delivered"] for j in jobs for e in r.xpending_range(
-        JobKeys(j).tasks, GROUP, "-", "+", 100))
+        JobKeys(j, queue_name).tasks, GROUP, "-", "+", 100))
     assert 0 <= oldest - ov["oldest_pending_idle_ms"] < 2000
     assert cli_json(redis_url, "status", queue_name, a) == q.status(a).as_dict()
     text = cli(redis_url, "status", queue_name).stdout
@@ -293,30 +293,30 @@ def test_status_pending_workers_with_live_stalled_and_dead_work(
     # pending, grouped by job and consumer, equals XPENDING
     pend = cli_json(redis_url, "pending", queue_name)
     assert {(g["job_id"], g["consumer"]): g["count"] for g in pend["groups"]} == {
-        (j, cons): n for j in jobs for cons, n in _pending_by(r, j).items()}
-    assert pend["total"] == sum(r.xpending(JobKeys(j).tasks, GROUP)["pending"] for j in jobs)
+        (j, cons): n for j in jobs for cons, n in _pending_by(r, queue_name, j).items()}
+    assert pend["total"] == sum(r.xpending(JobKeys(j, queue_name).tasks, GROUP)["pending"] for j in jobs)
     groups = {(g["job_id"], g["consumer"]): g for g in pend["groups"]}
     assert groups[(b, "ghost2")]["max_deliveries"] == 2 and groups[(b, "ghost")][
         "max_deliveries"] == 1
     assert not groups[(b, "ghost")]["consumer_live"]
     live = {g["consumer"] for g in pend["groups"] if g["consumer_live"]}
-    assert live == set(_pending_by(r, d))
+    assert live == set(_pending_by(r, queue_name, d))
     # per entry with JOB: ids, indexes, consumers and delivery counts from XPENDING / XRANGE
     entries = cli_json(redis_url, "pending", queue_name, b)["entries"]
-    redis_entries = r.xpending_range(JobKeys(b).tasks, GROUP, "-", "+", 100)
+    redis_entries = r.xpending_range(JobKeys(b, queue_name).tasks, GROUP, "-", "+", 100)
     assert [(e["entry_id"], e["consumer"], e["deliveries"]) for e in entries] == [
         (x["message_id"].decode(), x["consumer"].decode(), x["times_delivered"])
         for x in redis_entries]
     assert [e["index"] for e in entries] == [
-        int(r.xrange(JobKeys(b).tasks, e["entry_id"], e["entry_id"])[0][1][b"i"])
+        int(r.xrange(JobKeys(b, queue_name).tasks, e["entry_id"], e["entry_id"])[0][1][b"i"])
         for e in entries] == [0, 1, 2, 3]
     only = cli_json(redis_url, "pending", queue_name, "--consumer", "ghost2", "--details")
     assert {e["entry_id"] for e in only["entries"]} == {i.decode() for i in ids[:2]}
     # --min-idle filters as XPENDING IDLE does (idle only grows, except refreshed entries)
-    before = _idle_ids(r, jobs, 1000)
+    before = _idle_ids(r, queue_name, jobs, 1000)
     shown = {e["entry_id"] for e in cli_json(redis_url, "pending", queue_name, "--min-idle",
                                              "1", "--details")["entries"]}
-    assert before <= shown <= _idle_ids(r, jobs, 1000)
+    assert before <= shown <= _idle_ids(r, queue_name, jobs, 1000)
     assert {i.decode() for i in ids} <= shown
 
     # workers: the killed one is dead and still owns job A's token

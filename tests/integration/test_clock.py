@@ -110,7 +110,7 @@ def test_a_finishing_worker_behind_the_producer_completes_a_resubmitted_job_once
     t.start()
     try:
         q.submit([1], job_id=jid)
-        until(lambda: r.xpending(JobKeys(jid).tasks, config.GROUP)["pending"] == 1,
+        until(lambda: r.xpending(JobKeys(jid, queue_name).tasks, config.GROUP)["pending"] == 1,
               what="the sub-request in the handler")
         # When a concurrent re-submit of the same job id creates it (finding it there)...
         call = q._create_call(jid, config.DEFAULT_PRIORITY, config.DEFAULT_CONCURRENCY,
@@ -157,7 +157,7 @@ def test_a_short_retention_does_not_drop_the_guard_of_a_long_one(
     last_event = r.xrevrange(long_q.keys.events, count=1)[0][0]
     # And the long job's deferred finish (a worker's next settle, or the reaper's pass
     # over a terminal job) comes afterwards
-    reply = JobReply.parse([1, *r.hmget(JobKeys("long").meta, *_META)])
+    reply = JobReply.parse([1, *r.hmget(JobKeys("long", queue_name).meta, *_META)])
     assert reply.state == "succeeded"
     finished_again = long_q._finish("long", reply)
     # Then it records no second completion and publishes nothing more
@@ -206,7 +206,7 @@ def test_a_skewed_process_clock_moves_no_deadline(
     assert r.zscore(qk.leased, tok) is not None
 
     # When a sub-request fails: its retry is due delay_ms after Redis's clock
-    jk = JobKeys(job)
+    jk = JobKeys(job, queue_name)
     ((_, entries),) = r.xreadgroup(config.GROUP, w.id, {jk.tasks: ">"}, count=1)
     eid, fields = entries[0]
     t0 = redis_ms(r)
@@ -238,8 +238,8 @@ def test_a_job_id_reused_while_the_old_guard_is_kept_runs_and_completes_once(
     # (the job's state turns terminal in its slot a moment before the queue's slot
     # records the finish: wait for that, then drop the records)
     until(lambda: r.zcard(q.keys.finished) == 1, what="the first finish")
-    old = r.hget(JobKeys("reused").meta, "incarnation")
-    jk = JobKeys("reused")
+    old = r.hget(JobKeys("reused", queue_name).meta, "incarnation")
+    jk = JobKeys("reused", queue_name)
     r.delete(jk.meta, jk.results, jk.errors, jk.dlq)
     # When the same job id is submitted again
     job = q.submit([21], job_id="reused")

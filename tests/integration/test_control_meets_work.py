@@ -47,7 +47,7 @@ def test_a_cancel_noted_during_a_suspect_entrys_round_trips_stops_its_start(
     # Given a job whose entries were re-added by the reaper as suspect (their worker died)
     q = Queue(f"cmw-{uuid.uuid4().hex[:6]}", redis_url)
     job = q.submit([1, 2, 3], job_id=f"j-{uuid.uuid4().hex[:6]}")
-    jk = JobKeys(job.id)
+    jk = q.keys.job(job.id)
     r.xreadgroup("workers", "dead-worker", {jk.tasks: ">"}, count=10)
     _, readded, _, _ = q.scripts.reclaim(jk, consumer="reaper", min_idle_ms=0, cursor="0-0",
                                          count=10)

@@ -332,7 +332,7 @@ def test_completion_recorded_and_published_once(
     st = jobs[0].status()
     from streamq.model.scripts import JobReply
 
-    incarnation = r.hget(JobKeys(jobs[0].id).meta, "incarnation").decode()
+    incarnation = r.hget(JobKeys(jobs[0].id, queue_name).meta, "incarnation").decode()
     call = q.finish_call(jobs[0].id, JobReply(True, st.state.value, st.total, st.done, st.failed,
                                               st.concurrency, "", 50, "default", 1, 1000,
                                               incarnation))
@@ -360,11 +360,11 @@ def test_duplicate_submit_returns_the_same_job(r: redis.Redis, redis_url: str, q
     b = q.submit([3, 4, 5], job_id="job-1")
     assert (a.id, a.created, b.id, b.created) == ("job-1", True, "job-1", False)
     assert q.status("job-1").total == 2
-    assert r.xlen(JobKeys("job-1").tasks) == 2
+    assert r.xlen(JobKeys("job-1", queue_name).tasks) == 2
     c = q.submit([1], dedup_key="upload-7")
     d = q.submit([1, 2, 3], dedup_key="upload-7")
     assert c.id == d.id and not d.created
-    assert q.status(c.id).total == 1 and r.xlen(JobKeys(c.id).tasks) == 1
+    assert q.status(c.id).total == 1 and r.xlen(JobKeys(c.id, queue_name).tasks) == 1
     assert r.zcard(QueueKeys(queue_name).active) == 2
     assert r.hlen(QueueKeys(queue_name).tokens) == 2
 
@@ -384,7 +384,7 @@ def test_bad_payloads_enqueue_nothing(r: redis.Redis, redis_url: str, queue_name
         sj.add_many([1, "y" * 2000])
     assert sj.status().total == 0
     keys = {k.decode() for k in r.scan_iter(count=1000)}
-    assert keys == {JobKeys(sj.id).meta, JobKeys(sj.id).tasks, *(
+    assert keys == {JobKeys(sj.id, queue_name).meta, JobKeys(sj.id, queue_name).tasks, *(
         getattr(QueueKeys(queue_name), n) for n in ("active", "tokens", "ready", "fair", "wake", "config")),
         QUEUES}
 
@@ -429,7 +429,7 @@ def test_finished_jobs_leave_only_results_and_records(
     # Then their streams are gone (acknowledged entries deleted, stream dropped at completion)
     pipe = r.pipeline(transaction=False)
     for j in jobs:
-        pipe.exists(JobKeys(j.id).tasks)
+        pipe.exists(JobKeys(j.id, queue_name).tasks)
     assert sum(pipe.execute()) == 0
     # (the registry of queue names is the deployment's, not the queue's)
     job_keys = [k.decode() for k in r.scan_iter(count=5000)
@@ -454,8 +454,8 @@ def test_finished_jobs_leave_only_results_and_records(
     assert r.zcard(qk.finished) == 20_000
     pipe = r.pipeline(transaction=False)
     for j in jobs[::100]:
-        pipe.ttl(JobKeys(j.id).meta)
-        pipe.ttl(JobKeys(j.id).results)
+        pipe.ttl(JobKeys(j.id, queue_name).meta)
+        pipe.ttl(JobKeys(j.id, queue_name).results)
     assert all(t > 0 for t in pipe.execute())
 
 
@@ -474,13 +474,13 @@ def test_retention_expires_results_and_records(
     # keys expire, and Redis's clock passes the time its dedup key is forgotten after)
     forget_ms = r.zscore(qk.dedup_expiry, "once")
     assert forget_ms is not None
-    wait_until(lambda: r.exists(JobKeys(old.id).meta, JobKeys(old.id).results) == 0
+    wait_until(lambda: r.exists(JobKeys(old.id, queue_name).meta, JobKeys(old.id, queue_name).results) == 0
                and server_ms(r, qk.dedup_expiry) > forget_ms, 30, "the retention to pass")
     new = q.submit([3], dedup_key="once")
     assert new.id != old.id  # the dedup key was forgotten with the job
     new.wait(timeout=10)
     # Then the old job's keys expired and its records were trimmed
-    assert r.exists(JobKeys(old.id).meta, JobKeys(old.id).results) == 0
+    assert r.exists(JobKeys(old.id, queue_name).meta, JobKeys(old.id, queue_name).results) == 0
     # a guard is "<job>|<incarnation>"
     assert [m.split(b"|")[0] for m in r.zrange(qk.finished, 0, -1)] == [new.id.encode()]
     assert [f[b"job"] for _, f in r.xrange(qk.events)] == [new.id.encode()]
@@ -497,7 +497,7 @@ def test_retried_submit_resumes_an_interrupted_one(
     # Given a submit that stopped after its first chunk (a producer crash)
     call = q._create_call("big-1", 10, 2, "c", 3, "", encoded[: config.ADD_CHUNK], "submit")
     q.scripts.run(call.name, call.keys, call.args)
-    q.scripts.add_tasks(JobKeys("big-1"), encoded[config.ADD_CHUNK : config.ADD_CHUNK + 3])
+    q.scripts.add_tasks(JobKeys("big-1", queue_name), encoded[config.ADD_CHUNK : config.ADD_CHUNK + 3])
     assert q.status("big-1").state is JobState.OPEN
     # When the producer retries the same submit
     job = q.submit(payloads, job_id="big-1", priority=10, concurrency=2, client="c")
@@ -524,7 +524,7 @@ def test_job_id_reused_after_its_retention_runs_again(
     workers(queue_name, lambda p: p * 2, retention_s=0.5)
     assert q.submit([1], job_id="again").wait(timeout=10).done == 1
     # (real time: its record expires with its retention)
-    wait_until(lambda: not r.exists(JobKeys("again").meta), 30, "the retention to pass")
+    wait_until(lambda: not r.exists(JobKeys("again", queue_name).meta), 30, "the retention to pass")
     job = q.submit([21], job_id="again")
     assert job.created and job.wait(timeout=10).done == 1
     assert job.results() == {0: 42}
@@ -541,7 +541,7 @@ def test_a_job_records_its_first_start(
     job = q.submit(["a", "b", "c"], concurrency=1)
     failing = q.submit(["x"], max_deliveries=1, job_id=f"{queue_name}-fails")
     time.sleep(0.3)
-    assert r.hget(JobKeys(job.id).meta, "started") is None
+    assert r.hget(JobKeys(job.id, queue_name).meta, "started") is None
 
     def handler(p: Any) -> Any:
         if p == "x":
@@ -557,8 +557,8 @@ def test_a_job_records_its_first_start(
     # creation (by the time the entries waited) and no later than its completion
     for j in (job, failing):
         created, started, finished = (int(v) for v in r.hmget(
-            JobKeys(j.id).meta, "created", "started", "finished"))
+            JobKeys(j.id, queue_name).meta, "created", "started", "finished"))
         assert created + 250 <= started <= finished
     # and a later ack does not move it (the first of three entries started first)
-    first = int(r.hget(JobKeys(job.id).meta, "started"))
-    assert first <= int(r.hget(JobKeys(job.id).meta, "finished")) - 100
+    first = int(r.hget(JobKeys(job.id, queue_name).meta, "started"))
+    assert first <= int(r.hget(JobKeys(job.id, queue_name).meta, "finished")) - 100

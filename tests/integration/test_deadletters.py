@@ -29,7 +29,7 @@ StartWorker = Callable[..., Worker]
 def dead_letter_directly(q: Queue, job_id: str, index: int, error: str = "boom") -> None:
     """Dead-letter sub-request ``index`` of a live job as a worker would (read + fail),
     without announcing it: the state a crash right after ``fail`` leaves."""
-    jk = JobKeys(job_id)
+    jk = q.keys.job(job_id)
     entries: Any = q.redis.xreadgroup("workers", "w-test", {jk.tasks: ">"}, count=100)
     for eid, f in entries[0][1]:
         if int(f[b"i"]) == index:
@@ -60,7 +60,7 @@ def test_worker_killed_between_dead_letter_and_announce(
     dead = q.dead_letters()
     assert [(d.job_id, d.index) for d in dead] == [(job.id, "0")]
     assert r.xlen(q.keys.dead) == 1
-    assert not r.exists(JobKeys(job.id).unannounced)
+    assert not r.exists(JobKeys(job.id, queue_name).unannounced)
     assert r.zcard(q.keys.owed) == 0
     # and further passes add nothing
     Reaper(queue_name, redis_url).run_once()
@@ -102,7 +102,7 @@ def test_a_terminal_job_owing_announcements_is_repaired(
     q = Queue(queue_name, redis_url)
     job = q.submit(["a", "b"], max_deliveries=1)
     dead_letter_directly(q, job.id, 1)
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     entries: Any = r.xreadgroup("workers", "w-test", {jk.tasks: "0"}, count=10)
     eid = entries[0][1][0][0].decode()
     ack = q.scripts.parse_ack(q.scripts.run(*q.scripts.ack_call(jk, [(eid, 0, b"bA")])))
@@ -137,7 +137,7 @@ def test_a_resent_announce_adds_one_copy(
         client.close()
     # Then the dead stream holds one copy
     assert r.xlen(q.keys.dead) == 1
-    assert not r.exists(JobKeys(sj.id).unannounced)
+    assert not r.exists(JobKeys(sj.id, queue_name).unannounced)
 
 
 def test_two_announcers_racing_add_one_copy_each(
@@ -235,7 +235,7 @@ def test_a_replay_whose_reply_is_lost_runs_once(
     with ReplyDropProxy(port) as proxy:
         pq = Queue(queue_name, client=connect(proxy.url))
         # When the reply of the job-slot replay is lost and the call is resent
-        proxy.drop_reply_to(JobKeys(sj.id).unannounced.encode())
+        proxy.drop_reply_to(JobKeys(sj.id, queue_name).unannounced.encode())
         assert pq.replay_dead(dead.id) == sj.id
         assert proxy.dropped == 1
         pq.close()
@@ -281,8 +281,8 @@ def test_a_job_id_reused_after_its_retention_has_dead_letters_of_its_own(
     [old] = q.dead_letters()
     old_target = q.replay_dead(old.id)
     assert old_target == "reused"
-    born = int(r.hget(JobKeys("reused").meta, "created") or 0)
-    r.delete(*r.keys("sq:{reused}:*"))
+    born = int(r.hget(JobKeys("reused", queue_name).meta, "created") or 0)
+    r.delete(*r.keys(f"sq:{{{queue_name}/reused}}:*"))
     q.scripts.forget_job(q.keys, "reused")
     while int(time.time() * 1000) <= born:  # a later life starts in a later millisecond
         time.sleep(0.001)

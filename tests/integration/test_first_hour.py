@@ -556,3 +556,77 @@ def test_repeats_are_added_listed_paused_and_removed_from_the_command_line(
     res = _shell(redis_url, tmp_path, "repeat", "pause", queue_name, "tick")
     assert res.returncode == 2 and "has no repeat 'tick'" in res.stderr, res.stderr
     q.close()
+
+
+def test_one_job_id_names_a_job_in_each_queue(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    import json
+
+    # Given two queues, each with a worker of its own handler
+    (tmp_path / "app.py").write_text("def double(p):\n    return p * 2\n\n\n"
+                                     "def negate(p):\n    return -p\n")
+    other = f"{queue_name}-b"
+    procs = [_worker(redis_url, tmp_path, queue_name, "app:double"),
+             _worker(redis_url, tmp_path, other, "app:negate")]
+    try:
+        # When the same job id is submitted to each from the CLI, and both are waited for
+        done = [_shell(redis_url, tmp_path, "submit", q, v, "--job-id", "shared1", "--wait",
+                       "--timeout", "60") for q, v in ((queue_name, "3"), (other, "5"))]
+        # Then both were accepted as two jobs, and each ran with its own queue's handler
+        for res in done:
+            assert res.returncode == 0, res.stdout + res.stderr
+        got = [json.loads(_shell(redis_url, tmp_path, "results", q, "shared1", "--json").stdout)
+               for q in (queue_name, other)]
+        assert [g["results"] for g in got] == [{"0": 6}, {"0": -5}]
+        # And a third queue does not know the id
+        assert _shell(redis_url, tmp_path, "status", f"{queue_name}-c", "shared1").returncode == 4
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=30)
+
+
+def test_setup_moves_jobs_of_the_earlier_key_layout(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    import redis as redis_py
+
+    from streamq.ops.migrate import PARTS
+
+    # Given an unfinished job and a finished one stored as earlier releases stored them
+    # (``sq:{<job id>}:<part>``: their keys renamed there)
+    q = Queue(queue_name, redis_url)
+    done = q.submit(["a"], job_id=f"{queue_name}-old-done")
+    (tmp_path / "app.py").write_text("def up(p):\n    return p.upper()\n")
+    first = _worker(redis_url, tmp_path, queue_name, "app:up")
+    try:
+        assert q.wait(done.id, timeout=30).state is JobState.SUCCEEDED
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
+    waiting = q.submit(["b", "c"], job_id=f"{queue_name}-old-open")
+    r = redis_py.Redis.from_url(redis_url)
+    ttl_before = r.pttl(q.keys.job(done.id).meta)
+    for job in (done.id, waiting.id):
+        for part in PARTS:
+            key = getattr(q.keys.job(job), part)
+            if r.exists(key):
+                r.rename(key, f"sq:{{{job}}}:{part}")
+    assert q.keys.job(waiting.id).meta.encode() not in r.keys("sq:*")
+    # When `streamq setup` runs (the upgrade's step) and then a worker starts
+    res = _shell(redis_url, tmp_path, "setup")
+    assert res.returncode == 0 and "moved 2 job(s)" in res.stdout, res.stdout + res.stderr
+    again = _shell(redis_url, tmp_path, "setup")
+    assert "moved" not in again.stdout  # nothing is left to move
+    second = _worker(redis_url, tmp_path, queue_name, "app:up")
+    try:
+        # Then the unfinished job runs to its end, and the finished one kept its result
+        # and its time to live
+        assert q.wait(waiting.id, timeout=30).state is JobState.SUCCEEDED
+        assert q.results(waiting.id) == {0: "B", 1: "C"}
+        assert q.results(done.id) == {0: "A"}
+        assert 0 < r.pttl(q.keys.job(done.id).meta) <= ttl_before
+        assert not r.keys(f"sq:{{{queue_name}-old-*}}:*")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=30)
+    q.close()

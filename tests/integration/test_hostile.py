@@ -59,7 +59,7 @@ def test_hostile_entries_are_dead_lettered_with_their_reason_and_the_worker_goes
     q = Queue(queue_name, redis_url)
     sj = q.open(concurrency=2, max_deliveries=1)
     sj.add("fine")
-    jk = JobKeys(sj.id)
+    jk = JobKeys(sj.id, queue_name)
     escapes = '"' + "\\n" * (1 << 19) + '"'  # 1 MiB of escapes: valid, 512 Ki newlines
     raw: list[tuple[str, bytes]] = [
         ("j", DEEP.encode()),

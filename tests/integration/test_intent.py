@@ -38,8 +38,9 @@ def dying_producer(queue: str, proxy: ReplyDropProxy) -> Queue:
     return q
 
 
-def keys_without_ttl(r: redis.Redis, job_id: str) -> list[str]:
-    return [k.decode() for k in r.scan_iter(match=f"sq:{{{job_id}}}:*") if r.pttl(k) < 0]
+def keys_without_ttl(r: redis.Redis, queue: str, job_id: str) -> list[str]:
+    return [k.decode() for k in r.scan_iter(match=f"sq:{{{queue}/{job_id}}}:*")
+            if r.pttl(k) < 0]
 
 
 def wait_terminal(q: Queue, job_id: str) -> JobState:
@@ -56,7 +57,7 @@ def test_a_job_created_but_never_registered_is_registered_by_the_reaper(
     with pytest.raises(ConnectionFailed):
         q.submit([1, 2, 3], job_id="orphan-1")
     qk = QueueKeys(queue_name)
-    assert r.exists(JobKeys("orphan-1").meta)
+    assert r.exists(JobKeys("orphan-1", queue_name).meta)
     assert r.zscore(qk.active, "orphan-1") is None  # created, never registered
     assert r.zscore(qk.creating, "orphan-1") is not None  # its intent is there
     # When a reaper passes (grace 0) and a worker runs
@@ -69,7 +70,7 @@ def test_a_job_created_but_never_registered_is_registered_by_the_reaper(
     assert wait_terminal(good, "orphan-1") is JobState.SUCCEEDED
     assert good.results("orphan-1") == {0: 10, 1: 20, 2: 30}
     assert settled_completions(r, queue_name) == {"orphan-1": 1}
-    assert keys_without_ttl(r, "orphan-1") == []
+    assert keys_without_ttl(r, queue_name, "orphan-1") == []
     good.close()
 
 
@@ -100,7 +101,7 @@ def test_an_open_job_never_registered_is_registered_by_the_reaper(
     while r.zscore(qk.dedup_expiry, "stream-a") == float("inf"):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert keys_without_ttl(r, "open-1") == []
+    assert keys_without_ttl(r, queue_name, "open-1") == []
     good.close()
 
 
@@ -113,7 +114,7 @@ def test_an_empty_job_created_but_never_finished_is_finished_once(
     with pytest.raises(ConnectionFailed):
         q.submit([], job_id="empty-1", dedup_key="k-empty")
     qk = QueueKeys(queue_name)
-    assert r.hget(JobKeys("empty-1").meta, "state") == b"succeeded"
+    assert r.hget(JobKeys("empty-1", queue_name).meta, "state") == b"succeeded"
     assert completions_of(r, queue_name) == {}
     # When reapers pass (twice)
     reaper = Reaper(queue_name, redis_url, intent_grace_s=0)
@@ -125,7 +126,7 @@ def test_an_empty_job_created_but_never_finished_is_finished_once(
     forget_at = r.zscore(qk.dedup_expiry, "k-empty")
     assert forget_at is not None and forget_at != float("inf")
     assert r.zcard(qk.creating) == 0
-    assert keys_without_ttl(r, "empty-1") == []
+    assert keys_without_ttl(r, queue_name, "empty-1") == []
 
 
 def test_an_intent_whose_create_never_ran_is_dropped_and_frees_its_dedup_key(
@@ -145,7 +146,7 @@ def test_an_intent_whose_create_never_ran_is_dropped_and_frees_its_dedup_key(
     # a new submit with it makes a new job, which completes
     assert report.intents_dropped == 2
     assert r.zcard(qk.creating) == 0
-    assert not r.exists(JobKeys("never-1").meta) and not r.exists(JobKeys("never-2").meta)
+    assert not r.exists(JobKeys("never-1", queue_name).meta) and not r.exists(JobKeys("never-2", queue_name).meta)
     assert r.hget(qk.dedup, "k-1") is None
     job = q.submit([5], dedup_key="k-1")
     assert job.created and job.id != "never-1"

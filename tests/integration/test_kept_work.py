@@ -181,7 +181,7 @@ def test_a_cancel_does_not_wait_for_entries_of_a_read_whose_reply_was_lost(
         runs[p] += 1
         return p
 
-    proxy.drop_reply_to(JobKeys(job.id).tasks.encode() + b"\r\n$1\r\n>\r\n")
+    proxy.drop_reply_to(JobKeys(job.id, queue_name).tasks.encode() + b"\r\n$1\r\n>\r\n")
     with serving(queue_name, handler, proxy.url) as w:
         wait_until(lambda: job.status().done == 20, 60, "the entries the worker saw done")
         assert proxy.dropped == 1
@@ -317,7 +317,7 @@ def test_a_slot_starts_no_further_entry_of_a_job_noted_cancelled_in_its_batch(
         return p
 
     # When the worker runs the batch
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     with serving(queue_name, handler, redis_url):
         wait_until(lambda: runs["first"] == 1, 60, "the first entry run")
         wait_until(lambda: not r.exists(jk.tasks)

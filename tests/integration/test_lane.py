@@ -53,7 +53,7 @@ def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     q = Queue(queue_name, redis_url)
     job = q.submit([{"x": 1}])
     # Then it is a record and one entry of the shard's lane: no stream, meta or token
-    assert r.exists(JobKeys(job.id).meta, JobKeys(job.id).tasks) == 0
+    assert r.exists(JobKeys(job.id, queue_name).meta, JobKeys(job.id, queue_name).tasks) == 0
     assert r.hexists(qk.ljobs, job.id) and r.xlen(qk.lane(50, "default")) == 1
     assert r.zcard(qk.ready) == 0
     st = q.status(job.id)

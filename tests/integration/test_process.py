@@ -52,7 +52,7 @@ def test_sigterm_lets_the_current_sub_request_finish(
     assert q.results(job.id) == {0: {"slept": 1.5}}
     # the two it had read but not started went back to the stream, never started
     assert not r.exists(f"started:{job.id}:1") and not r.exists(f"started:{job.id}:2")
-    assert r.xlen(JobKeys(job.id).tasks) == 2
+    assert r.xlen(JobKeys(job.id, queue_name).tasks) == 2
     # its token is back in ready and it left the worker registry
     qk = QueueKeys(queue_name)
     assert r.zcard(qk.leased) == 0 and r.zcard(qk.ready) == 1 and r.zcard(qk.workers) == 0

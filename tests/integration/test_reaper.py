@@ -58,7 +58,7 @@ def test_entries_read_between_the_reapers_check_and_its_delete_are_kept(
     # (a worker that read an empty batch, say), not registered as a live worker
     q = Queue(queue_name, redis_url)
     job = q.submit([{"n": i} for i in range(5)])
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     r.xgroup_createconsumer(jk.tasks, "workers", "late-worker")
     # (past the reaper's min idle of 0.1 s: XINFO CONSUMERS' idle time, what it checks)
     wait_until(lambda: consumer_idle_ms(r, jk.tasks, "late-worker") >= 300, 30,
@@ -95,7 +95,7 @@ def test_idle_consumers_are_deleted_only_when_empty_and_idle(
     # holding an entry, one just used, one idle with nothing
     q = Queue(queue_name, redis_url)
     job = q.submit([1, 2])
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     r.xreadgroup("workers", "holder", {jk.tasks: ">"}, count=1)
     r.xgroup_createconsumer(jk.tasks, "workers", "idle")
     # (past the min idle of 1 s: XINFO CONSUMERS' idle time, what the script checks)
@@ -110,7 +110,7 @@ def test_idle_consumers_are_deleted_only_when_empty_and_idle(
     names = {c["name"] for c in r.xinfo_consumers(jk.tasks, "workers")}
     assert names == {b"holder", b"fresh"}
     # and on a stream without its group, nothing happens
-    assert reaper.scripts.delete_consumers(JobKeys("no-such-job"), ["x"], 0) == 0
+    assert reaper.scripts.delete_consumers(JobKeys("no-such-job", queue_name), ["x"], 0) == 0
 
 
 def test_a_dedup_reservation_made_during_the_trim_is_kept(

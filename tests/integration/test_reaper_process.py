@@ -18,7 +18,6 @@ import redis
 from conftest import ROOT, free_port, module_args, start_redis
 
 from streamq import Queue
-from streamq.base.keys import JobKeys
 from streamq.storage import functions
 
 Launch = Callable[..., subprocess.Popen[bytes]]
@@ -72,7 +71,7 @@ def stop(proc: subprocess.Popen[bytes]) -> str:
 def stalled_job(url: str, queue: str) -> Callable[[], bool]:
     """A job whose 3 entries a vanished consumer read; returns "the reaper took them back"."""
     q = Queue(queue, url)
-    jk = JobKeys(q.submit([1, 2, 3]).id)
+    jk = q.keys.job(q.submit([1, 2, 3]).id)
     q.redis.xreadgroup("workers", "vanished", {jk.tasks: ">"}, count=3)
     return lambda: int(q.redis.xpending(jk.tasks, "workers")["pending"]) == 0
 

@@ -45,7 +45,7 @@ def assert_all_done_once(q: Queue, r: redis.Redis, job_id: str, n: int) -> None:
     assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, n, n, 0)
     assert q.results(job_id) == {i: i * 2 for i in range(n)}
     assert settled_completions(r, q.name) == {job_id: 1}
-    assert r.exists(JobKeys(job_id).tasks) == 0
+    assert r.exists(q.keys.job(job_id).tasks) == 0
 
 
 @pytest.mark.cluster_too
@@ -98,7 +98,7 @@ def test_reaper_killed_mid_pass(
                            env={"STREAMQ_FAULT": "after_read:4"})
     assert crasher.wait(30) == -signal.SIGKILL
     # the dead worker's entries are now stalled: idle 2.2 s, past the reapers' min idle (2 s)
-    wait_stalled(r, [JobKeys(j.id).tasks for j in jobs], 2.2)
+    wait_stalled(r, [JobKeys(j.id, queue_name).tasks for j in jobs], 2.2)
     reaper = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert reaper.wait(30) == -signal.SIGKILL
     procs.reaper(queue_name)
@@ -189,7 +189,7 @@ def test_always_failing_handler_dead_letters_once_then_replays(
         assert dead[0].as_dict()["payload"] == "bad"
         assert settled_completions(r, queue_name) == {job.id: 1}
         # and the job's dead-letter payloads expire with its results, not never
-        jk = JobKeys(job.id)
+        jk = JobKeys(job.id, queue_name)
         assert r.hexists(jk.dlq, "1")
         dlq_ttl, results_ttl = r.pttl(jk.dlq), r.pttl(jk.results)  # read 1 ms or so apart
         assert dlq_ttl > 0 and abs(dlq_ttl - results_ttl) < 1000
@@ -265,7 +265,7 @@ def test_malformed_entries_and_unknown_jobs_are_dead_lettered(
     q = Queue(queue_name, redis_url)
     sj = q.open()
     sj.add("fine")
-    jk = JobKeys(sj.id)
+    jk = JobKeys(sj.id, queue_name)
     # entries written by something other than streamq: no fields, bad JSON, bad type
     r.xadd(jk.tasks, {"x": "1"})
     r.xadd(jk.tasks, {"i": "1", "t": "j", "p": "{not json"})
@@ -437,7 +437,7 @@ def test_dead_worker_leases_freed_and_consumers_deleted(
     # Given a worker that claimed a token, read entries, and went silent
     q = Queue(queue_name, redis_url)
     job = q.submit([1, 2, 3], concurrency=1)
-    qk, jk = QueueKeys(queue_name), JobKeys(job.id)
+    qk, jk = QueueKeys(queue_name), JobKeys(job.id, queue_name)
     claimed = q.scripts.settle(qk, "ghost-worker", 0, 1, 600_000, 1).claimed
     assert [t for t, _ in claimed] == [f"{job.id}#0"]
     sec, usec = r.time()  # heartbeat deadlines are Redis's clock
@@ -469,10 +469,10 @@ def test_a_broken_job_does_not_stop_the_recovery_of_the_others(
     # and a job whose 5 entries a vanished consumer read and never settled
     q = Queue(queue_name, redis_url)
     broken = q.submit([1, 2])
-    r.delete(JobKeys(broken.id).tasks)
-    r.set(JobKeys(broken.id).tasks, "not a stream")
+    r.delete(JobKeys(broken.id, queue_name).tasks)
+    r.set(JobKeys(broken.id, queue_name).tasks, "not a stream")
     job = q.submit([{"n": i} for i in range(5)])
-    r.xreadgroup("workers", "vanished", {JobKeys(job.id).tasks: ">"}, count=5)
+    r.xreadgroup("workers", "vanished", {JobKeys(job.id, queue_name).tasks: ">"}, count=5)
     time.sleep(0.2)
     # When a reaper pass runs
     report = Reaper(queue_name, redis_url, min_idle_s=0.1).run_once()

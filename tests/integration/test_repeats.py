@@ -116,7 +116,7 @@ def test_pause_resume_and_remove(r: redis.Redis, redis_url: str, queue_name: str
     # When removed: it is gone, its job stays, a tick read before the remove changes nothing
     jid = q.repeats.get("p").last_job
     assert q.repeats.remove("p") is True and q.repeats.remove("p") is False
-    assert q.repeats.list() == [] and r.exists(JobKeys(jid or "").meta)
+    assert q.repeats.list() == [] and r.exists(JobKeys(jid or "", queue_name).meta)
     assert q.scripts.run("repeat_advance", (q.keys.repeats, q.keys.repeat_next,
                                             q.keys.repeat_last), ("p", nxt, nxt + 1000)) == 0
     for bad in (q.repeats.pause, q.repeats.resume, q.repeats.get):

@@ -41,8 +41,8 @@ def test_a_resent_streaming_add_adds_once(
     assert proxy.connections == 2
     assert indexes == [0, 1, 2]
     assert job.status().total == 3
-    assert r.xlen(JobKeys(job.id).tasks) == 3
-    assert int(r.hget(JobKeys(job.id).meta, "remaining") or 0) == 4  # 3 + the open mark
+    assert r.xlen(JobKeys(job.id, queue_name).tasks) == 3
+    assert int(r.hget(JobKeys(job.id, queue_name).meta, "remaining") or 0) == 4  # 3 + the open mark
     assert job.add_many(["d"]) == [3]
     q.close()
 
@@ -81,7 +81,7 @@ def test_a_second_producer_of_the_same_submit_is_still_refused(
     call = q._create_call("big", 0, 1, "c", 3, "", encoded[: config.ADD_CHUNK], "submit")
     q.scripts.run(call.name, call.keys, call.args)
     # When another producer adds the next chunk, and this one then adds the same chunk
-    assert q.scripts.add_tasks(JobKeys("big"), encoded[500:600], expect_total=500) == 600
+    assert q.scripts.add_tasks(JobKeys("big", queue_name), encoded[500:600], expect_total=500) == 600
     # Then the fenced add of the first is refused: it is not a resend of its own add
     with pytest.raises(JobConflict):
         q._add_rest_and_finalize("big", encoded, 500)
@@ -102,7 +102,7 @@ def test_an_empty_job_whose_create_reply_was_lost_is_finished_once(
     assert job.created
     assert job.status().state is JobState.SUCCEEDED
     assert completions_of(r, queue_name) == {job.id: 1}
-    incarnation = (r.hget(JobKeys(job.id).meta, "incarnation") or b"").decode()
+    incarnation = (r.hget(JobKeys(job.id, queue_name).meta, "incarnation") or b"").decode()
     assert r.zscore(qk.finished, f"{job.id}|{incarnation}") is not None
     assert r.zscore(qk.active, job.id) is None
     # and its dedup key is forgotten after the retention, not kept for ever
@@ -238,5 +238,5 @@ def test_a_spark_write_round_whose_reply_is_lost_adds_each_row_once(
     st = Queue(queue_name, proxy.url).status("lost-round")
     assert (st.state, st.total) == (JobState.ACTIVE, 1_800)
     got = sorted(int(codec.decode(b"j", f[b"p"])["id"])
-                 for _, f in r.xrange(JobKeys("lost-round").tasks))
+                 for _, f in r.xrange(JobKeys("lost-round", queue_name).tasks))
     assert got == list(range(1_800))

@@ -26,7 +26,7 @@ def no_lifetime(r: redis.Redis, jobs: set[str], queue: str) -> list[str]:
     found = []
     for raw in r.scan_iter(count=1000):
         key = raw.decode()
-        if (key.startswith("sq:") and any(key.startswith(f"sq:{{{j}}}:") or j in key for j in jobs)
+        if (key.startswith("sq:") and any(key.startswith(f"sq:{{{queue}/{j}}}:") or j in key for j in jobs)
                 and r.pttl(key) <= 0):
             found.append(f"{key} (no TTL)")
     q = f"sq:{{{queue}}}:"
@@ -49,7 +49,7 @@ def test_no_key_of_a_finished_job_is_left_without_a_lifetime(
     aborted = q.open(max_deliveries=1)
     aborted.add_many([{"n": 0}, {"n": 1}])
     dead_letter_directly(q, aborted.id, 0)
-    reply = q.scripts.abort_job(JobKeys(aborted.id), "test")
+    reply = q.scripts.abort_job(JobKeys(aborted.id, queue_name), "test")
     assert reply.completed
     call = q.finish_call(aborted.id, reply)
     q.scripts.run(call.name, call.keys, call.args)
@@ -58,7 +58,7 @@ def test_no_key_of_a_finished_job_is_left_without_a_lifetime(
     orphan = q.submit([{"n": 0}, {"n": 1}], concurrency=3)
     claimed = q.scripts.settle(q.keys, "w-gone", 0, 1, 30_000, 1).claimed
     assert [t for t, _ in claimed] == [token(orphan.id, 0)]
-    r.delete(JobKeys(orphan.id).meta)
+    r.delete(JobKeys(orphan.id, queue_name).meta)
     q.scripts.settle(q.keys, "w-gone", 0, 2, 30_000, 0, [(token(orphan.id, 0), "d")])
     jobs |= {aborted.id, orphan.id}
     Reaper(queue_name, redis_url).run_once()
@@ -115,7 +115,7 @@ def test_a_start_record_of_an_entry_reclaimed_meanwhile_is_not_kept(
     # Given a suspect entry read by a worker, then reclaimed from it (it stalled)
     q = Queue(queue_name, redis_url)
     job = q.submit(["x"])
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     got: Any = r.xreadgroup("workers", "w-slow", {jk.tasks: ">"}, count=1)
     eid = got[0][1][0][0].decode()
     q.scripts.reclaim(jk, consumer="streamq-reaper", min_idle_ms=0, cursor="0-0", count=10)
@@ -132,7 +132,7 @@ def test_a_stalled_worker_leaves_no_start_record_behind(
     # first of which runs for a while
     q = Queue(queue_name, redis_url)
     sj = q.open()
-    jk = JobKeys(sj.id)
+    jk = JobKeys(sj.id, queue_name)
     for i, sleep in enumerate((2.0, 0.0)):
         r.xadd(jk.tasks, {"i": i, "t": "j", "p": f'{{"sleep": {sleep}}}', "a": 0, "s": 1})
     r.hincrby(jk.meta, "total", 2)

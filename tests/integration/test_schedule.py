@@ -148,7 +148,7 @@ def test_a_resent_scheduled_create_schedules_once(
     proxy.drop_reply_to(q.scripts.function("create_job").encode())
     job = q.submit([1, 2], delay=0.5)
     # Then the job holds its two sub-requests once, and completes once
-    assert r.zcard(JobKeys(job.id).retry) == 2
+    assert r.zcard(JobKeys(job.id, queue_name).retry) == 2
     workers(queue_name, lambda p: p)
     good = Queue(queue_name, redis_url)
     assert good.wait(job.id, timeout=30).state is JobState.SUCCEEDED
@@ -177,7 +177,7 @@ def test_a_scheduled_job_whose_producer_died_after_its_create_runs_at_its_time(
     good = Queue(queue_name, redis_url)
     # Then the job is registered scheduled and runs at its time, once
     assert good.wait("sched-orphan", timeout=30).state is JobState.SUCCEEDED
-    due = int(r.hget(JobKeys("sched-orphan").meta, "due") or 0)
+    due = int(r.hget(JobKeys("sched-orphan", queue_name).meta, "due") or 0)
     assert due and min(starts.values()) >= due
     assert settled_completions(r, queue_name) == {"sched-orphan": 1}
     good.close()

@@ -100,7 +100,7 @@ def test_a_handler_that_always_hangs_is_dead_lettered_after_max_deliveries(
     one = q.submit([{"n": 0, "hang": 30, "always": True}], timeout=0.5, max_deliveries=3)
     two = q.submit([{"n": i, "hang": 30, "always": True} for i in range(2)], timeout=0.5,
                    max_deliveries=3, concurrency=2)
-    assert r.hget(JobKeys(one.id).meta, "timeout") == b"500"
+    assert r.hget(JobKeys(one.id, queue_name).meta, "timeout") == b"500"
     procs.worker(queue_name, f"tests.handlers:{handler}", "--concurrency", "4", *WORKER)
     # When they run, Then each sub-request is tried three times and dead-lettered with
     # the timeout as its error; the jobs end failed, once each

@@ -246,7 +246,7 @@ def test_tracing_off_writes_no_context_and_makes_no_span(
         job = q.submit([1, 2])
         small = q.submit_many([[3]])[0]
     for jid in (job.id, small.id):
-        entries = r.xrange(JobKeys(jid).tasks)
+        entries = r.xrange(JobKeys(jid, queue_name).tasks)
         assert entries and all(set(f) == {b"i", b"t", b"p"} for _, f in entries)
     exporter.clear()
     w = workers(queue_name, lambda p: p, tracing=False)
@@ -347,7 +347,7 @@ def test_reclaimed_and_scheduled_entries_keep_the_context(
     q = queues(Queue(queue_name, redis_url, tracing=provider))
     # an entry read by a worker that died: the reclaim re-adds it with its context
     job = q.submit([1, 2])
-    jk = JobKeys(job.id)
+    jk = JobKeys(job.id, queue_name)
     r.xreadgroup(GROUP, "ghost", {jk.tasks: ">"}, count=1)
     _, readded, _, _ = q.scripts.reclaim(jk, consumer="reaper", min_idle_ms=0, cursor="0-0",
                                          count=10)
@@ -358,7 +358,7 @@ def test_reclaimed_and_scheduled_entries_keep_the_context(
         sq_tracing.FIELD]
     # a scheduled job's sub-requests wait in its retry set with the context
     later = q.submit([3], delay=0.5)
-    assert r.xlen(JobKeys(later.id).tasks) == 0
+    assert r.xlen(JobKeys(later.id, queue_name).tasks) == 0
     workers(queue_name, lambda p: p, tracing=provider)
     for j in (job, later):
         assert j.wait(timeout=20).state == JobState.SUCCEEDED
@@ -416,7 +416,7 @@ def test_a_cancel_drops_a_retry_that_carries_a_context(
     workers(queue_name, fail, tracing=provider, retry_base_s=60)
     q = queues(Queue(queue_name, redis_url, tracing=provider))
     job = q.submit(list(range(size)), priority=0, client="c", max_deliveries=5)
-    retry = QueueKeys(queue_name).lane_retry(0, "c") if size == 1 else JobKeys(job.id).retry
+    retry = QueueKeys(queue_name).lane_retry(0, "c") if size == 1 else JobKeys(job.id, queue_name).retry
     deadline = time.monotonic() + 20
     while r.zcard(retry) < size:
         assert time.monotonic() < deadline, "no retry waiting"

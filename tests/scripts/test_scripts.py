@@ -62,7 +62,7 @@ def test_header_declares_exactly_the_keys(name: str) -> None:
 @pytest.mark.cluster_too
 def test_facade_passes_keys_of_one_slot(r: redis.Redis) -> None:
     s = Scripts(r)
-    qk, jk = QueueKeys("images"), JobKeys("job-1")
+    qk, jk = QueueKeys("images"), JobKeys("job-1", "images")
     reply = JobReply(True, "succeeded", 1, 1, 0, 2, "", 1, "c", 1, 1000)
     calls: list[Call] = [
         s.create_job_call(jk, queue="images", priority=1, concurrency=1, client="c",
@@ -91,7 +91,7 @@ def test_run_refuses_a_wrong_key_count(r: redis.Redis) -> None:
 def test_an_add_sent_again_with_its_batch_id_adds_nothing(r: redis.Redis) -> None:
     # Given an open job with one sub-request, its retention 60 s
     s = Scripts(r)
-    jk = JobKeys("j-batch")
+    jk = JobKeys("j-batch", "q")
     s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                                   max_deliveries=3, retention_ms=60_000, dedup="",
                                   mode="open", entries=[(b"s", b"x")])])
@@ -115,7 +115,7 @@ def test_an_add_sent_again_with_its_batch_id_adds_nothing(r: redis.Redis) -> Non
 
 def test_a_create_or_finalize_sent_again_is_told_apart_from_another(r: redis.Redis) -> None:
     s = Scripts(r)
-    jk = JobKeys("j-token")
+    jk = JobKeys("j-token", "q")
 
     def create(token: str) -> CreateReply:
         call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
@@ -136,7 +136,7 @@ def test_a_create_or_finalize_sent_again_is_told_apart_from_another(r: redis.Red
 
 def test_run_many_reloads_after_function_flush(r: redis.Redis) -> None:
     s = Scripts(r)
-    jk = JobKeys("j-flush")
+    jk = JobKeys("j-flush", "q")
     r.function_flush()
     call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                              max_deliveries=3, retention_ms=1000, dedup="",
@@ -150,7 +150,7 @@ def test_run_many_reloads_after_function_flush(r: redis.Redis) -> None:
 def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
     # Given the library flushed (the functions' first attempt fails: not found)
     s = Scripts(r)
-    jk = JobKeys("j-then")
+    jk = JobKeys("j-then", "q")
     r.delete("then:n")
     r.set("then:s", "x")
     r.function_flush()
@@ -173,7 +173,7 @@ def test_run_many_after_function_flush_loads_once_and_reruns_together(r: redis.R
     s = Scripts(r)
     r.function_flush()
     r.config_resetstat()
-    calls = [s.create_job_call(JobKeys(f"j-flush-{i}"), queue="q", priority=1, concurrency=1,
+    calls = [s.create_job_call(JobKeys(f"j-flush-{i}", "q"), queue="q", priority=1, concurrency=1,
                                client="c", max_deliveries=3, retention_ms=1000,
                                dedup="", mode="open", entries=[(b"s", b"x")])
              for i in range(50)]
@@ -188,7 +188,7 @@ def test_run_many_after_function_flush_loads_once_and_reruns_together(r: redis.R
 
 
 def _open_job(r: redis.Redis, job: str, n: int) -> tuple[Scripts, JobKeys]:
-    s, jk = Scripts(r), JobKeys(job)
+    s, jk = Scripts(r), JobKeys(job, "q")
     s.run_many([s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
                                   max_deliveries=3, retention_ms=60_000, dedup="",
                                   mode="open", entries=[(b"s", b"x")] * min(n, 500))])

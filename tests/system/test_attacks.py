@@ -195,7 +195,8 @@ def _victim_keys(maker: Maker, fn: str, attacker_job: str, victim_job: str) -> C
     # no write token: it would confine the call to a job that write opened
     call.args = [("" if getattr(a, "name", "") == "write token" else v)
                  for a, v in zip(declared, call.args)] + call.args[len(declared):]
-    call.keys[1:] = [f"sq:{{{victim_job}}}:{maker.part(k)}" for k in CONTRACTS[fn].keys[1:]]
+    call.keys[1:] = [f"sq:{{{VICTIM_QUEUE}/{victim_job}}}:{maker.part(k)}"
+                     for k in CONTRACTS[fn].keys[1:]]
     call.label = "KEYS[2..]:victim (forced)"
     return call
 
@@ -236,7 +237,8 @@ def test_the_harness_sees_what_a_library_without_its_guard_lets_through(
     # Then the harness finds the victim's keys changed, by the snapshot and by the
     # notifications of the very calls
     assert tally.changes > 0
-    victim = [k for k in tally.keys_changed if any(f"{{{j}}}" in k for j in VICTIM_JOBS)]
+    victim = [k for k in tally.keys_changed
+              if any(f"{{{VICTIM_QUEUE}/{j}}}" in k for j in VICTIM_JOBS)]
     assert victim, tally.keys_changed
     assert any("forced" in w for w in tally.writes), tally.writes[:5]
     assert not tally.dropped
@@ -275,7 +277,7 @@ def test_a_role_calls_only_its_own_functions_and_the_inspector_none(arena: Arena
 def _raw_writes() -> list[tuple[bool, tuple[Any, ...]]]:
     """(refused without the module too, command): writes, publishes and code."""
     vjob, vq = VICTIM_JOBS[1], QueueKeys(VICTIM_QUEUE)
-    meta = f"sq:{{{vjob}}}:meta"
+    meta = f"sq:{{{VICTIM_QUEUE}/{vjob}}}:meta"
     return [
         (True, ("SET", "foo", "x")),
         (True, ("DEL", "foo")),
@@ -310,17 +312,17 @@ def _raw_writes() -> list[tuple[bool, tuple[Any, ...]]]:
         (False, ("DEL", meta)),
         (False, ("HSET", meta, "state", "succeeded")),
         (False, ("PEXPIRE", meta, "1")),
-        (False, ("XADD", f"sq:{{{vjob}}}:tasks", "*", "p", "x")),
+        (False, ("XADD", f"sq:{{{VICTIM_QUEUE}/{vjob}}}:tasks", "*", "p", "x")),
         (False, ("ZADD", vq.ready, "0", "x")),
         (False, ("LPUSH", vq.wake, "x")),
         (False, ("HSETNX", meta, "x", "y")),  # its HSETNX is a queue's config's only
-        (False, ("SADD", f"sq:{{{vjob}}}:unannounced", "x")),  # its SADD sq:queues's only
+        (False, ("SADD", f"sq:{{{VICTIM_QUEUE}/{vjob}}}:unannounced", "x")),  # its SADD sq:queues's only
         (False, ("PUBLISH", vq.channel, "x")),
         (False, ("SPUBLISH", vq.channel, "x")),
-        (False, ("FCALL", "sq_abort_job", "10", *(f"sq:{{{vjob}}}:{k.name}" for k in
+        (False, ("FCALL", "sq_abort_job", "10", *(f"sq:{{{VICTIM_QUEUE}/{vjob}}}:{k.name}" for k in
                                                   CONTRACTS["abort_job"].keys), "x", "", "")),
-        (False, ("XGROUP", "CREATE", f"sq:{{{vjob}}}:tasks", "g2", "0")),
-        (False, ("XACK", f"sq:{{{vjob}}}:tasks", GROUP, "1-0")),
+        (False, ("XGROUP", "CREATE", f"sq:{{{VICTIM_QUEUE}/{vjob}}}:tasks", "g2", "0")),
+        (False, ("XACK", f"sq:{{{VICTIM_QUEUE}/{vjob}}}:tasks", GROUP, "1-0")),
     ]
 
 

@@ -162,7 +162,7 @@ def test_jobs_spread_over_every_master(cluster: LocalCluster) -> None:
     handles = q.submit_many([[{"n": i}] for i in range(60)])
     c = connect(cluster.url)
     assert isinstance(c, RedisCluster)
-    homes = {c.nodes_manager.get_node_from_slot(c.keyslot(f"sq:{{{h.id}}}:meta")).name
+    homes = {c.nodes_manager.get_node_from_slot(c.keyslot(q.keys.job(h.id).meta)).name
              for h in handles}
     assert len(homes) == 3  # job slots land on every master
     c.close()
@@ -437,9 +437,9 @@ def test_a_submit_never_creates_a_job_without_its_intent(cluster: LocalCluster) 
         return int(nodes.get_node_from_slot(q.redis.keyslot(q.shard_for(jid).creating)).port)
 
     job_id = next(f"j{i}" for i in range(1000) if nodes.get_node_from_slot(
-        q.redis.keyslot(f"sq:{{j{i}}}:meta")).port != home_of(f"j{i}"))
+        q.redis.keyslot(q.keys.job(f"j{i}").meta)).port != home_of(f"j{i}"))
     home = nodes.get_node_from_slot(q.redis.keyslot(q.shard_for(job_id).creating))
-    meta_node = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(f"sq:{{{job_id}}}:meta"))
+    meta_node = q.redis.nodes_manager.get_node_from_slot(q.redis.keyslot(q.keys.job(job_id).meta))
     q.open(job_id="warm-up")  # the scripts are in every master's cache (no NOSCRIPT below)
     cluster.kill(next(n for n in cluster.nodes if n.port == home.port))
     # When a producer opens the job: its intent cannot be written
@@ -454,7 +454,7 @@ def test_a_submit_never_creates_a_job_without_its_intent(cluster: LocalCluster) 
         routing.RETRY_BUDGET_S = budget
     # Then the create never ran either: no job the reaper could not find
     direct = redis.Redis(host=meta_node.host, port=meta_node.port)
-    assert direct.exists(f"sq:{{{job_id}}}:meta") == 0
+    assert direct.exists(q.keys.job(job_id).meta) == 0
     direct.close()
     q.close()
 

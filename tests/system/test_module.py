@@ -302,10 +302,10 @@ def test_replies_and_errors_are_those_of_fcall(server: tuple[str, Any], protocol
         assert type(via_module) is type(direct) and len(via_module) == len(direct) == 2
         # and a function's error reply is passed through (a job that does not exist)
         with pytest.raises(redis.ResponseError) as via:
-            c.execute_command("SQ.FCALL", "sq_schedule_retry", 1, JobKeys("nojob").retry,
+            c.execute_command("SQ.FCALL", "sq_schedule_retry", 1, JobKeys("nojob", "q").retry,
                               "x")
         with pytest.raises(redis.ResponseError) as plain:
-            c.fcall("sq_schedule_retry", 1, JobKeys("nojob").retry, "x")
+            c.fcall("sq_schedule_retry", 1, JobKeys("nojob", "q").retry, "x")
         assert str(via.value) == str(plain.value)
     finally:
         c.close()
@@ -359,9 +359,9 @@ def test_a_replica_gets_what_functions_run_through_the_module(
         job = q.submit([1, 2])
         assert q.redis.execute_command("WAIT", 1, 5000) == 1
         # Then the replica holds its state
-        meta = r.hgetall(JobKeys(job.id).meta)
-        assert meta and meta == q.redis.hgetall(JobKeys(job.id).meta)
-        assert r.xlen(JobKeys(job.id).tasks) == 2
+        meta = r.hgetall(q.keys.job(job.id).meta)
+        assert meta and meta == q.redis.hgetall(q.keys.job(job.id).meta)
+        assert r.xlen(q.keys.job(job.id).tasks) == 2
         q.close()
     finally:
         r.close()
@@ -378,7 +378,7 @@ def test_what_functions_run_through_the_module_is_in_the_aof(tmp_path: Path) -> 
         functions.load(redis.Redis.from_url(url))
         q = Queue("mod-aof", url)
         job = q.submit([1, 2])
-        before = q.redis.hgetall(JobKeys(job.id).meta)
+        before = q.redis.hgetall(q.keys.job(job.id).meta)
         q.close()
         # When it is killed and started again from its AOF
         proc.kill()
@@ -386,8 +386,8 @@ def test_what_functions_run_through_the_module_is_in_the_aof(tmp_path: Path) -> 
         proc, url = start_redis(tmp_path, *args, port=port)
         # Then the job's state is there
         again = redis.Redis.from_url(url)
-        assert before and again.hgetall(JobKeys(job.id).meta) == before
-        assert again.xlen(JobKeys(job.id).tasks) == 2
+        assert before and again.hgetall(q.keys.job(job.id).meta) == before
+        assert again.xlen(q.keys.job(job.id).tasks) == 2
         again.close()
     finally:
         proc.terminate()

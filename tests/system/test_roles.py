@@ -623,7 +623,7 @@ def test_a_producer_credential_still_cancels_any_job_and_names_new_queues(
     # Then each is allowed, and it reads every sq: key of the job
     assert report.cancelled and Queue(q, acl["admin"]).status(job.id).state == JobState.CANCELLED
     assert stored == 1 and added == 1
-    assert r.hgetall(f"sq:{{{job.id}}}:meta")
+    assert r.hgetall(f"sq:{{{q}/{job.id}}}:meta")
     with pytest.raises(redis.exceptions.NoPermissionError):
         r.set("foo", "x")
 
@@ -656,11 +656,11 @@ def test_a_reaper_credential_still_holds_the_pass_lock_and_reclaims_by_its_min_i
     q = f"rowr-{uuid.uuid4().hex[:6]}"
     job = Queue(q, acl["admin"]).submit([1] * 20)
     admin = _client(acl["admin"])
-    admin.xreadgroup("workers", "live-worker", {JobKeys(job.id).tasks: ">"}, count=5)
+    admin.xreadgroup("workers", "live-worker", {JobKeys(job.id, q).tasks: ">"}, count=5)
     # When the reaper credential takes the pass lock and reclaims with min_idle 0
     reaper = Scripts(_client(acl["reaper"]))
     assert reaper.lock(QueueKeys(q).reaper_lock, "me", 60_000)
-    _, readded, dead, _ = reaper.reclaim(JobKeys(job.id), consumer="reaper", min_idle_ms=0,
+    _, readded, dead, _ = reaper.reclaim(JobKeys(job.id, q), consumer="reaper", min_idle_ms=0,
                                          cursor="0-0", count=100)
     # Then the held entries are re-added for others to run (at-least-once, counted once)
     assert (readded, dead) == (5, 0)
@@ -670,12 +670,12 @@ def test_an_inspector_credential_reads_and_subscribes_only(acl: dict[str, str]) 
     q = f"rowi-{uuid.uuid4().hex[:6]}"
     job = Queue(q, acl["admin"]).submit([1, 2])
     r = _client(acl["inspector"])
-    assert r.hgetall(f"sq:{{{job.id}}}:meta")
+    assert r.hgetall(f"sq:{{{q}/{job.id}}}:meta")
     from streamq.base.keys import QueueKeys
     from streamq.services.notices import Notices
     with Notices(r) as n:
         n.subscribe(QueueKeys(q).channel)
-    for call in (("HSET", f"sq:{{{job.id}}}:meta", "state", "x"), ("SADD", "sq:queues", "x"),
+    for call in (("HSET", f"sq:{{{q}/{job.id}}}:meta", "state", "x"), ("SADD", "sq:queues", "x"),
                  ("FCALL", "sq_lock", 1, f"sq:{{{q}}}:reaper-lock", "me", 1000)):
         with pytest.raises(redis.exceptions.NoPermissionError):
             r.execute_command(*call)

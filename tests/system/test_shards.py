@@ -87,7 +87,7 @@ def test_a_queue_spreads_over_its_shards_and_every_job_completes_once(
     # Then they live on several shards, and every one completes once with its results
     jobs = [*many, *single, *dedup, sj]
     assert [j.id for j in again] == [j.id for j in dedup] and not any(j.created for j in again)
-    tags = Counter(r.hget(JobKeys(j.id).meta, "queue").decode() for j in jobs)
+    tags = Counter(r.hget(JobKeys(j.id, queue_name).meta, "queue").decode() for j in jobs)
     assert len(tags) == len(q.shards), tags
     for j in jobs:
         st = q.wait(j.id, timeout=60)
@@ -187,7 +187,7 @@ def test_the_reaper_recovers_stalled_work_on_every_shard(
     ids = [job_on(q, k, "stall") for k in range(n)]
     for jid in ids:
         q.submit([1, 2], job_id=jid)
-        r.xreadgroup("workers", "ghost", {JobKeys(jid).tasks: ">"}, count=1)
+        r.xreadgroup("workers", "ghost", {JobKeys(jid, queue_name).tasks: ">"}, count=1)
     # When the reaper passes (no idle time needed) and a worker runs
     report = Reaper(queue_name, redis_url, min_idle_s=0).run_once()
     assert not report.skipped and report.reclaimed == n

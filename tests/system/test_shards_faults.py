@@ -54,11 +54,11 @@ def all_done_once(r: Any, q: Queue, ids: list[str], n: int) -> None:
         st = q.wait(jid, timeout=90)
         assert (st.state, st.total, st.done, st.failed) == (JobState.SUCCEEDED, n, n, 0), jid
         assert q.results(jid) == {i: i * 2 for i in range(n)}
-        assert r.exists(JobKeys(jid).tasks) == 0
+        assert r.exists(q.keys.job(jid).tasks) == 0
         assert all(s >= 1 for s in starts(r, jid, n))
     settled(r, q)
     assert Counter(c.job_id for c in q.completions(count=10_000)) == {j: 1 for j in ids}
-    tags = {r.hget(JobKeys(j).meta, "queue").decode() for j in ids}
+    tags = {r.hget(q.keys.job(j).meta, "queue").decode() for j in ids}
     assert len(tags) == len(q.shards)
 
 
@@ -117,10 +117,10 @@ def test_reapers_killed_mid_pass_and_two_at_once_recover_every_shard(
     crasher = procs.worker(queue_name, "tests.handlers:count", "--concurrency", "4",
                            "--batch", "4", env={"STREAMQ_FAULT": "after_read:6"})
     assert crasher.wait(60) == -signal.SIGKILL
-    pending = sum(r.xpending(JobKeys(j).tasks, "workers")["pending"] for j in ids)
+    pending = sum(r.xpending(JobKeys(j, queue_name).tasks, "workers")["pending"] for j in ids)
     assert pending > 0
     # past the reapers' min idle (2 s): the entries are stalled, idle 2.2 s
-    wait_stalled(r, [JobKeys(j).tasks for j in ids], 2.2)
+    wait_stalled(r, [JobKeys(j, queue_name).tasks for j in ids], 2.2)
     # When one reaper is SIGKILLed in the middle of a pass, then two run at once
     first = procs.reaper(queue_name, env={"STREAMQ_FAULT": "reaper_mid_pass"})
     assert first.wait(60) == -signal.SIGKILL
@@ -167,7 +167,7 @@ def test_spark_writes_and_reads_jobs_on_every_shard_a_retried_task_included(
     n = len(q.shards)
     small = [job_on(q, k, "df") for k in range(n - 1)]
     big = job_on(q, n - 1, "df-retried")
-    added_key, url = JobKeys(big).added, redis_url
+    added_key, url = JobKeys(big, queue_name).added, redis_url
 
     def flaky(i: int) -> int:
         from pyspark import TaskContext
@@ -195,7 +195,7 @@ def test_spark_writes_and_reads_jobs_on_every_shard_a_retried_task_included(
     assert int(r.get("test:added-before-failure") or 0) >= 4000
     workers(queue_name, doubled, concurrency=4, batch=20, shards=asked(topology))
     # Then every job lives on its own shard and completes with every row once
-    tags = Counter(r.hget(JobKeys(j).meta, "queue").decode() for j in [*small, big])
+    tags = Counter(r.hget(JobKeys(j, queue_name).meta, "queue").decode() for j in [*small, big])
     assert sorted(tags) == sorted(qk.tag for qk in q.shards)
     for k, jid in enumerate(small):
         st = wait_job(queue_name, jid, redis_url, timeout=120)

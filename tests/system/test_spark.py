@@ -53,10 +53,10 @@ def chunk_handler(payload: Any) -> Any:
     return {"id": payload["id"], "sq": payload["id"] * payload["id"], "tag": f"t{payload['id']}"}
 
 
-def entries(r: redis.Redis, job: str) -> list[tuple[int, Any]]:
+def entries(r: redis.Redis, queue: str, job: str) -> list[tuple[int, Any]]:
     """(index, decoded payload) of every entry still in the job's stream."""
     out = []
-    for _, f in r.xrange(JobKeys(job).tasks):
+    for _, f in r.xrange(JobKeys(job, queue).tasks):
         out.append((int(f[b"i"]), json.loads(f[b"p"])))
     return out
 
@@ -73,7 +73,7 @@ def test_fenced_add_skips_ids_added_before_and_refuses_adds_after_abort(
     # Given a job opened by a write token
     q = Queue(queue_name, redis_url)
     sj = q.open(job_id="keyed-1", concurrency=2, token="w1")
-    jk, s = JobKeys(sj.id), q.scripts
+    jk, s = JobKeys(sj.id, queue_name), q.scripts
     # When ids are added twice, overlapping (a retried task of partition 0)
     first = [(f"0:{i}", f"d{i}", b"j", json.dumps({"n": i}).encode()) for i in range(9000)]
     assert s.add_keyed(jk, 60_000, "w1", 0, 0, first[:500]) == (500, 0, 500)
@@ -108,7 +108,7 @@ def test_fenced_add_fails_whole_call_on_changed_row_duplicate_id_or_other_writer
     # Given a job of write w1 holding ids a and b of partition 0
     q = Queue(queue_name, redis_url)
     sj = q.open(job_id="keyed-3", token="w1")
-    jk, s = JobKeys(sj.id), q.scripts
+    jk, s = JobKeys(sj.id, queue_name), q.scripts
     assert s.add_keyed(jk, 60_000, "w1", 0, 0, quads([("a", "da"), ("b", "db")])) == (2, 0, 2)
     # When a retry sends id b with another digest (the row changed between attempts)
     with pytest.raises(RowConflict, match="'b' differs from the one partition 0 added"):
@@ -128,12 +128,12 @@ def test_fenced_add_refused_after_finalize_and_for_unknown_job(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     q = Queue(queue_name, redis_url)
     sj = q.open(job_id="keyed-2", token="w")
-    q.scripts.add_keyed(JobKeys(sj.id), 1000, "w", 0, 0, [("a", "", b"s", b"x")])
+    q.scripts.add_keyed(JobKeys(sj.id, queue_name), 1000, "w", 0, 0, [("a", "", b"s", b"x")])
     sj.finalize()
     with pytest.raises(JobClosed):
-        q.scripts.add_keyed(JobKeys(sj.id), 1000, "w", 0, 0, [("b", "", b"s", b"y")])
+        q.scripts.add_keyed(JobKeys(sj.id, queue_name), 1000, "w", 0, 0, [("b", "", b"s", b"y")])
     with pytest.raises(JobNotFound):
-        q.scripts.add_keyed(JobKeys("nope"), 1000, "w", 0, 0, [("a", "", b"s", b"x")])
+        q.scripts.add_keyed(JobKeys("nope", queue_name), 1000, "w", 0, 0, [("a", "", b"s", b"x")])
     with pytest.raises(JobNotFound):
         abort_job(queue_name, "nope", redis_url)
 
@@ -142,7 +142,7 @@ def test_commit_checks_the_total_and_owner_abort_spares_a_committed_job(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     q = Queue(queue_name, redis_url)
     sj = q.open(job_id="owned-1", token="w1")
-    jk, s = JobKeys(sj.id), q.scripts
+    jk, s = JobKeys(sj.id, queue_name), q.scripts
     s.add_keyed(jk, 60_000, "w1", 0, 0, quads([("a", "da"), ("b", "db"), ("c", "dc")]))
     # a commit expecting another total changes nothing
     with pytest.raises(TotalMismatch):
@@ -192,7 +192,7 @@ def test_job_finished_before_finalize_completes_at_commit_and_abort_stops_adds(
     w2.abort([None])
     with pytest.raises(JobClosed):
         w2.write(iter([batch]))
-    assert r.xlen(JobKeys("direct-2").tasks) == 0
+    assert r.xlen(JobKeys("direct-2", queue_name).tasks) == 0
     assert q.status("direct-2").state is JobState.ABORTED
     assert events_of(r, queue_name)["direct-2"] == 1
 
@@ -210,7 +210,7 @@ def test_retried_task_with_rows_in_another_order_adds_each_row_once(
         writer.commit([second])
         # Then each row is in the job once
         assert (first.added, second.added, second.skipped) == (600, 400, 600)
-        got = sorted(json.dumps(p, sort_keys=True) for _, p in entries(r, f"order-{kw}"))
+        got = sorted(json.dumps(p, sort_keys=True) for _, p in entries(r, queue_name, f"order-{kw}"))
         assert got == sorted(json.dumps(p, sort_keys=True) for p in data)
         assert Queue(queue_name, redis_url).status(f"order-{kw}").state is JobState.ACTIVE
 
@@ -256,7 +256,7 @@ def test_second_write_into_a_job_is_refused_and_the_first_completes(
     # and A's stale abort and a forged task of B change nothing
     a.abort([None])
     with pytest.raises(WriteConflict):
-        Queue(queue_name, redis_url).scripts.add_keyed(JobKeys("shared-1"), 1000, "forged", 0, 0,
+        Queue(queue_name, redis_url).scripts.add_keyed(JobKeys("shared-1", queue_name), 1000, "forged", 0, 0,
                                                        [("x", "", b"j", b"{}")])
     # Then A's job completes with its 1,000 sub-requests, once
     workers(queue_name, chunk_handler, concurrency=2)
@@ -277,12 +277,12 @@ def test_dataframe_of_100k_rows_becomes_one_job_covering_every_row_once(
     # Then the job is finalized with exactly one sub-request per row
     st = Queue(queue_name, redis_url).status(job)
     assert (st.state, st.total, st.queued) == (JobState.ACTIVE, 100_000, 100_000)
-    got = entries(r, job)
+    got = entries(r, queue_name, job)
     assert sorted(i for i, _ in got) == list(range(100_000))
     assert sorted(p["id"] for _, p in got) == list(range(100_000))
     assert all(p["k"] == p["id"] % 7 for _, p in got)
     # and ids of the rows' content, one per index, each under its partition's prefix
-    added = {k.decode(): v.decode().split("|") for k, v in r.hscan_iter(JobKeys(job).added,
+    added = {k.decode(): v.decode().split("|") for k, v in r.hscan_iter(JobKeys(job, queue_name).added,
                                                                        count=5000)}
     assert len(added) == 100_000
     assert sorted(int(v[0]) for v in added.values()) == list(range(100_000))
@@ -323,7 +323,7 @@ def test_retried_task_adds_no_duplicate_sub_requests(
     # Given a UDF that fails partition 1 in the middle, on the first attempt only,
     # after the writer of that attempt has added sub-requests
     job = "retried-1"
-    added_key, url = JobKeys(job).added, redis_url
+    added_key, url = JobKeys(job, queue_name).added, redis_url
 
     def flaky(i: int) -> int:
         from pyspark import TaskContext
@@ -347,7 +347,7 @@ def test_retried_task_adds_no_duplicate_sub_requests(
     assert int(r.get("test:added-before-failure") or 0) >= 4000
     st = Queue(queue_name, redis_url).status(job)
     assert (st.state, st.total) == (JobState.ACTIVE, 40_000)
-    got = entries(r, job)
+    got = entries(r, queue_name, job)
     assert len(got) == 40_000
     assert sorted(p["id"] for _, p in got) == list(range(40_000))
     assert r.hlen(added_key) == 40_000
@@ -390,7 +390,7 @@ def test_stream_reader_drains_settled_results_incrementally(
         tmp_path: Path) -> None:
     # Given a job of 1000 sub-requests whose indexes 0..399 and 500..599 are settled
     job = submit_dataframe(spark.range(0, 1000, numPartitions=2), queue_name, redis_url)
-    jk = JobKeys(job)
+    jk = JobKeys(job, queue_name)
 
     def settle(indexes: range) -> None:
         r.hset(jk.results, mapping={str(i): b"j" + str(i).encode() for i in indexes})
@@ -435,7 +435,7 @@ def test_clear_errors_for_unknown_job_missing_option_and_bad_mode(
         (df.write.format("streamq").mode("overwrite").option("queue", queue_name)
          .option("job", "j").save())
     done = submit_dataframe(df, queue_name, redis_url, job_id="used-once")
-    Queue(queue_name, redis_url).scripts.abort_job(JobKeys(done), "x")
+    Queue(queue_name, redis_url).scripts.abort_job(JobKeys(done, queue_name), "x")
     with pytest.raises(Exception, match="exists already \\(aborted\\)"):
         submit_dataframe(df, queue_name, redis_url, job_id="used-once")
 

@@ -43,13 +43,14 @@ def small_batches(spark: SparkSession) -> Iterator[None]:
     spark.conf.set(key, old)
 
 
-def shuffled_and_failing(spark: SparkSession, url: str, job: str, fail_at: int) -> DataFrame:
+def shuffled_and_failing(spark: SparkSession, url: str, queue: str, job: str,
+                         fail_at: int) -> DataFrame:
     """ROWS rows (``id`` unique, ``v`` with repeats), hash-shuffled into PARTITIONS
     partitions and sorted within each by a random number drawn anew on every attempt,
     so a retried task receives its rows in another order. The first attempt of every
     task fails after its ``fail_at``-th row, once the writer of that attempt has added
     some of the partition's rows."""
-    added = JobKeys(job).added
+    added = JobKeys(job, queue).added
 
     def random_key(i: int) -> float:
         import random
@@ -99,14 +100,14 @@ def test_write_after_shuffle_with_failed_first_attempts_adds_each_row_once(
         workers: StartWorker, key_column: str | None) -> None:
     # Given a shuffled DataFrame whose first task attempts fail mid-partition
     job = f"shuffle-{key_column or 'content'}"
-    df = shuffled_and_failing(spark, redis_url, job, fail_at=6000)
+    df = shuffled_and_failing(spark, redis_url, queue_name, job, fail_at=6000)
     # When it is written (each failed task is retried, receiving its rows in another order)
     submit_dataframe(df, queue_name, redis_url, job_id=job, concurrency=4, pipeline_depth=1,
                      **({"key_column": key_column} if key_column else {}))
     # Then the first attempts did add rows before failing, and the retries skipped them
     assert int(r.get("test:failed-attempts") or 0) >= PARTITIONS
     by_attempt = Counter(v.decode().rsplit("|", 1)[1] for _, v in
-                         r.hscan_iter(JobKeys(job).added, count=5000))
+                         r.hscan_iter(JobKeys(job, queue_name).added, count=5000))
     assert by_attempt["0"] >= PARTITIONS * 1000, by_attempt
     # and real workers process every row exactly once
     workers(queue_name, echo, concurrency=4, batch=50)
@@ -129,7 +130,7 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
         spark: SparkSession, r: redis.Redis, redis_url: str, queue_name: str) -> None:
     for key in ("id", None):
         job = f"changing-{key}"
-        added, url = JobKeys(job).added, redis_url
+        added, url = JobKeys(job, queue_name).added, redis_url
 
         # Given a DataFrame whose values differ on a task's retry (a non-deterministic
         # input); its first attempt fails once it has added rows of its own
@@ -169,7 +170,7 @@ def test_write_whose_rows_change_between_attempts_fails_loudly_and_aborts_its_jo
                 or "successful tasks produced" in str(err.value)), str(err.value)[:2000]
         st = Queue(queue_name, redis_url).status(job)
         assert st.state is JobState.ABORTED
-        assert r.exists(JobKeys(job).tasks) == 0
+        assert r.exists(JobKeys(job, queue_name).tasks) == 0
 
 
 def test_second_concurrent_write_is_refused_and_the_first_completes(
@@ -198,7 +199,7 @@ def test_second_concurrent_write_is_refused_and_the_first_completes(
     t.start()
     started.wait(5)
     deadline = time.monotonic() + 30
-    while not r.exists(JobKeys(job).meta) and time.monotonic() < deadline:
+    while not r.exists(JobKeys(job, queue_name).meta) and time.monotonic() < deadline:
         time.sleep(0.05)
     # When write B targets the same job while A runs
     with pytest.raises(Exception, match="exists already \\(open\\)"):

@@ -78,7 +78,7 @@ def test_a_range_reads_back_every_kind_of_result_error_and_gap(
     # and whose second holds every stored form: str, bytes, empty, non-UTF-8 str,
     # failures with a JSON record, a non-JSON record, a non-object record, a failure
     # that also has a result, indexes with no id, and unsettled indexes
-    jk = JobKeys("mixed")
+    jk = JobKeys("mixed", "q")
     results = {i: b"j" + json.dumps({"i": i, "name": f"n-{i}"}).encode()
                for i in range(0, 2 * READ_CHUNK) if i % 7}
     results[5] = b"j" + json.dumps("x" * 200_000).encode()
@@ -111,7 +111,7 @@ def test_a_range_reads_back_every_kind_of_result_error_and_gap(
 def test_a_job_without_failures_reads_the_same_with_or_without_the_errors_hash(
         r: redis.Redis, redis_url: str) -> None:
     # Given a job with results only (no errors hash), partly settled
-    jk = JobKeys("nofail")
+    jk = JobKeys("nofail", "q")
     results = {i: b"j" + str(i).encode() for i in range(1500) if i % 5}
     ids = {i: f"0:{i}".encode() for i in range(1500)}
     store(r, jk, results, {}, ids)
@@ -132,7 +132,7 @@ def test_settled_prefix_stops_at_the_first_index_with_neither_result_nor_error(
         r: redis.Redis) -> None:
     # Given results for 0..(2 chunks + 500) except a failure at 1500 (error only) and a
     # gap at READ_CHUNK + 100 (past the first chunk)
-    jk = JobKeys("prefix")
+    jk = JobKeys("prefix", "q")
     end = 2 * READ_CHUNK + 500
     gap = READ_CHUNK + 100
     results = {i: b"j1" for i in range(end) if i not in (1500, gap)}

@@ -44,8 +44,8 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(30)
 
 
-def rows_of(r: redis.Redis, job: str) -> list[int]:
-    return [json.loads(f[b"p"])["id"] for _, f in r.xrange(JobKeys(job).tasks)]
+def rows_of(r: redis.Redis, queue: str, job: str) -> list[int]:
+    return [json.loads(f[b"p"])["id"] for _, f in r.xrange(JobKeys(job, queue).tasks)]
 
 
 def input_files(src: Path) -> None:
@@ -76,7 +76,7 @@ def kill_in_third_batch(r: redis.Redis, proc: subprocess.Popen[bytes], pattern: 
             for key in r.scan_iter(pattern):
                 meta = r.hgetall(key)
                 if meta.get(b"state") == b"open" and int(meta.get(b"total", 0)) >= least:
-                    victim = key.decode()[4:-6]
+                    victim = key.decode()[4:-6].partition("/")[2]
             time.sleep(0.05)
         assert victim is not None, (f"after {time.monotonic() - started:.0f} s, exit "
                                     f"{proc.poll()}, jobs {seen}\n{log.read_text()[-3000:]}")
@@ -101,7 +101,7 @@ def test_query_killed_mid_batch_and_restarted_submits_each_batch_once(
     input_files(src)
     # When the query is SIGKILLed while its third batch is being added
     proc = start_query(redis_url, queue_name, src, checkpoint, "--stall", log=log)
-    victim = kill_in_third_batch(r, proc, "sq:{*-2}:meta", log, 500)
+    victim = kill_in_third_batch(r, proc, f"sq:{{{queue_name}/*-2}}:meta", log, 500)
     partial = Queue(queue_name, redis_url).status(victim)
     assert partial.state is JobState.OPEN and 0 < partial.total < ROWS_PER_BATCH
     # and started again from its checkpoint until it has read every file
@@ -116,20 +116,20 @@ def test_query_killed_mid_batch_and_restarted_submits_each_batch_once(
         st = q.status(job)
         assert (st.state, st.total) == (JobState.ACTIVE, ROWS_PER_BATCH), job
     # and every row was submitted exactly once, in its file's batch
-    seen = Counter(i for job in jobs for i in rows_of(r, job))
+    seen = Counter(i for job in jobs for i in rows_of(r, queue_name, job))
     assert sorted(seen) == list(range(FILES * ROWS_PER_FILE))
     assert set(seen.values()) == {1}
     for b, job in enumerate(jobs):
-        assert {i // ROWS_PER_BATCH for i in rows_of(r, job)} == {b}
+        assert {i // ROWS_PER_BATCH for i in rows_of(r, queue_name, job)} == {b}
     # When the query dies after the sink committed its last batch but before Spark
     # recorded the commit (simulated by removing that record), and starts again
     forget_last_commit(checkpoint)
     proc = start_query(redis_url, queue_name, src, checkpoint, log=log)
     assert proc.wait(240) == 0, log.read_text()[-3000:]
     # Then the batch ran again and added nothing: the job was found committed
-    assert len(rows_of(r, jobs[-1])) == ROWS_PER_BATCH
+    assert len(rows_of(r, queue_name, jobs[-1])) == ROWS_PER_BATCH
     assert q.status(jobs[-1]).total == ROWS_PER_BATCH
-    assert not r.exists(JobKeys(f"{query_id}-{BATCHES}").meta)
+    assert not r.exists(JobKeys(f"{query_id}-{BATCHES}", queue_name).meta)
 
 
 @pytest.mark.timeout(900)
@@ -141,8 +141,8 @@ def test_one_long_job_query_killed_and_restarted_adds_each_row_once(
     one = ("--one-job", "feed")
     # When it is SIGKILLed in its third batch (two batches committed, 4,000 rows)
     proc = start_query(redis_url, queue_name, src, checkpoint, "--stall", *one, log=log)
-    assert kill_in_third_batch(r, proc, "sq:{feed}:meta", log, 4_500) == "feed"
-    assert r.hget(JobKeys("feed").meta, "stream_batch") == b"1"
+    assert kill_in_third_batch(r, proc, f"sq:{{{queue_name}/feed}}:meta", log, 4_500) == "feed"
+    assert r.hget(JobKeys("feed", queue_name).meta, "stream_batch") == b"1"
     # and started again from its checkpoint, then again after losing its last commit record
     for run in range(2):
         if run:
@@ -153,9 +153,9 @@ def test_one_long_job_query_killed_and_restarted_adds_each_row_once(
         q = Queue(queue_name, redis_url)
         st = q.status("feed")
         assert (st.state, st.total) == (JobState.OPEN, FILES * ROWS_PER_FILE)
-        assert r.hget(JobKeys("feed").meta, "stream_batch") == str(BATCHES - 1).encode()
-        assert sorted(rows_of(r, "feed")) == list(range(FILES * ROWS_PER_FILE))
-        by_batch = Counter(k.decode().split("/")[0] for k in r.hkeys(JobKeys("feed").added))
+        assert r.hget(JobKeys("feed", queue_name).meta, "stream_batch") == str(BATCHES - 1).encode()
+        assert sorted(rows_of(r, queue_name, "feed")) == list(range(FILES * ROWS_PER_FILE))
+        by_batch = Counter(k.decode().split("/")[0] for k in r.hkeys(JobKeys("feed", queue_name).added))
         assert by_batch == {str(b): ROWS_PER_BATCH for b in range(BATCHES)}
     # When the query is retired and the job finalized, it completes like any job
     finalize_job(queue_name, "feed", redis_url)

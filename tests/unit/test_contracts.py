@@ -31,7 +31,7 @@ def test_every_script_has_one_contract_with_its_key_count() -> None:
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_the_lua_header_lists_the_declared_keys_and_arguments(name: str) -> None:
     c, head = CONTRACTS[name], _header(name)
-    keys = re.findall(r"KEYS\[(\d+)\]\s+\S+\s+sq:\{<>\}:(\S+)\s+([A-Z]+)", head)
+    keys = re.findall(r"KEYS\[(\d+)\]\s+\S+\s+sq:\{<>(?:/<>)?\}:(\S+)\s+([A-Z]+)", head)
     assert [int(i) for i, _, _ in keys] == list(range(1, c.numkeys + 1))
     for (_, part, rtype), kind in zip(keys, c.keys):
         assert (part, rtype) == (re.sub(r"<[^>]*>", "<>", kind.pattern), kind.redis_type)
@@ -116,10 +116,11 @@ def test_argument_types(arg: Arg, good: list[object], bad: list[object]) -> None
 
 def test_the_python_check_refuses_keys_of_another_tag_kind_or_prefix() -> None:
     c = CONTRACTS["abort_job"]
-    keys = [f"sq:{{job-1}}:{k.name}" for k in c.keys]
-    assert c.check(keys, ["why", "", ""]) == "job-1"
-    for i, bad in [(2, "sq:{job-2}:tasks"), (2, "sq:{job-1}:dead"), (1, "foo"),
-                   (3, "victim"), (1, "sq:{a b}:meta"), (1, "sq:{q~1}:meta")]:
+    keys = [f"sq:{{q/job-1}}:{k.name}" for k in c.keys]
+    assert c.check(keys, ["why", "", ""]) == "q/job-1"
+    for i, bad in [(2, "sq:{q/job-2}:tasks"), (2, "sq:{r/job-1}:tasks"), (2, "sq:{q/job-1}:dead"),
+                   (1, "foo"), (3, "victim"), (1, "sq:{a b}:meta"), (1, "sq:{q~1}:meta"),
+                   (1, "sq:{job-1}:meta"), (1, "sq:{q/a/b}:meta"), (1, "sq:{/job-1}:meta")]:
         with pytest.raises(ContractError):
             c.check([*keys[:i - 1], bad, *keys[i:]], ["why", "", ""])
     with pytest.raises(ContractError):

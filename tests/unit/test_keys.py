@@ -24,13 +24,15 @@ def _names(obj: Any) -> list[str]:
             continue
         if isinstance(member, (property, keys.cached_property)):
             value = getattr(obj, name)
-            if isinstance(value, str):
+            if isinstance(value, str) and value.startswith("sq:"):  # a key, not a tag
                 out.append(value)
         elif inspect.isfunction(member):
             params = list(inspect.signature(member).parameters.values())[1:]
             sample = {"priority": 7, "client": "acme", "job_id": "j1", "worker_id": "w1",
                       "letter": "1-0", "entry_id": "2-0"}
-            out.append(member(obj, *(sample[p.name] for p in params)))
+            made = member(obj, *(sample[p.name] for p in params))
+            if isinstance(made, str):  # a key name (``job`` gives a job's keys)
+                out.append(made)
     return out
 
 
@@ -47,9 +49,16 @@ def test_every_key_of_a_queue_shard_is_in_one_slot(tag: str) -> None:
 
 
 def test_every_key_of_a_job_is_in_its_own_slot() -> None:
-    names = _names(JobKeys("job-42"))
+    names = _names(JobKeys("job-42", "images"))
     assert len(names) >= 10
-    assert {key_slot(n.encode()) for n in names} == {key_slot(b"{job-42}")}
+    assert {key_slot(n.encode()) for n in names} == {key_slot(b"{images/job-42}")}
+
+
+def test_one_job_id_in_two_queues_names_two_jobs() -> None:
+    # a job id is the queue's: the same id in another queue has keys of its own
+    a, b = JobKeys("shared1", "images"), JobKeys("shared1", "videos")
+    assert set(_names(a)).isdisjoint(_names(b))
+    assert QueueKeys("images", "images~2").job("shared1") == a  # whatever the shard
 
 
 def test_two_shards_of_one_queue_are_two_tags() -> None:
@@ -62,7 +71,9 @@ def test_a_bad_queue_name_or_job_id_is_refused(bad: str) -> None:
     with pytest.raises(ConfigError, match="use 1-128 characters"):
         QueueKeys(bad)
     with pytest.raises(ConfigError, match="use 1-128 characters"):
-        JobKeys(bad)
+        JobKeys(bad, "q")
+    with pytest.raises(ConfigError, match="use 1-128 characters"):
+        JobKeys("job", bad)
 
 
 @pytest.mark.parametrize("tag", ["other~1", "q~", "q~x", "q-1"])
