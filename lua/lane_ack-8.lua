@@ -61,7 +61,8 @@ for j = 4, #ARGV, 3 do
     jobs[#jobs + 1] = ARGV[j + 1]
   end
 end
--- the records read with one command, the results stored with one
+-- the records read with one command; a job that succeeded keeps its result in its
+-- record, one cancelled while it ran (or retried in place) in `lresults`
 local records, results = {}, {}
 for i = 1, #jobs, 500 do
   local got = rcall("HMGET", ctx.ljobs, unpack(jobs, i, math.min(i + 499, #jobs)))
@@ -73,9 +74,10 @@ for n, j in ipairs(mine) do
   ids[#ids + 1] = ARGV[j]
   local raw = records[n]
   if lane_active(raw) then
-    results[#results + 1] = ARGV[j + 1]
-    results[#results + 1] = ARGV[j + 2]
-    lane_complete(ctx, ARGV[j + 1], raw, "succeeded", 1, 0, nowMs)
+    if not lane_complete(ctx, ARGV[j + 1], raw, "succeeded", 1, 0, nowMs, ARGV[j + 2]) then
+      results[#results + 1] = ARGV[j + 1]  -- (a job retried in place: see lane_complete)
+      results[#results + 1] = ARGV[j + 2]
+    end
     completed = completed + 1
   elseif lane_cancelled(raw) then
     -- it was running when its job was cancelled: its result is kept and counted,
@@ -89,7 +91,7 @@ for n, j in ipairs(mine) do
     end
   end
 end
-chunked("HSET", ctx.lresults, results)
+if #results > 0 then chunked("HSET", ctx.lresults, results) end
 lane_flush(ctx)
 if #ids > 0 then delete_settled(ctx.lane, group, ids) end
 if starts then chunked("HDEL", ctx.lstarts, ids) end

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -44,10 +44,19 @@ _check_range = check_range
 
 
 def _new_ids(n: int) -> list[str]:
-    """``n`` random job ids (32 hex digits, 128 random bits each: what uuid4().hex
-    gives, minus its 6 fixed bits), from one read of the system's random source."""
-    pool = os.urandom(16 * n).hex()
-    return [pool[i : i + 32] for i in range(0, 32 * n, 32)]
+    """``n`` random job ids, 132 random bits each (uuid4().hex gives 122), from one
+    read of the system's random source: base 64 in 22
+    characters of a name (letters, digits, ``_`` and ``.``; none starts with ``-``,
+    which a command line would read as an option). A retained small job keeps its id
+    in three places: the short form saves 30 bytes of Redis memory against 32 hex
+    digits."""
+    pool = base64.b64encode(os.urandom(18 * n), altchars=b"_.")  # 18 bytes: 24 characters
+    return [pool[i : i + 22].decode() for i in range(0, 24 * n, 24)]
+
+
+def _new_id() -> str:
+    """One id of :func:`_new_ids`."""
+    return base64.b64encode(os.urandom(18), altchars=b"_.")[:22].decode()
 
 
 class Queue(Following, Controls, Creating, Connected):
@@ -158,7 +167,7 @@ class Queue(Following, Controls, Creating, Connected):
         check_client(client)
 
     def _job_id(self, job_id: str | None, dedup_key: str | None) -> str:
-        job_id = check_name("job id", job_id) if job_id is not None else uuid.uuid4().hex
+        job_id = check_name("job id", job_id) if job_id is not None else _new_id()
         if dedup_key is not None:
             if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
                 raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
@@ -208,7 +217,7 @@ class Queue(Following, Controls, Creating, Connected):
         if (self.lane and not when and not limit and job_id is None and dedup_key is None
                 and len(entries) == 1):
             # a small job rides its shard's lane: one script, one round trip
-            jid = os.urandom(16).hex()  # 128 random bits, as _new_ids gives
+            jid = _new_id()
             lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
             return Job(self, jid)
         jid = self._job_id(job_id, dedup_key)
@@ -297,7 +306,7 @@ class Queue(Following, Controls, Creating, Connected):
     def _submit_encoded(self, entries: list[tuple[bytes, bytes]], priority: int,
                         concurrency: int, client: str, max_deliveries: int,
                         limit: int = 0) -> Job:
-        jid = uuid.uuid4().hex
+        jid = _new_id()
         qk = self.shard_for(jid)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
                                  entries[: config.ADD_CHUNK], "submit", qk=qk, timeout_ms=limit)

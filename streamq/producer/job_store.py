@@ -15,7 +15,6 @@ entry to settle) the store says so; docs/design/job-life.md lists each differenc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -107,7 +106,7 @@ def find_job(q: JobHome, job_id: str) -> JobStore:
         if shard_queue(tag.decode()) != q.name:
             raise JobNotFound(job_id)
         return StreamJob(q, job_id, q.shard_of(tag.decode()))
-    if rec is not None and shard_queue(str(json.loads(rec)["queue"])) == q.name:
+    if rec is not None and shard_queue(str(lane.parse(rec, qk.tag)["queue"])) == q.name:
         return LaneJob(q, job_id, qk)
     raise JobNotFound(job_id)
 
@@ -235,7 +234,7 @@ class LaneJob:
         raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
         if raw is None:
             raise JobNotFound(self.job_id)  # expired since it was found
-        return lane.parse(raw)
+        return lane.parse(raw, self.shard.tag)
 
     def status(self) -> JobStatus:
         rec = self._record()
@@ -275,7 +274,7 @@ class LaneJob:
 
     def _state_now(self, before: str) -> str:
         raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
-        return str(json.loads(raw)["state"]) if raw else before
+        return str(lane.parse(raw, self.shard.tag)["state"]) if raw else before
 
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
         raise ConfigError(f"job {self.job_id!r} is a small job (one sub-request on its "
@@ -290,7 +289,7 @@ class LaneJob:
         raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)
         if raw is None:
             raise JobNotFound(self.job_id)
-        return retrying.retry_lane(self.q, self.shard, self.job_id, lane.parse(raw),
+        return retrying.retry_lane(self.q, self.shard, self.job_id, lane.parse(raw, self.shard.tag),
                                    raw.decode(), token)
 
 

@@ -74,8 +74,32 @@ def shard_of_job(shards: Sequence[QueueKeys], job_id: str) -> QueueKeys:
     return shards[shard_index(job_id, len(shards))]
 
 
-def parse(raw: Any) -> dict[str, Any]:
-    return dict(json.loads(raw))
+def parse(raw: Any, tag: str) -> dict[str, Any]:
+    """A small job's record (raw, of shard ``tag``) as a dict, in either form
+    (lua/includes/lane_complete.lua): the JSON of a job that has not succeeded, or
+    the short record of one that did (its result: :func:`result_of`)."""
+    b = raw if isinstance(raw, bytes) else str(raw).encode()
+    if b[:1] != b"S":
+        return dict(json.loads(b))
+    head = b.split(b"\n", 1)[0].decode()
+    parts = head[1:].split("|")
+    finished, took = int(parts[0]), int(parts[1])
+    if len(parts) >= 5:
+        priority, client, max_deliveries = int(parts[2]), parts[3], int(parts[4])
+    else:
+        priority, client = config.DEFAULT_PRIORITY, config.DEFAULT_CLIENT
+        max_deliveries = config.DEFAULT_MAX_DELIVERIES
+    return {"state": JobState.SUCCEEDED.value, "done": 1, "failed": 0, "finished": finished,
+            "queue": tag, "priority": priority, "client": client,
+            "max_deliveries": max_deliveries, "created": finished - took}
+
+
+def result_of(raw: Any) -> bytes | None:
+    """The encoded result a small job's record holds (one that succeeded), else None."""
+    b = raw if isinstance(raw, bytes) else str(raw).encode()
+    if b[:1] != b"S":
+        return None
+    return b.split(b"\n", 1)[1]
 
 
 def status(job_id: str, rec: dict[str, Any], held: bool = False) -> JobStatus:
@@ -121,8 +145,14 @@ def held(client: Client, qk: QueueKeys, job_id: str, rec: dict[str, Any]) -> boo
 
 
 def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:
-    raw: Any = client.hget(qk.lresults, job_id)
-    return {} if raw is None else {0: decode_result(raw)}
+    """A small job's result: in its record when it succeeded, in ``lresults`` when it
+    ran to its end after a cancel (one round trip)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hget(qk.ljobs, job_id)
+    pipe.hget(qk.lresults, job_id)
+    rec, raw = pipe.execute()
+    got = (result_of(rec) if rec is not None else None) or raw
+    return {} if got is None else {0: decode_result(got)}
 
 
 def backlog(client: Client, qk: QueueKeys) -> dict[int, tuple[int, int, int]]:

@@ -177,9 +177,11 @@ def sub_requests(r: Client, queue: str, job_id: str, total: int, offset: int, co
 def _small_subs(r: Client, qk: QueueKeys, st: JobStatus, rec: dict[str, Any],
                 limit: int | None) -> list[SubRequest]:
     pipe = r.pipeline(transaction=False)
+    pipe.hget(qk.ljobs, st.job_id)
     pipe.hget(qk.lresults, st.job_id)
     pipe.hget(qk.lerrors, st.job_id)
-    res, err = pipe.execute()
+    kept, res, err = pipe.execute()
+    res = (lane.result_of(kept) if kept is not None else None) or res
     if res is not None:
         return [SubRequest(0, "done", None, result=Value.of(_result(res), limit))]
     if err is not None:
@@ -242,7 +244,7 @@ def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, o
     meta: Any = r.hgetall(jk.meta)
     if not meta:  # a small job: one sub-request, its record in the lane's hash
         raw = r.hget(small_shard.ljobs, st.job_id)
-        rec = lane.parse(raw) if raw is not None else {}
+        rec = lane.parse(raw, small_shard.tag) if raw is not None else {}
         subs = _small_subs(r, small_shard, st, rec, limit)
         settings = readable_settings({k: _s(v) for k, v in rec.items()})
         return JobDetail(st, True, None, _count(subs), subs, 0,

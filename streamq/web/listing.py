@@ -168,11 +168,13 @@ def rows_of(r: Client, shards: Sequence[QueueKeys], jobs: Sequence[tuple[str, bo
     small = [j for j, is_small in jobs if is_small]
     if small:
         pipe = r.pipeline(transaction=False)
-        for j in small:
-            pipe.hget(lane.shard_of_job(list(shards), j).ljobs, j)
-        for j, rec in zip(small, pipe.execute()):
+        homes = [lane.shard_of_job(list(shards), j) for j in small]
+        for j, home in zip(small, homes):
+            pipe.hget(home.ljobs, j)
+        for j, home, rec in zip(small, homes, pipe.execute()):
             try:
-                by_id[j] = None if rec is None else _small_row(lane.status(j, lane.parse(rec)))
+                by_id[j] = None if rec is None else _small_row(
+                    lane.status(j, lane.parse(rec, home.tag)))
             except (ValueError, TypeError, KeyError, AttributeError, StreamqError):
                 by_id[j] = None  # not a small job's record
     return [by_id.get(j) for j, _ in jobs]

@@ -197,8 +197,9 @@ def _jobs(client: Any, entries: list[tuple[str, str]]) -> list[str]:
 
 
 def _cancelled(raw: Any) -> bool:
-    """Whether a small job's record (raw JSON, or None) says it is cancelled."""
-    if raw is None or isinstance(raw, Exception):
+    """Whether a small job's record (raw, or None) says it is cancelled (a short record
+    is a job that succeeded: lua/includes/lane_complete.lua)."""
+    if raw is None or isinstance(raw, Exception) or raw[:1] == b"S":
         return False
     try:
         return bool(json.loads(raw).get("state") == "cancelled")

@@ -46,6 +46,7 @@ import redis
 from streamq.base.codec import decode_result
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.members import owner_worker, token_job
+from streamq.producer import lane
 
 from .handler import expected
 from .load import Ledger, Subscriber
@@ -187,7 +188,7 @@ def lane_jobs(r: redis.Redis, shards: list[QueueKeys]) -> dict[str, dict[str, st
     out: dict[str, dict[str, str]] = {}
     for qk in shards:
         for jid, raw in r.hscan_iter(qk.ljobs, count=1000):
-            rec = json.loads(raw)
+            rec = lane.parse(raw, qk.tag)
             meta = {k: str(v) for k, v in rec.items()}
             meta.update(total="1", lane=qk.tag)
             out[_s(jid)] = meta
@@ -316,7 +317,9 @@ def check(r: redis.Redis, queue: str, tags: list[str], ledger: Ledger, sub: Subs
         jk = JobKeys(jid, queue)
         if meta.get("lane"):
             lqk = QueueKeys(queue, meta["lane"])
-            result: Any = r.hget(lqk.lresults, jid)
+            kept: Any = r.hget(lqk.ljobs, jid)  # a job that succeeded: its result in it
+            result: Any = (lane.result_of(kept) if kept is not None else None) or r.hget(
+                lqk.lresults, jid)
             results = {} if result is None else {0: result}
             errors = {"0"} if r.hexists(lqk.lerrors, jid) else set()
         else:

@@ -23,7 +23,7 @@ from streamq.storage.connection import server_ms
 
 def tick_jobs(r: Any, queue: str, name: str) -> list[int]:
     """The ticks whose job exists, in order (a tick's job id ends with its time)."""
-    prefix = f"sq:{{{queue}.{name}."
+    prefix = f"sq:{{{queue}/{queue}.{name}."
     ticks = [int(k.decode()[len(prefix):].split("}")[0])
              for k in r.scan_iter(match=f"{prefix}*}}:meta", count=1000)]
     return sorted(ticks)

@@ -492,6 +492,6 @@ def test_chunks_of_nested_rows_are_the_same_in_any_order(
     second = writer.write(iter([pa.RecordBatch.from_pylist(rows[::-1])]))
     # Then the retry finds every chunk added, with the same content
     assert (first.added, second.added, second.skipped) == (4, 0, 4)
-    got = sorted(json.dumps(row, sort_keys=True) for _, chunk in entries(r, "nested-1")
+    got = sorted(json.dumps(row, sort_keys=True) for _, chunk in entries(r, queue_name, "nested-1")
                  for row in chunk)
     assert got == sorted(json.dumps(row, sort_keys=True) for row in rows)
