@@ -10,7 +10,8 @@
   `lresults` field): "S<finished ms>|<ms from created to finished>", then, when
   one of them is not the default (50, "default", 5),
   "|<priority>|<client>|<max_deliveries>", then a newline and the encoded result
-  (streamq.producer.lane.parse reads both forms). A retained small job is most
+  when it is at most LANE_INLINE bytes (a bigger one goes to `lresults`, so a
+  status read never carries it; streamq.producer.lane.parse reads every form). A retained small job is most
   of what a queue keeps: this one costs about 150 bytes less than the JSON and a
   result field. A job retried in place keeps the JSON (its retry token, which
   tells a resent retry, is in it) and its result in `lresults`.
@@ -73,6 +74,8 @@ end
   The caller has made sure this happens once (only the call whose XACK
   acknowledged the job's entry completes it).
 ]]
+local LANE_INLINE = 1024
+
 -- the short record of a job that succeeded with `result` (see the top)
 local function lane_succeeded(rest, nowMs, now, result)
   local prio, maxd = lane_digits(rest, "priority"), lane_digits(rest, "max_deliveries")
@@ -81,8 +84,9 @@ local function lane_succeeded(rest, nowMs, now, result)
   if prio ~= "50" or client ~= "default" or maxd ~= "5" then
     settings = "|" .. prio .. "|" .. client .. "|" .. maxd
   end
-  return "S" .. now .. "|" .. int_text(nowMs - lane_field(rest, "created")) .. settings ..
-    "\n" .. result
+  local head = "S" .. now .. "|" .. int_text(nowMs - lane_field(rest, "created")) .. settings
+  if #result > LANE_INLINE then return head, false end
+  return head .. "\n" .. result, true
 end
 
 local function lane_complete(ctx, job, raw, state, done, failed, nowMs, result)
@@ -91,9 +95,10 @@ local function lane_complete(ctx, job, raw, state, done, failed, nowMs, result)
   local rest = string.sub(raw, #LANE_ACTIVE + 1)
   local d = ctx.done
   d.records[#d.records + 1] = job
-  local kept = result ~= nil and not string.find(rest, '"retry":"', 1, true)
-  if kept then  -- succeeded: the short record, its result in it
-    d.records[#d.records + 1] = lane_succeeded(rest, nowMs, now, result)
+  local kept = false
+  if result ~= nil and not string.find(rest, '"retry":"', 1, true) then
+    -- succeeded: the short record (its result in it, unless a big one)
+    d.records[#d.records + 1], kept = lane_succeeded(rest, nowMs, now, result)
   else
     d.records[#d.records + 1] = '{"state":"' .. state .. '","done":' .. done ..
       ',"failed":' .. failed .. ',"finished":' .. now .. ',' .. rest

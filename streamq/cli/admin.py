@@ -9,8 +9,8 @@ from typing import Annotated
 import redis
 import typer
 
-from streamq.ops import migrate
 from streamq.ops import setup as setup_
+from streamq.storage import migrate
 from streamq.storage.luaload import library
 
 from ..errors import ConfigError

@@ -290,7 +290,7 @@ class LaneJob:
         if raw is None:
             raise JobNotFound(self.job_id)
         return retrying.retry_lane(self.q, self.shard, self.job_id, lane.parse(raw, self.shard.tag),
-                                   raw.decode(), token)
+                                   raw.decode("utf-8", "replace"), token)
 
 
 def _settings(text: list[Any]) -> JobSettings:

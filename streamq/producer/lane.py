@@ -95,11 +95,13 @@ def parse(raw: Any, tag: str) -> dict[str, Any]:
 
 
 def result_of(raw: Any) -> bytes | None:
-    """The encoded result a small job's record holds (one that succeeded), else None."""
+    """The encoded result a small job's record holds (one that succeeded, its result at
+    most 1 KiB: a bigger one is in ``lresults``), else None."""
     b = raw if isinstance(raw, bytes) else str(raw).encode()
     if b[:1] != b"S":
         return None
-    return b.split(b"\n", 1)[1]
+    head, sep, result = b.partition(b"\n")
+    return result if sep else None
 
 
 def status(job_id: str, rec: dict[str, Any], held: bool = False) -> JobStatus:

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from streamq.errors import ConfigError
+from streamq.storage import migrate
 from streamq.storage.cluster import is_cluster
 from streamq.storage.luaload import VERSION_FUNCTION, LuaLibrary, library
 from streamq.storage.wire import Client
@@ -109,9 +110,19 @@ def load(client: Client, lib: LuaLibrary | None = None) -> list[tuple[str, str |
     command to run, when this user may not load it."""
     lib = library() if lib is None else lib
     done: list[tuple[str, str | None]] = []
+    moved = False
     for name, node in _nodes(client):
         before = installed(client, node)
         if before != lib.version:
+            if not moved:
+                moved = True
+                # jobs of an earlier key layout move before the first load: a new
+                # worker or reaper must not meet them as orphans (storage/migrate.py);
+                # a user that may not move them may not load either (refused below)
+                try:
+                    migrate.move_old_jobs(client)
+                except redis.exceptions.NoPermissionError:
+                    pass
             try:
                 _call(client, node, "FUNCTION", "LOAD", "REPLACE", lib.source)
             except redis.exceptions.NoPermissionError:

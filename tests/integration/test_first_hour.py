@@ -590,7 +590,7 @@ def test_setup_moves_jobs_of_the_earlier_key_layout(
         redis_url: str, queue_name: str, tmp_path: Path) -> None:
     import redis as redis_py
 
-    from streamq.ops.migrate import PARTS
+    from streamq.storage.migrate import PARTS
 
     # Given an unfinished job and a finished one stored as earlier releases stored them
     # (``sq:{<job id>}:<part>``: their keys renamed there)
@@ -629,4 +629,37 @@ def test_setup_moves_jobs_of_the_earlier_key_layout(
     finally:
         second.send_signal(signal.SIGTERM)
         second.communicate(timeout=30)
+    q.close()
+
+
+def test_a_worker_that_loads_the_library_itself_moves_the_earlier_layout_first(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    import redis as redis_py
+
+    from streamq.storage.luaload import LIBRARY_NAME
+    from streamq.storage.migrate import PARTS
+
+    # Given an unfinished job stored as earlier releases stored it, on a server whose
+    # library is not this release's (a development server: no `streamq setup` is run)
+    q = Queue(queue_name, redis_url)
+    waiting = q.submit(["b", "c"], job_id=f"{queue_name}-old")
+    r = redis_py.Redis.from_url(redis_url)
+    for part in PARTS:
+        key = getattr(q.keys.job(waiting.id), part)
+        if r.exists(key):
+            r.rename(key, f"sq:{{{waiting.id}}}:{part}")
+    r.function_delete(LIBRARY_NAME)
+    # When a worker starts (its user may load code: it loads the library itself) and a
+    # reaper passes
+    (tmp_path / "app.py").write_text("def up(p):\n    return p.upper()\n")
+    worker = _worker(redis_url, tmp_path, queue_name, "app:up")
+    try:
+        # Then the job was moved before any pass could take it for an orphan, and runs
+        wait_until(lambda: not r.keys(f"sq:{{{waiting.id}}}:*"), 30, "the old keys moved")
+        assert q.wait(waiting.id, timeout=30).state is JobState.SUCCEEDED
+        assert q.results(waiting.id) == {0: "B", 1: "C"}
+        assert not r.keys(f"sq:{{{waiting.id}}}:*")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
     q.close()

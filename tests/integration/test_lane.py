@@ -511,3 +511,36 @@ def test_small_jobs_on_a_queue_of_many_shards(
         done.update(json.loads(json.dumps(f[b"job"].decode())) for _, f in r.xrange(qk.events))
     assert done == {j.id: 1 for j in jobs}
     q.close()
+
+
+def test_a_big_result_stays_out_of_the_record_a_status_read_carries(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
+    # Given two small jobs that succeeded, one with a 10-byte result and one with 5 KB
+    q = Queue(queue_name, redis_url)
+    small, big = q.submit(["0123456789"]), q.submit(["x" * 5000])
+    workers(queue_name, lambda p: p)
+    for j in (small, big):
+        assert q.wait(j.id, timeout=30).state is JobState.SUCCEEDED
+    # Then the small result is kept in its job's record, the big one beside it in
+    # `lresults`, so a status read carries a short record either way
+    qk = q.lane_shard(big.id)
+    assert r.hget(qk.ljobs, small.id).endswith(b"\ns0123456789")
+    assert len(r.hget(qk.ljobs, big.id)) < 100 and r.hexists(qk.lresults, big.id)
+    assert not r.hexists(q.lane_shard(small.id).lresults, small.id)
+    # And both read back the same way
+    assert q.results(small.id) == {0: "0123456789"} and q.results(big.id) == {0: "x" * 5000}
+
+
+def test_retrying_a_small_job_that_succeeded_with_bytes_is_refused_in_words(
+        redis_url: str, queue_name: str, workers: Any) -> None:
+    from streamq import ConfigError
+
+    # Given a small job that succeeded with a result of bytes that are not UTF-8
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["a"])
+    workers(queue_name, lambda p: b"\xff\xfe\x00")
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    # When it is retried, then the answer is that there is nothing to retry
+    with pytest.raises(ConfigError, match="nothing to retry"):
+        q.retry(job.id)
+    assert q.results(job.id) == {0: b"\xff\xfe\x00"}

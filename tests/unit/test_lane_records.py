@@ -27,6 +27,13 @@ def test_a_short_record_keeps_settings_that_are_not_the_defaults_and_any_result(
     assert lane.result_of(b"S1|0\n") == b""  # an empty result
 
 
+def test_a_short_record_without_its_result_says_so() -> None:
+    # a job whose result was too big to keep in its record (it is in `lresults`)
+    raw = b"S1700000000123|12"
+    assert lane.parse(raw, "q")["state"] == "succeeded"
+    assert lane.result_of(raw) is None
+
+
 def test_a_json_record_is_read_as_it_is_and_holds_no_result() -> None:
     raw = b'{"state":"failed","done":0,"failed":1,"finished":5,"queue":"q","priority":50}'
     assert lane.parse(raw, "q")["state"] == "failed"

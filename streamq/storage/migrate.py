@@ -5,8 +5,12 @@ for every queue of a server; they are ``sq:{<queue>/<job id>}:<part>`` now
 (:class:`streamq.base.keys.JobKeys`), so each queue has its own job ids. ``streamq
 setup`` moves every job it finds under the old layout (its meta names its queue) to
 the new one: each key is copied with DUMP and RESTORE (its time to live kept) and then
-deleted, the meta last, so a setup cut short and run again finishes the move. Run it
-after the old workers stopped and before the new ones start (the upgrade's order,
+deleted, the meta last, so a move cut short and run again finishes. A key already
+there under the new layout is never replaced (a second mover, or the work of a new
+worker, wins): the old copy is deleted. A process that loads a new library itself
+(a user that may load code) moves them first (:func:`streamq.storage.functions.load`),
+so a new worker or reaper never meets an old job as an orphan. Run it after the old
+workers stopped and before the new ones start (the upgrade's order,
 docs/operations.md): a job moved under a running old worker would be served twice.
 """
 
@@ -15,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import redis
+
 from streamq.base.config import PREFIX
 from streamq.base.keys import JOB_SEP, JobKeys, shard_queue
 from streamq.errors import ConfigError
-from streamq.storage.connection import Client
+from streamq.storage.wire import Client
 
 __all__ = ["PARTS", "move_job", "move_old_jobs", "old_jobs"]
 
@@ -50,20 +56,22 @@ def move_job(client: Client, job: str, queue: str) -> int:
     for part in PARTS:
         old = f"{PREFIX}:{{{job}}}:{part}"
         dumped: Any = client.dump(old)
-        if dumped is None:
-            continue
         ttl: Any = client.pttl(old)
-        if ttl == -2:
-            continue  # expired between the two reads
-        client.restore(getattr(new, part), max(int(ttl), 0), dumped, replace=True)
+        if dumped is None or ttl == -2:
+            continue  # none, or expired between the two reads
+        # -1: no expiry (RESTORE's 0); 0 or less left: about to expire, 1 ms then
+        life = 0 if ttl == -1 else max(int(ttl), 1)
+        try:
+            client.restore(getattr(new, part), life, dumped)
+            moved += 1
+        except redis.ResponseError as e:
+            if "BUSYKEY" not in str(e):
+                raise
+            # there already (a move cut short, or another mover): that copy wins
         client.delete(old)
-        moved += 1
     return moved
 
 
 def move_old_jobs(client: Client) -> int:
     """Move every job of the old layout (see the module); how many were moved."""
-    jobs = list(old_jobs(client))
-    for job, queue in jobs:
-        move_job(client, job, queue)
-    return len(jobs)
+    return sum(1 for job, queue in list(old_jobs(client)) if move_job(client, job, queue))
