@@ -85,9 +85,10 @@ def test_a_limited_client_waits_while_another_runs_at_full_speed(
     assert len(a) == 100
     assert_within(times, 20, 5)
     assert times[-1] - times[0] >= (100 - 5) / 20 * 1000 - LAG_MS
-    # and B was not held back: it finished well before A's last start
+    # and B was not held back: its 300 starts took under a third of the 15 s that A's
+    # rate would give them (a loaded machine slows B too: no closer bound holds there)
     b = [t for t, _ in stamps(r, "B")]
-    assert len(b) == 300 and b[-1] < times[-1] - 1000, (b[-1], times[-1])
+    assert len(b) == 300 and b[-1] - b[0] < 300 / 20 * 1000 / 3, (b[0], b[-1])
     # and every sub-request ran exactly once, with its result, nothing failed
     assert starts_of(r, [k for _, k in a]) == [1] * 100
     assert q.results(ja.id) == {i: i for i in range(80)}
