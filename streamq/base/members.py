@@ -1,13 +1,16 @@
 """The members and values stored inside streamq's keys: a job's tokens and who leases
-them, a submit's intent, a lane's registry member, a dead letter's identity. Each
-is a string with a separator that the ids around it never hold; the key names
-themselves are :mod:`streamq.keys`'.
+them, a submit's intent, a lane's registry member, a dead letter's identity, and the
+ids streamq makes for jobs. Each is a string with a separator that the ids around it
+never hold; the key names themselves are :mod:`streamq.keys`'.
 """
 
 from __future__ import annotations
 
-__all__ = ["dead_letter_key", "intent", "lane_member", "owner", "owner_worker",
-           "parse_intent", "parse_lane_member", "token", "token_job"]
+import base64
+import os
+
+__all__ = ["dead_letter_key", "intent", "lane_member", "new_job_id", "new_job_ids", "owner",
+           "owner_worker", "parse_intent", "parse_lane_member", "token", "token_job"]
 
 
 def dead_letter_key(job_id: str, created_ms: int, field: str, serial: int) -> str:
@@ -58,3 +61,19 @@ def owner_worker(value: str) -> str:
     """The worker id of an ``owners`` value (``<worker id>/<slot>``)."""
     worker, sep, slot = value.rpartition("/")
     return worker if sep and slot.isdigit() else value
+
+
+def new_job_ids(n: int) -> list[str]:
+    """``n`` random job ids, 132 random bits each (uuid4().hex gives 122), from one
+    read of the system's random source: base 64 in 22
+    characters of a name (letters, digits, ``_`` and ``.``; none starts with ``-``,
+    which a command line would read as an option). A retained small job keeps its id
+    in three places: the short form saves 30 bytes of Redis memory against 32 hex
+    digits."""
+    pool = base64.b64encode(os.urandom(18 * n), altchars=b"_.")  # 18 bytes: 24 characters
+    return [pool[i : i + 22].decode() for i in range(0, 24 * n, 24)]
+
+
+def new_job_id() -> str:
+    """One id of :func:`new_job_ids`."""
+    return base64.b64encode(os.urandom(18), altchars=b"_.")[:22].decode()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import os
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -13,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from streamq.base import config
 from streamq.base.codec import encode
 from streamq.base.keys import QueueKeys, check_client, check_name, shard_queue
+from streamq.base.members import new_job_id, new_job_ids
 from streamq.base.models import JobState
 from streamq.errors import ConfigError, DeadLetterReplayed, JobNotFound, StreamqError
 from streamq.model.scripts import JobReply
@@ -43,20 +42,6 @@ def now_ms() -> int:
 _check_range = check_range
 
 
-def _new_ids(n: int) -> list[str]:
-    """``n`` random job ids, 132 random bits each (uuid4().hex gives 122), from one
-    read of the system's random source: base 64 in 22
-    characters of a name (letters, digits, ``_`` and ``.``; none starts with ``-``,
-    which a command line would read as an option). A retained small job keeps its id
-    in three places: the short form saves 30 bytes of Redis memory against 32 hex
-    digits."""
-    pool = base64.b64encode(os.urandom(18 * n), altchars=b"_.")  # 18 bytes: 24 characters
-    return [pool[i : i + 22].decode() for i in range(0, 24 * n, 24)]
-
-
-def _new_id() -> str:
-    """One id of :func:`_new_ids`."""
-    return base64.b64encode(os.urandom(18), altchars=b"_.")[:22].decode()
 
 
 class Queue(Following, Controls, Creating, Connected):
@@ -167,7 +152,7 @@ class Queue(Following, Controls, Creating, Connected):
         check_client(client)
 
     def _job_id(self, job_id: str | None, dedup_key: str | None) -> str:
-        job_id = check_name("job id", job_id) if job_id is not None else _new_id()
+        job_id = check_name("job id", job_id) if job_id is not None else new_job_id()
         if dedup_key is not None:
             if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
                 raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
@@ -217,7 +202,7 @@ class Queue(Following, Controls, Creating, Connected):
         if (self.lane and not when and not limit and job_id is None and dedup_key is None
                 and len(entries) == 1):
             # a small job rides its shard's lane: one script, one round trip
-            jid = _new_id()
+            jid = new_job_id()
             lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
             return Job(self, jid)
         jid = self._job_id(job_id, dedup_key)
@@ -261,13 +246,13 @@ class Queue(Following, Controls, Creating, Connected):
         limit = timeout_ms(timeout)
         encoded = [self._encode_all(p) for p in jobs]
         laned = [i for i, e in enumerate(encoded) if self.lane and not limit and len(e) == 1]
-        lane_ids = dict(zip(laned, _new_ids(len(laned))))
+        lane_ids = dict(zip(laned, new_job_ids(len(laned))))
         if lane_ids:
             lane.submit(self, [(lane_ids[i], encoded[i][0]) for i in laned], priority, client,
                         max_deliveries)
         small = [i for i, e in enumerate(encoded)
                  if len(e) <= config.ADD_CHUNK and i not in lane_ids]
-        ids = dict(zip(small, _new_ids(len(small))))
+        ids = dict(zip(small, new_job_ids(len(small))))
         shards = self.shards
         by_shard: dict[int, list[int]] = {}
         for i in small:
@@ -306,7 +291,7 @@ class Queue(Following, Controls, Creating, Connected):
     def _submit_encoded(self, entries: list[tuple[bytes, bytes]], priority: int,
                         concurrency: int, client: str, max_deliveries: int,
                         limit: int = 0) -> Job:
-        jid = _new_id()
+        jid = new_job_id()
         qk = self.shard_for(jid)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries, "",
                                  entries[: config.ADD_CHUNK], "submit", qk=qk, timeout_ms=limit)

@@ -38,3 +38,13 @@ def test_a_json_record_is_read_as_it_is_and_holds_no_result() -> None:
     raw = b'{"state":"failed","done":0,"failed":1,"finished":5,"queue":"q","priority":50}'
     assert lane.parse(raw, "q")["state"] == "failed"
     assert lane.result_of(raw) is None
+
+
+def test_made_job_ids_are_short_names_that_no_command_line_reads_as_an_option() -> None:
+    from streamq.base.keys import check_name
+    from streamq.base.members import new_job_id, new_job_ids
+
+    ids = [*new_job_ids(500), *(new_job_id() for _ in range(500))]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 22 and check_name("job id", i) and not i.startswith("-")
+               for i in ids)
