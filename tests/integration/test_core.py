@@ -479,6 +479,10 @@ def test_retention_expires_results_and_records(
     new = q.submit([3], dedup_key="once")
     assert new.id != old.id  # the dedup key was forgotten with the job
     new.wait(timeout=10)
+    # (its state is terminal in its own slot first; its completion record, and the trim
+    # that goes with it, follow in the queue's slot: wait for the record)
+    wait_until(lambda: any(f[b"job"] == new.id.encode() for _, f in r.xrange(qk.events)),
+               10, "the new job's completion record")
     # Then the old job's keys expired and its records were trimmed
     assert r.exists(JobKeys(old.id, queue_name).meta, JobKeys(old.id, queue_name).results) == 0
     # a guard is "<job>|<incarnation>"
