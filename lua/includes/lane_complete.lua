@@ -6,6 +6,18 @@
   it runs; {"state":"<terminal>","done":d,"failed":f,"finished":<ms>,<the same>}
   once it completed. lane_active tells a record that is still running.
 
+  A finished job is kept for its retention: lane_flush appends one entry per
+  call (and retention) to `lkept`, a STREAM whose entry id is the time the jobs
+  may be forgotten (Redis's clock at the finish + their retention) and whose
+  fields are "r" (that retention, ms) and "j" (the job ids, space-separated):
+  about 25 bytes a job, where a ZSET member costs 130. A stream's ids only
+  grow, so a job whose forget-after time is below the stream's last id (a
+  shorter retention than the jobs before it) goes to `ldone` instead, a ZSET
+  job -> forget-after ms. lane_trim reads both by Redis's clock. An entry
+  may name a job since retried and finished again (a later entry names it
+  then): a job is forgotten only when its record is terminal and its own
+  finish + the entry's retention has passed.
+
   A job that succeeded keeps a short record instead, with its result in it (no
   `lresults` field): "S<finished ms>|<ms from created to finished>", then, when
   one of them is not the default (50, "default", 5),
@@ -23,7 +35,7 @@ local LANE_ACTIVE = '{"state":"active","done":0,"failed":0,'
 
 -- what lane_complete leaves for lane_flush (see below)
 local function lane_done()
-  return {records = {}, jobs = {}, forget = {}}
+  return {records = {}, jobs = {}, kept = {}, order = {}}
 end
 
 local function lane_active(raw)
@@ -110,8 +122,13 @@ local function lane_complete(ctx, job, raw, state, done, failed, nowMs, result)
     forget = int_text(nowMs + tonumber(retention))
     ctx.forget[retention] = forget
   end
-  d.forget[#d.forget + 1] = forget
-  d.forget[#d.forget + 1] = job
+  local group = d.kept[forget]
+  if not group then
+    group = {retention, {}}
+    d.kept[forget] = group
+    d.order[#d.order + 1] = forget
+  end
+  group[2][#group[2] + 1] = job
   rcall("XADD", ctx.events, "*", "job", job, "state", state, "total", "1", "done", done,
         "failed", failed, "finished", now)
   local message = '{"job_id":"' .. job .. '","queue":"' .. ctx.queue .. '","state":"' ..
@@ -122,13 +139,37 @@ local function lane_complete(ctx, job, raw, state, done, failed, nowMs, result)
   return kept
 end
 
+-- the jobs of one forget-after time in `lkept` (entries of at most 100 ids), or in
+-- `ldone` when the stream's last id is past that time (see the top)
+local function lane_keep(ctx, forget, retention, jobs)
+  for i = 1, #jobs, 100 do
+    local last = math.min(i + 99, #jobs)
+    local added = redis.pcall("XADD", ctx.lkept, forget .. "-*", "r", retention,
+                              "j", table.concat(jobs, " ", i, last))
+    if type(added) == "table" and added.err then
+      local members = {}
+      for k = i, last do
+        members[#members + 1] = forget
+        members[#members + 1] = jobs[k]
+      end
+      chunked("ZADD", ctx.ldone, members)
+    end
+  end
+end
+
 local function lane_flush(ctx)
   local d = ctx.done
   if #d.jobs == 0 then return end
   chunked("HSET", ctx.ljobs, d.records)
   chunked("ZREM", ctx.lactive, d.jobs)
-  chunked("ZADD", ctx.ldone, d.forget)
-  ctx.done = {records = {}, jobs = {}, forget = {}}
+  if #d.order > 1 then
+    table.sort(d.order, function(a, b) return tonumber(a) < tonumber(b) end)
+  end
+  for _, forget in ipairs(d.order) do
+    local kept = d.kept[forget]
+    lane_keep(ctx, forget, kept[1], kept[2])
+  end
+  ctx.done = lane_done()
 end
 
 --[[
@@ -156,18 +197,72 @@ local function lane_dead(ctx, dead, deadMax, job, raw, entryId, errText, attempt
   end
 end
 
+-- the finish time of a terminal record (0 when it names none)
+local function lane_finished(raw)
+  if string.sub(raw, 1, 1) == "S" then
+    return tonumber(string.match(raw, "^S(%d+)") or "0")
+  end
+  return lane_field(raw, "finished")
+end
+
+local function lane_forget(ctx, jobs)
+  if #jobs == 0 then return end
+  chunked("HDEL", ctx.ljobs, jobs)
+  chunked("HDEL", ctx.lresults, jobs)
+  chunked("HDEL", ctx.lerrors, jobs)
+end
+
+-- the jobs of `lkept` entries whose time passed (whole entries, about `limit` jobs):
+-- forgotten when their record is terminal and its own time passed (see the top)
+local function lane_trim_kept(ctx, nowMs, limit)
+  local entries = rcall("XRANGE", ctx.lkept, "-", nowMs, "COUNT", math.max(1, math.floor(limit / 25)))
+  if #entries == 0 then return end
+  local names, retention = {}, {}
+  for _, e in ipairs(entries) do
+    local f = e[2]
+    local r, list = 0, ""
+    for k = 1, #f, 2 do
+      if f[k] == "r" then r = tonumber(f[k + 1]) or 0 elseif f[k] == "j" then list = f[k + 1] end
+    end
+    for job in string.gmatch(list, "%S+") do
+      names[#names + 1] = job
+      retention[#names] = r
+    end
+  end
+  local old = {}
+  for i = 1, #names, 500 do
+    local got = rcall("HMGET", ctx.ljobs, unpack(names, i, math.min(i + 499, #names)))
+    for k = 1, #got do
+      local raw = got[k]
+      if raw and not lane_active(raw) and lane_finished(raw) + retention[i + k - 1] <= nowMs then
+        old[#old + 1] = names[i + k - 1]
+      end
+    end
+  end
+  lane_forget(ctx, old)
+  -- MINID drops the entries below the one after the last read
+  local ms, seq = string.match(entries[#entries][1], "^(%d+)-(%d+)$")
+  if #seq < 15 then
+    rcall("XTRIM", ctx.lkept, "MINID", ms .. "-" .. string.format("%.0f", tonumber(seq) + 1))
+  else
+    rcall("XTRIM", ctx.lkept, "MINID", string.format("%.0f", tonumber(ms) + 1) .. "-0")
+  end
+  -- an empty stream is deleted (a queue whose jobs are all forgotten leaves no key)
+  if rcall("XLEN", ctx.lkept) == 0 then rcall("DEL", ctx.lkept) end
+end
+
 --[[
-  Forget small jobs whose retention passed (at most `limit` per call), and trim
-  the events stream by the queue's retention and its cap.
+  Forget small jobs whose retention passed (at most about `limit` per call, from
+  each of `ldone` and `lkept`), and trim the events stream by the queue's
+  retention and its cap.
 ]]
 local function lane_trim(ctx, nowMs, limit)
   local old = rcall("ZRANGEBYSCORE", ctx.ldone, "-inf", nowMs, "LIMIT", 0, limit)
   if #old > 0 then
-    rcall("HDEL", ctx.ljobs, unpack(old))
-    rcall("HDEL", ctx.lresults, unpack(old))
-    rcall("HDEL", ctx.lerrors, unpack(old))
+    lane_forget(ctx, old)
     rcall("ZREM", ctx.ldone, unpack(old))
   end
+  lane_trim_kept(ctx, nowMs, limit)
   rcall("XTRIM", ctx.events, "MINID", nowMs - tonumber(ctx.eventsRetention))
   rcall("XTRIM", ctx.events, "MAXLEN", "~", ctx.eventsMax)
 end

@@ -282,8 +282,16 @@ class QueueKeys:
 
     @cached_property
     def ldone(self) -> str:
-        """ZSET job id -> forget-after ms: finished small jobs kept for their retention."""
+        """ZSET job id -> forget-after ms: finished small jobs kept for their retention
+        whose forget-after time was below ``lkept``'s last id when they finished."""
         return self._k("ldone")
+
+    @cached_property
+    def lkept(self) -> str:
+        """STREAM of finished small jobs kept for their retention: entry id the
+        forget-after ms, fields ``r`` (the retention, ms) and ``j`` (job ids,
+        space-separated); about 25 bytes a job (see includes/lane_complete.lua)."""
+        return self._k("lkept")
 
     @cached_property
     def lstarts(self) -> str:

@@ -73,12 +73,12 @@ class LaneScripts(ScriptsBase):
     def lane_ack_call(qk: QueueKeys, stream: str, ctx: LaneCtx,
                       done: Sequence[tuple[str, str, bytes]]) -> Call:
         """Acknowledge and complete small jobs of one lane stream: (entry id, job id,
-        encoded result) each; replies {acknowledged, completed}. See lane_ack-8.lua."""
+        encoded result) each; replies {acknowledged, completed}. See lane_ack-9.lua."""
         args = ctx.args(qk)
         for eid, job, result in done:
             args += [eid, job, result]
         return Call("lane_ack", (stream, qk.ljobs, qk.lresults, qk.lerrors, qk.lstarts,
-                                 qk.lactive, qk.ldone, qk.events), args)
+                                 qk.lactive, qk.ldone, qk.events, qk.lkept), args)
 
     @staticmethod
     def lane_fail_call(qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *, entry_id: str,
@@ -86,7 +86,7 @@ class LaneScripts(ScriptsBase):
                        payload: bytes, trace: str = "") -> Call:
         """Report a failed attempt of a small job: a retry after ``delay_ms`` (-1: dead
         letter now); replies 0 settled already, 1 retry, 2 dead-lettered. ``trace``: the
-        entry's trace context, which its retry carries. See lane_fail-10.lua."""
+        entry's trace context, which its retry carries. See lane_fail-11.lua."""
         prio, client = lane
         args = [*ctx.args(qk), ctx.dead_maxlen, lane_member(prio, client), entry_id, job,
                 attempts, delay_ms, error, kind, payload]
@@ -94,7 +94,8 @@ class LaneScripts(ScriptsBase):
             args.append(trace)
         return Call("lane_fail",
                     (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lerrors,
-                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries), args)
+                     qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries, qk.lkept),
+                    args)
 
     @staticmethod
     def lane_promote_call(qk: QueueKeys, lane: tuple[int, str], limit: int = 1000) -> Call:
@@ -119,11 +120,11 @@ class LaneScripts(ScriptsBase):
                      max_deliveries: int = 0) -> tuple[str, int, int]:
         """One XAUTOCLAIM slice of a lane's stalled entries; (next cursor, re-added,
         dead-lettered). Also forgets finished jobs past their retention. See
-        lane_reclaim-9.lua."""
+        lane_reclaim-10.lua."""
         prio, client = lane
         r = self.run("lane_reclaim",
                      (qk.lane(prio, client), qk.ljobs, qk.lerrors, qk.lstarts, qk.lactive,
-                      qk.ldone, qk.events, qk.dead, qk.lresults),
+                      qk.ldone, qk.events, qk.dead, qk.lresults, qk.lkept),
                      [*ctx.args(qk), ctx.dead_maxlen, consumer, min_idle_ms, cursor, count,
                       max_deliveries])
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
@@ -154,11 +155,11 @@ class LaneScripts(ScriptsBase):
         """Cancel a small job: (whether this call cancelled it, the id of its entry a
         worker holds or ""). ``closer`` names the call: sent again after a lost reply,
         it replies as the call that cancelled. JobNotFound-coded reply for no record.
-        See lane_cancel-6.lua."""
+        See lane_cancel-7.lua."""
         prio, client = lane
         r = self.run("lane_cancel",
                      (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
-                      qk.ldone, qk.events),
+                      qk.ldone, qk.events, qk.lkept),
                      [*ctx.args(qk), job, closer])
         raise_for_code("lane_cancel", r, job)
         held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])

@@ -7,7 +7,9 @@ delete the consumers of dead workers once nothing is pending with them, and
 drop a lane left with no entry and no retry (``lane_drop``: its stream and its
 registry entry; the next submit or retry makes it again), so workers read only
 lanes with work and a (priority, client) pair used once costs nothing after.
-``lane_reclaim`` also forgets finished small jobs whose retention passed.
+``lane_reclaim`` also forgets finished small jobs whose retention passed; a shard
+with no lane left (all dropped as idle) has it called for the default lane, whose
+stream is absent, so its finished jobs are still forgotten on time.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def recover_lanes(p: LanePass, report: PassReport) -> None:
     members: Any = client.zrange(qk.lanes, 0, -1)
     report.lane_active += int(client.zcard(qk.lactive))
     if not members:
+        # no lane: only the forgetting of finished jobs (the script returns at once)
+        scripts.lane_reclaim(qk, (config.DEFAULT_PRIORITY, config.DEFAULT_CLIENT), p.ctx,
+                             consumer=config.REAPER_CONSUMER, min_idle_ms=p.idle_ms,
+                             cursor="0-0", count=1, max_deliveries=p.max_deliveries)
         return
     live: Any = client.zrangebyscore(qk.workers, server_ms(client, qk.workers), "+inf")
     alive = {w.decode() for w in live}

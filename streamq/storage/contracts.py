@@ -33,7 +33,7 @@ KINDS: dict[str, KeyKind] = {
              "retries owed lanes lactive ldone"),
     **_kinds("shard", "HASH", "tokens owners kick fair dedup ljobs lresults lerrors lstarts "
              "reaping"),
-    **_kinds("shard", "STREAM", "stats events dead"),
+    **_kinds("shard", "STREAM", "stats events dead lkept"),
     **_kinds("shard", "LIST", "wake"),
     **_kinds("shard", "STRING", "paused reaper-lock"),
     **_kinds("queue", "HASH", "rates buckets repeats"),
@@ -220,12 +220,12 @@ _LIST = [
     Contract("intend_jobs", "record submits' intents in `creating`", _k("creating"),
              rest=(Arg("intent", "intent"),), least=1, reply="count", roles=_PR),
     Contract("lane_ack", "acknowledge small jobs and complete them", _k(
-        "lane ljobs lresults lerrors lstarts lactive ldone events"), LANE_CTX,
+        "lane ljobs lresults lerrors lstarts lactive ldone events lkept"), LANE_CTX,
              rest=(ENTRY, name("job id"), text("result", _BIG)),
              reply="{acknowledged, completed}", roles=_W, flags=("allow-oom",),
              publishes=True),
     Contract("lane_cancel", "cancel a small job", _k(
-        "lane lane-retry ljobs lactive ldone events"),
+        "lane lane-retry ljobs lactive ldone events lkept"),
              (*LANE_CTX, name("job id"), tok("closer", empty=True)),
              reply="{cancelled, held}", errors=("JOB_NOT_FOUND",), roles=_P,
              flags=("allow-oom",), publishes=True),
@@ -241,7 +241,7 @@ _LIST = [
     Contract("lane_drop", "delete an idle lane", _k("lane lane-retry lanes"),
              (GROUP_ARG, LANE_MEMBER), reply="0|1", roles=_R, flags=("allow-oom",)),
     Contract("lane_fail", "a failed attempt of a small job: retry or dead-letter", _k(
-        "lane lane-retry ljobs lerrors lstarts lactive ldone events dead retries"),
+        "lane lane-retry ljobs lerrors lstarts lactive ldone events dead retries lkept"),
              (*LANE_CTX, i("dead stream cap"), LANE_MEMBER, ENTRY, name("job id", empty=True),
               i("attempts"), ms("retry delay", lo=-1), text("error"), FAILED_KIND, PAYLOAD),
              tail=(TRACE,), reply="0 settled before, 1 retry, 2 dead-lettered", roles=_W,
@@ -251,7 +251,7 @@ _LIST = [
              (i("most"), LANE_MEMBER, WAKE_CAP, GROUP_ARG), reply="entries moved",
              roles=("worker", "reaper"), flags=("allow-oom",)),
     Contract("lane_reclaim", "hand stalled small jobs to others or dead-letter them", _k(
-        "lane ljobs lerrors lstarts lactive ldone events dead lresults"),
+        "lane ljobs lerrors lstarts lactive ldone events dead lresults lkept"),
              (*LANE_CTX, i("dead stream cap"), tok("consumer"), ms("min idle"),
               Arg("cursor", "entry"), i("count", 1, 10_000), i("max deliveries override")),
              reply="{cursor, counts...}", roles=_R, flags=("allow-oom",), publishes=True),

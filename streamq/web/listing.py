@@ -1,8 +1,8 @@
 """The Jobs view's reads: a page of jobs from the registries, filtered, newest first.
 
 Jobs are found only through the queue's registries (``active`` and ``finished`` of
-every shard, ``lactive`` and ``ldone`` for small jobs), read with ZREVRANGEBYSCORE a
-chunk at a time, never by scanning the keyspace. A page reads a job's own keys for
+every shard, ``lactive``, ``ldone`` and the ``lkept`` stream for small jobs), read
+with ZREVRANGEBYSCORE (XREVRANGE) a chunk at a time, never by scanning the keyspace. A page reads a job's own keys for
 each candidate it examines (its row; a filter on state, client or priority is
 checked there) and stops after :data:`EXAMINE_CAP` candidates, filtered or not: a
 registry may hold entries that show nothing (jobs gone, or entries nobody
@@ -123,10 +123,31 @@ def _registries(shards: Sequence[QueueKeys], f: JobFilter) -> list[Registry]:
     out: list[Registry] = []
     for qk in shards:
         if unfinished:
-            out += [(qk.active, False, True), (qk.lactive, True, True)]
+            out += [(qk.active, False, True, False), (qk.lactive, True, True, False)]
         if finished:
-            out += [(qk.finished, False, False), (qk.ldone, True, False)]
+            out += [(qk.finished, False, False, False), (qk.ldone, True, False, False),
+                    (qk.lkept, True, False, True)]
     return out
+
+
+def _sizes(r: Client, shards: Sequence[QueueKeys], regs: list[Registry]) -> list[Any]:
+    """Entries of each registry (ZCARD, XLEN for a stream)."""
+    pipe = r.pipeline(transaction=False)
+    for key, _, _, stream in regs:
+        (pipe.xlen if stream else pipe.zcard)(key)
+    return pipe.execute()
+
+
+def _kept_jobs(r: Client, shards: Sequence[QueueKeys]) -> int:
+    """Finished small jobs ``lkept`` holds: records in ``ljobs`` that are neither
+    unfinished (``lactive``) nor in ``ldone`` (an entry of ``lkept`` names many)."""
+    pipe = r.pipeline(transaction=False)
+    for qk in shards:
+        pipe.hlen(qk.ljobs)
+        pipe.zcard(qk.lactive)
+        pipe.zcard(qk.ldone)
+    got = [int(n) for n in pipe.execute()]
+    return sum(max(0, got[k] - got[k + 1] - got[k + 2]) for k in range(0, len(got), 3))
 
 
 def _job_row(jr: queue_overview.JobRow) -> Row | None:
@@ -191,11 +212,9 @@ def page(r: Client, shards: Sequence[QueueKeys], f: JobFilter, cursor_raw: str |
     PAGE_SIZE rows, from at most EXAMINE_CAP registry entries."""
     regs = _registries(shards, f)
     out = Page()
-    pipe = r.pipeline(transaction=False)
-    for key, _, _ in regs:
-        pipe.zcard(key)
-    sizes = [int(n) for n in pipe.execute()]
-    out.total_registered = sum(sizes)
+    sizes = [int(n) for n in _sizes(r, shards, regs)]
+    out.total_registered = sum(n for n, reg in zip(sizes, regs) if not reg[3])
+    out.total_registered += _kept_jobs(r, shards) if any(reg[3] for reg in regs) else 0
     if f.search:
         out.rows = search(r, shards, f.search)
         return out

@@ -6,7 +6,9 @@ The cursor is the last entry examined (its score and member). Entries tied with 
 (one score: jobs registered, or finished, in the same millisecond) are found by
 position: a registry's ties are ordered by member, so the cursor's place among them
 is read whole when they are few (:data:`TIE_READ`), else searched one entry per probe
-(a binary search), never by reading every tie.
+(a binary search), never by reading every tie. A stream registry (``lkept``: one entry
+names the jobs of one forget-after time) is read a whole millisecond at a time and
+its jobs of one millisecond ordered by id, so it needs no tie search.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def as_bytes(v: Any) -> bytes:
     return v if isinstance(v, bytes) else str(v).encode()
 
 
-#: (registry key, holds small jobs, scored by the job's creation time)
-Registry = tuple[str, bool, bool]
+#: (registry key, holds small jobs, scored by the job's creation time, a STREAM of
+#: kept jobs: entry id the score's ms, field ``j`` the job ids; else a ZSET)
+Registry = tuple[str, bool, bool, bool]
 #: A registry entry: (score, member); the order of a page is this, highest first
 Cursor = tuple[float, bytes]
 
@@ -61,6 +64,11 @@ class Candidate:
 def _score(v: float) -> str:
     """A score as Redis reads it back exactly (``repr`` of a float round-trips)."""
     return "+inf" if v == INF else "-inf" if v == -INF else repr(float(v))
+
+
+def _ms_bound(v: float, unbounded: str) -> str:
+    """A score bound as a stream id bound (every entry of that millisecond)."""
+    return unbounded if v in (INF, -INF) else str(int(v))
 
 
 def format_cursor(cursor: Cursor) -> str:
@@ -157,9 +165,10 @@ class Merge:
         self.r, self.regs, self.cursor = r, regs, cursor
         hi = INF if cursor is None else cursor[0]
         self.ranges = [(min(hi, created[1]), created[0]) if by_created else (hi, -INF)
-                       for _, _, by_created in regs]
+                       for _, _, by_created, _ in regs]
         live = [i for i, (top, low) in enumerate(self.ranges) if top >= low and sizes[i] > 0]
-        tied = [i for i in live if cursor is not None and self.ranges[i][0] == cursor[0]]
+        tied = [i for i in live if cursor is not None and self.ranges[i][0] == cursor[0]
+                and not regs[i][3]]
         #: where each registry's next window starts: at this score, past this many
         #: entries of it (those read already, or at or before the cursor)
         self.top = {i: self.ranges[i][0] for i in live}
@@ -177,21 +186,23 @@ class Merge:
         """Read the next window of each registry of ``which`` (one pipeline)."""
         pipe = self.r.pipeline(transaction=False)
         for i in which:
-            pipe.zrevrangebyscore(self.regs[i][0], _score(self.top[i]),
-                                  _score(self.ranges[i][1]), start=self.skip[i],
-                                  num=self.window[i], withscores=True)
+            if self.regs[i][3]:
+                pipe.xrevrange(self.regs[i][0], _ms_bound(self.top[i], "+"),
+                               _ms_bound(self.ranges[i][1], "-"), count=self.window[i])
+            else:
+                pipe.zrevrangebyscore(self.regs[i][0], _score(self.top[i]),
+                                      _score(self.ranges[i][1]), start=self.skip[i],
+                                      num=self.window[i], withscores=True)
         for i, got in zip(which, pipe.execute()):
-            if len(got) < self.window[i]:
+            full = len(got) >= self.window[i]
+            if not full:
                 self.more.discard(i)
             self.window[i] = min(CHUNK, 2 * self.window[i])
-            entries = [(float(score), as_bytes(member)) for member, score in got]
-            if entries:
-                last = entries[-1][0]
-                same = sum(1 for e in entries if e[0] == last)
-                if same == len(entries) and last == self.top[i]:
-                    self.skip[i] += same  # still within the ties of one score
-                else:
-                    self.top[i], self.skip[i] = last, same
+            if self.regs[i][3]:
+                entries = self._kept_entries(i, got, full)
+            else:
+                entries = [(float(score), as_bytes(member)) for member, score in got]
+                self._advance(i, entries)
             if self.cursor is not None:  # entries written since at or before it
                 entries = [e for e in entries if e < self.cursor]
             self.buffers[i] = entries[::-1]
@@ -199,6 +210,31 @@ class Merge:
                 heapq.heappush(self.heap, (_Desc(entries[0]), i))
             elif i in self.more:
                 self._fill([i])
+
+    def _advance(self, i: int, entries: list[Cursor]) -> None:
+        """Where a ZSET registry's next window starts, after ``entries``."""
+        if entries:
+            last = entries[-1][0]
+            same = sum(1 for e in entries if e[0] == last)
+            if same == len(entries) and last == self.top[i]:
+                self.skip[i] += same  # still within the ties of one score
+            else:
+                self.top[i], self.skip[i] = last, same
+
+    def _kept_entries(self, i: int, got: list[Any], full: bool) -> list[Cursor]:
+        """A stream registry's window as (ms, job) entries, highest first: its last
+        millisecond read whole (the rest of it read now), the next window starting
+        at the millisecond below."""
+        if full and got:
+            last_id = as_bytes(got[-1][0]).decode()
+            ms = int(last_id.partition("-")[0])
+            got = list(got) + list(self.r.xrevrange(self.regs[i][0], "(" + last_id, f"{ms}-0"))
+            self.top[i] = float(ms - 1)
+            if self.top[i] < self.ranges[i][1]:
+                self.more.discard(i)
+        entries = [(float(as_bytes(eid).partition(b"-")[0]), job)
+                   for eid, fields in got for job in as_bytes(fields.get(b"j", b"")).split()]
+        return sorted(entries, reverse=True)
 
     def take(self, n: int) -> list[Candidate]:
         """The next ``n`` entries (fewer at the registries' end)."""

@@ -367,6 +367,39 @@ def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_a
 
 
 @pytest.mark.parametrize("lane", LANES)
+def test_a_job_retried_in_place_is_kept_its_retention_from_its_second_finish(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
+    from streamq import JobNotFound
+    from streamq.reaping.reaper import Reaper
+    from streamq.storage.connection import server_ms
+
+    # Given a job kept 3 s after it finishes, which failed, then was retried in place
+    # 1.5 s later and succeeded
+    q = Queue(queue_name, redis_url, retention_s=3)
+    job, mode, _ = _failed_once(q, lane, workers, [{"n": 1, "bad": True}])
+    first = q.status(job.id).finished_ms
+    assert first is not None
+    wait_until(lambda: server_ms(r, q.keys.events) > first + 1_500, 10, "1.5 s to pass")
+    mode["bad"] = False
+    q.retry(job.id)
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    second = q.status(job.id).finished_ms
+    assert second is not None and second > first + 1_500
+    reaper = Reaper(queue_name, redis_url, retention_s=3)
+    # When the retention of its first finish has passed (real time) and the reaper ran
+    wait_until(lambda: server_ms(r, q.keys.events) > first + 3_100, 10, "3 s to pass")
+    reaper.run_once()
+    # Then the job is still kept, with its result
+    assert q.status(job.id).state is JobState.SUCCEEDED and q.results(job.id) == {0: 10}
+    # And once the retention of its second finish has passed, it is forgotten
+    wait_until(lambda: server_ms(r, q.keys.events) > second + 3_100, 10, "3 s more to pass")
+    reaper.run_once()
+    with pytest.raises(JobNotFound):
+        q.status(job.id)
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
 def test_a_dead_letter_replayed_into_a_new_job_is_not_retried_in_place(
         lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
     from streamq import ConfigError

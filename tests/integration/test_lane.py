@@ -27,6 +27,17 @@ from streamq.storage.connection import server_ms
 StartWorker = Callable[..., Worker]
 
 
+def kept_until(r: redis.Redis, qk: QueueKeys) -> dict[str, int]:
+    """Finished small jobs kept -> the time they may be forgotten after (ms): from the
+    ``lkept`` stream's entries (id: that time) and the ``ldone`` ZSET."""
+    out: dict[str, int] = {}
+    for eid, f in r.xrange(qk.lkept):
+        for job in f[b"j"].decode().split(" "):
+            out[job] = int(eid.split(b"-")[0])
+    out.update({m.decode(): int(s) for m, s in r.zrange(qk.ldone, 0, -1, withscores=True)})
+    return out
+
+
 def starts(r: redis.Redis, jobs: list[str]) -> list[int]:
     pipe = r.pipeline(transaction=False)  # keys of many slots: one GET each
     for j in jobs:
@@ -107,6 +118,7 @@ def test_small_jobs_completed_in_one_call_carry_its_clock_as_whole_numbers(
             messages[message["job_id"]] = {"text": text, **message}
     listener.close()
     events = {f[b"job"].decode(): f for _, f in r.xrange(qk.events)}
+    kept = kept_until(r, qk)
     for j in jobs:
         raw = r.hget(qk.ljobs, j).decode()
         record = lane.parse(raw, qk.tag)
@@ -119,7 +131,7 @@ def test_small_jobs_completed_in_one_call_carry_its_clock_as_whole_numbers(
             b"1", b"1", b"0")
         assert messages[j]["finished_ms"] == finished
         assert f'"done":1,"failed":0,"finished_ms":{finished}}}' in messages[j]["text"]
-        assert r.zscore(qk.ldone, j) == finished + retention[j]
+        assert kept[j] == finished + retention[j]
     short.close()
     long.close()
 
@@ -376,11 +388,13 @@ def test_finished_small_jobs_are_forgotten_after_their_retention(
     assert r.hlen(qk.ljobs) == 50 and r.hlen(qk.lresults) == 0
     # When their retention passed (real time: Redis's clock passes the latest time after
     # which a job is forgotten) and the reaper ran
-    forget_ms = max(score for _, score in r.zrange(qk.ldone, 0, -1, withscores=True))
+    kept = kept_until(r, qk)
+    assert sorted(kept) == sorted(j.id for j in jobs)
+    forget_ms = max(kept.values())
     wait_until(lambda: server_ms(r, qk.ldone) > forget_ms, 30, "the retention to pass")
     Reaper(queue_name, redis_url, retention_s=1).run_once()
     # Then nothing of them is left: no record, result, registry entry or key
-    assert r.exists(qk.ljobs, qk.lresults, qk.lerrors, qk.ldone, qk.lactive) == 0
+    assert r.exists(qk.ljobs, qk.lresults, qk.lerrors, qk.ldone, qk.lkept, qk.lactive) == 0
     with pytest.raises(Exception, match="not found|unknown|no job"):
         q.status(jobs[0].id)
     q.close()

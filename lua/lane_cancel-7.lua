@@ -22,6 +22,7 @@
     KEYS[4] lactive  sq:{<shard>}:lactive  ZSET job -> submit ms
     KEYS[5] ldone    sq:{<shard>}:ldone    ZSET job -> forget-after ms
     KEYS[6] events   sq:{<shard>}:events   STREAM of completion records
+    KEYS[7] lkept    sq:{<shard>}:lkept     STREAM id forget-after ms -> r, j (lane_complete)
     ARGV[1] consumer group name
     ARGV[2] cap on the events stream length (approximate)
     ARGV[3] events retention, ms
@@ -37,6 +38,7 @@ local rcall = redis.call
 local retryKey = KEYS[2]
 local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = "",
              lstarts = "", lactive = KEYS[4], ldone = KEYS[5], events = KEYS[6],
+             lkept = KEYS[7],
              eventsMax = ARGV[2], eventsRetention = ARGV[3],
              queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
              queue = sq_queue_of(SQ_TAG)}

@@ -19,6 +19,7 @@
     KEYS[9]  dead     sq:{<shard>}:dead      STREAM of dead letters
     KEYS[10] retries  sq:{<shard>}:retries   ZSET "lane|<prio>|<client>" -> due ms of
              the lane's earliest retry (live workers promote it then)
+    KEYS[11] lkept    sq:{<shard>}:lkept     STREAM id forget-after ms -> r, j (lane_complete)
     ARGV[1]  consumer group name
     ARGV[2]  cap on the events stream length (approximate)
     ARGV[3]  events retention, ms
@@ -41,6 +42,7 @@ local rcall = redis.call
 local retryKey, deadKey, retriesKey = KEYS[2], KEYS[9], KEYS[10]
 local ctx = {lane = KEYS[1], ljobs = KEYS[3], lresults = "", lerrors = KEYS[4],
              lstarts = KEYS[5], lactive = KEYS[6], ldone = KEYS[7], events = KEYS[8],
+             lkept = KEYS[11],
              eventsMax = ARGV[2], eventsRetention = ARGV[3],
              queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
              queue = sq_queue_of(SQ_TAG)}

@@ -19,6 +19,7 @@
     KEYS[6] lactive  sq:{<shard>}:lactive   ZSET job -> submit ms
     KEYS[7] ldone    sq:{<shard>}:ldone     ZSET job -> forget-after ms
     KEYS[8] events   sq:{<shard>}:events    STREAM of completion records
+    KEYS[9] lkept    sq:{<shard>}:lkept     STREAM id forget-after ms -> r, j (lane_complete)
     ARGV[1] consumer group name
     ARGV[2] cap on the events stream length (approximate)
     ARGV[3] events retention, ms
@@ -30,6 +31,7 @@
 local rcall = redis.call
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[3], lerrors = KEYS[4],
              lstarts = KEYS[5], lactive = KEYS[6], ldone = KEYS[7], events = KEYS[8],
+             lkept = KEYS[9],
              eventsMax = ARGV[2], eventsRetention = ARGV[3],
              queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
              queue = sq_queue_of(SQ_TAG)}

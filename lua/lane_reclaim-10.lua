@@ -23,6 +23,7 @@
     KEYS[7] events   sq:{<shard>}:events    STREAM
     KEYS[8] dead     sq:{<shard>}:dead      STREAM
     KEYS[9] lresults sq:{<shard>}:lresults  HASH job -> encoded result
+    KEYS[10] lkept    sq:{<shard>}:lkept     STREAM id forget-after ms -> r, j (lane_complete)
     ARGV[1]  consumer group name
     ARGV[2]  cap on the events stream length (approximate)
     ARGV[3]  events retention, ms
@@ -41,6 +42,7 @@ local rcall = redis.call
 local deadKey = KEYS[8]
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[9], lerrors = KEYS[3],
              lstarts = KEYS[4], lactive = KEYS[5], ldone = KEYS[6], events = KEYS[7],
+             lkept = KEYS[10],
              eventsMax = ARGV[2], eventsRetention = ARGV[3],
              queueChannel = sq_channel(SQ_TAG), jobChannel = sq_channel(SQ_TAG) .. ":",
              queue = sq_queue_of(SQ_TAG)}
