@@ -400,6 +400,34 @@ def test_finished_small_jobs_are_forgotten_after_their_retention(
     q.close()
 
 
+
+def test_a_shorter_retention_after_a_longer_one_is_kept_exactly_its_own(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    # Given a small job kept 60 s, then one kept 1 s, finished in that order in one shard
+    # (the second's forget-after time is below the first's: kept in `ldone`, not `lkept`)
+    long, short = Queue(queue_name, redis_url, retention_s=60), Queue(queue_name, redis_url,
+                                                                       retention_s=1)
+    workers(queue_name, lambda p: p)
+    kept_long = long.submit([1])
+    long.wait(kept_long.id, timeout=30)
+    kept_short = short.submit([2])
+    short.wait(kept_short.id, timeout=30)
+    qk = long.shards[0]
+    assert [f[b"j"] for _, f in r.xrange(qk.lkept)] == [kept_long.id.encode()]
+    assert r.zrange(qk.ldone, 0, -1) == [kept_short.id.encode()]
+    # When its 1 s has passed (real time) and the reaper ran
+    forget_ms = kept_until(r, qk)[kept_short.id]
+    wait_until(lambda: server_ms(r, qk.ldone) > forget_ms, 30, "the retention to pass")
+    Reaper(queue_name, redis_url, retention_s=1).run_once()
+    # Then the short one is forgotten, the long one kept
+    with pytest.raises(Exception, match="not found|unknown|no job"):
+        short.status(kept_short.id)
+    assert long.status(kept_long.id).state is JobState.SUCCEEDED
+    assert r.zcard(qk.ldone) == 0 and r.xlen(qk.lkept) == 1
+    long.close()
+    short.close()
+
 # -- crashes ------------------------------------------------------------------------------
 
 
