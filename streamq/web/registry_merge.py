@@ -228,7 +228,8 @@ class Merge:
         if full and got:
             last_id = as_bytes(got[-1][0]).decode()
             ms = int(last_id.partition("-")[0])
-            got = list(got) + list(self.r.xrevrange(self.regs[i][0], "(" + last_id, f"{ms}-0"))
+            rest: Any = self.r.xrevrange(self.regs[i][0], "(" + last_id, f"{ms}-0")
+            got = list(got) + list(rest or [])
             self.top[i] = float(ms - 1)
             if self.top[i] < self.ranges[i][1]:
                 self.more.discard(i)
