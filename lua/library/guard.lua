@@ -50,8 +50,10 @@ local function sq_arg_ok(s, v)
   if v == "" then return s.e end
   local t = s[1]
   if t == "i" then
-    local d = string.match(v, "^%-?(%d+)$")
-    if not d or #d > 15 then return false end
+    if #v > 16 or not string.find(v, "^%-?%d+$") or (#v == 16 and string.sub(v, 1, 1) ~= "-")
+    then
+      return false
+    end
     local n = tonumber(v)
     return n >= s[2] and n <= s[3]
   elseif t == "e" then
@@ -79,13 +81,21 @@ local function sq_arg_ok(s, v)
   return false
 end
 
--- checks ARGV[i..] against the list of specs; returns the next position, or nil and why
+-- checks ARGV[i..] against the list of specs; returns the next position, or nil and why.
+-- The commonest checks (bounded bytes, names, integers) are made here, inline: this
+-- runs for every argument of every call (a batch's entries are most of them)
 local function sq_check_list(list, ARGV, i)
   for j = 1, #list do
     local s = list[j]
     local v = ARGV[i]
     if v == nil then return nil, "ARGV[" .. i .. "] (" .. s.d .. ") is missing" end
-    if s[1] == "c" then
+    local t = s[1]
+    if t == "b" then
+      if #v > s[2] or (v == "" and not s.e) then
+        return nil, "ARGV[" .. i .. "] must be " .. s.d
+      end
+      i = i + 1
+    elseif t == "c" then
       local d = string.match(v, "^(%d+)$")
       local c = d and #d <= 6 and tonumber(d)
       if not c or c > s[2] then
@@ -105,51 +115,68 @@ local function sq_check_list(list, ARGV, i)
   return i
 end
 
+local function sq_refuse(spec, what)
+  return nil, redis.error_reply("ERR " .. spec.f .. " refused: " .. what)
+end
+
+-- whether KEYS[i] (`key`, its part starting at `at`) is of `kind`: compared in place,
+-- no substring made (this runs for every key of every call)
+local function sq_kind_ok(kind, key, at)
+  local x = kind.x
+  if x and #key == at - 1 + #x and string.find(key, x, at, true) == at then return true end
+  local p = kind.p
+  if not p or not string.find(key, p, at) then return false end
+  local never = kind.n
+  return not (never and #key - #never + 1 >= at and
+              string.find(key, never, #key - #never + 1, true) ~= nil)
+end
+
 local function sq_guard(spec, KEYS, ARGV)
-  local refuse = function(what)
-    return nil, redis.error_reply("ERR " .. spec.f .. " refused: " .. what)
-  end
   local kinds = spec.k
-  if #KEYS ~= #kinds then return refuse("takes " .. #kinds .. " keys, got " .. #KEYS) end
+  if #KEYS ~= #kinds then return sq_refuse(spec, "takes " .. #kinds .. " keys, got " .. #KEYS) end
   local tag
+  if #kinds > 0 then
+    tag = string.match(KEYS[1], "^sq:{([^{}]*)}:")
+    if not tag then return sq_refuse(spec, "KEYS[1] is not a streamq key") end
+    if not SQ_TAG_OK[spec.tc](tag) then return sq_refuse(spec, "KEYS[1] has an invalid tag") end
+  end
+  local prefix = tag and ("sq:{" .. tag .. "}:")
+  local at = tag and #prefix + 1
   for i = 1, #kinds do
-    local t, part = string.match(KEYS[i], "^sq:{([^{}]*)}:(.*)$")
-    if not t then return refuse("KEYS[" .. i .. "] is not a streamq key") end
-    if i == 1 then
-      if not SQ_TAG_OK[spec.tc](t) then return refuse("KEYS[1] has an invalid tag") end
-      tag = t
-    elseif t ~= tag then
-      return refuse("KEYS[" .. i .. "] is not of KEYS[1]'s tag")
+    local key = KEYS[i]
+    if i > 1 and string.find(key, prefix, 1, true) ~= 1 then
+      if not string.find(key, "^sq:{[^{}]*}:") then
+        return sq_refuse(spec, "KEYS[" .. i .. "] is not a streamq key")
+      end
+      return sq_refuse(spec, "KEYS[" .. i .. "] is not of KEYS[1]'s tag")
     end
-    local kind = kinds[i]
-    if part ~= kind.x and not (kind.p and string.find(part, kind.p)
-                              and not (kind.n and string.sub(part, -#kind.n) == kind.n)) then
-      return refuse("KEYS[" .. i .. "] is not a key of the kind it must be")
+    if not sq_kind_ok(kinds[i], key, at) then
+      return sq_refuse(spec, "KEYS[" .. i .. "] is not a key of the kind it must be")
     end
   end
   local n, err = #ARGV, nil
   local i = 1
   i, err = sq_check_list(spec.a, ARGV, i)
-  if not i then return refuse(err) end
+  if not i then return sq_refuse(spec, err) end
   local r, t = spec.r, spec.t
   if #r > 0 then
     local groups = 0
     while n - i + 1 >= #r and not (#t > 0 and n - i + 1 == #t and #t < #r) do
       i, err = sq_check_list(r, ARGV, i)
-      if not i then return refuse(err) end
+      if not i then return sq_refuse(spec, err) end
       groups = groups + 1
     end
-    if groups < spec.least then return refuse("needs at least " .. spec.least .. " groups") end
+    if groups < spec.least then return sq_refuse(spec, "needs at least " .. spec.least .. " groups") end
   end
   if #t > 0 and n - i + 1 == #t then
     i, err = sq_check_list(t, ARGV, i)
-    if not i then return refuse(err) end
+    if not i then return sq_refuse(spec, err) end
   end
-  if i ~= n + 1 then return refuse((n - i + 1) .. " argument(s) more than it takes") end
+  if i ~= n + 1 then return sq_refuse(spec, (n - i + 1) .. " argument(s) more than it takes") end
   for _, b in ipairs(spec.b) do
-    local v = ARGV[b[2]]
-    if string.sub(KEYS[b[1]], -#v - 1) ~= ":" .. v then
-      return refuse("KEYS[" .. b[1] .. "] is not ARGV[" .. b[2] .. "]'s key")
+    local v, key = ARGV[b[2]], KEYS[b[1]]
+    if #key < #v + 1 or string.find(key, ":" .. v, #key - #v, true) == nil then
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not ARGV[" .. b[2] .. "]'s key")
     end
   end
   return tag
