@@ -221,7 +221,7 @@ class JobWork:
                 read = preread.pop(job)
                 entries = [] if isinstance(read, Exception) else _entries(read)
                 if entries:
-                    self.w.outcomes.requeue(job, [e[0] for e in entries])
+                    self.w.outcomes.requeue(job, [e[0] for e in entries], self.slot.qk)
         return preread
 
     def promote(self, jobs: list[str]) -> None:

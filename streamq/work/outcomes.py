@@ -118,6 +118,17 @@ class Outcomes:
                 steady(w, "clearing a job's debt", w.scripts.clear_owed, shard, job)
         return reply.completed
 
+    def hand_back(self, job: str, ids: list[str], shard: QueueKeys) -> int:
+        """Hand back entries (ids) of ``job``, then wake its tokens in ``shard``; how many
+        were handed back (see :meth:`requeue`)."""
+        w = self.w
+        jk = w.keys.job(job)
+        moved = int(w.scripts.requeue(jk, w.id, ids))
+        if moved:
+            concurrency: Any = w.redis.hget(jk.meta, "concurrency")
+            w.scripts.unpark(shard, job, int(concurrency or 1))
+        return moved
+
     def ack_many(self, batches: list[Batch],
                  finishes: list[tuple[str, JobReply]] | None = None, *,
                  shard: QueueKeys) -> list[bool]:
@@ -156,11 +167,14 @@ class Outcomes:
             self.w.tracer.acked((jk.job_id, d[0]) for jk, done in batches for d in done)
         return out
 
-    def requeue(self, job: str, entry_ids: list[bytes]) -> None:
-        """Hand back entries read but never started (drain, or a read-ahead not served)."""
+    def requeue(self, job: str, entry_ids: list[bytes], shard: QueueKeys) -> None:
+        """Hand back entries read but never started (drain, a read-ahead not served, a
+        batch cut behind a slow handler), then wake the job's tokens in its ``shard``:
+        one may have been parked meanwhile, when the stream looked empty because these
+        entries were read; nothing else would wake it, and the job would wait forever."""
         w = self.w
-        moved = steady(w, "handing entries back", w.scripts.requeue, w.keys.job(job), w.id,
-                       [e.decode() for e in entry_ids])
+        moved = steady(w, "handing entries back", self.hand_back, job,
+                       [e.decode() for e in entry_ids], shard)
         if cancels.seen(job):
             log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))
         else:

@@ -111,20 +111,15 @@ class JobSource:
                                     self.shard)
 
     def hand_back(self, rest: list[Read]) -> None:
-        self.w.outcomes.requeue(self.jk.job_id, [e[0] for e in rest])
+        self.w.outcomes.requeue(self.jk.job_id, [e[0] for e in rest], self.shard)
 
     def behind_slow(self, rest: list[Read]) -> None:
         """The job's parked tokens are woken to take what is handed back."""
         w = self.w
-        steady(w, "handing entries back", self._hand_back_awake, rest)
+        steady(w, "handing entries back", w.outcomes.hand_back, self.jk.job_id,
+               [e[0].decode() for e in rest], self.shard)
         log.debug("job %s: %d entries handed back behind a slow handler", self.jk.job_id,
                   len(rest))
-
-    def _hand_back_awake(self, rest: list[Read]) -> None:
-        w, jk = self.w, self.jk
-        w.scripts.requeue(jk, w.id, [e[0].decode() for e in rest])
-        raw_n: Any = w.redis.hget(jk.meta, "concurrency")
-        w.scripts.unpark(self.shard, jk.job_id, int(raw_n or 1))
 
     def flush(self, done: list[Done]) -> bool:
         completed = self.w.outcomes.ack_many([(self.jk, done)], shard=self.shard)[0]

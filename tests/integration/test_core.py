@@ -155,6 +155,33 @@ def test_an_urgent_job_takes_the_slot_and_the_batch_read_ahead_goes_back(
     assert st.done == 20 and q.results(job.id) == {i: ["a", i] for i in range(20)}
 
 
+def test_entries_handed_back_wake_their_jobs_token_parked_meanwhile(
+    r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
+) -> None:
+    from streamq import Worker
+    from streamq.base import config
+
+    # Given a job whose entries a worker read ahead, and whose token was parked
+    # meanwhile (its stream looked empty: every entry had been read)
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1, 2])
+    qk, jk, token = q.shards[0], JobKeys(job.id, queue_name), f"{job.id}#0"
+    w = Worker(queue_name, lambda p: p, redis_url)
+    (_, entries), = r.xreadgroup(config.GROUP, w.id, {jk.tasks: ">"})
+    score = r.zscore(qk.ready, token)
+    assert score is not None and r.zrem(qk.ready, token) == 1
+    r.zadd(qk.parked, {token: score})
+    # When the worker hands them back unstarted (a read-ahead its slot did not serve:
+    # the slot went to a more urgent job)
+    w.outcomes.requeue(job.id, [eid for eid, _ in entries], qk)
+    # Then the token is ready again, and a worker runs the job to its end (the token
+    # stayed parked before: nothing woke it, and the job never completed)
+    assert r.zscore(qk.ready, token) == score and r.zscore(qk.parked, token) is None
+    workers(queue_name, lambda p: p * 10)
+    assert job.wait(timeout=10).state is JobState.SUCCEEDED
+    assert q.results(job.id) == {0: 10, 1: 20}
+
+
 def test_a_slot_holding_several_tokens_of_one_job_loses_no_read_ahead(
     redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
@@ -439,12 +466,14 @@ def test_finished_jobs_leave_only_results_and_records(
     assert r.xlen(qk.events) == 20_000
     if lane == "small":
         # and what is left is one record (its result in it) per job in the shard's hash,
-        # kept for the retention (ldone), an empty lane, and queue bookkeeping
+        # kept for the retention (lkept: one entry names the jobs of one call), an empty
+        # lane, and queue bookkeeping
         assert job_keys == []
         lane_stream = qk.lane(50, "default")
-        assert queue_keys <= {qk.events, qk.ljobs, qk.lresults, qk.ldone, qk.lanes, lane_stream,
-                              qk.workers, qk.wake, qk.config, qk.stats} | workers_keys
-        assert (r.hlen(qk.ljobs), r.zcard(qk.ldone), r.hlen(qk.lresults)) == (20_000, 20_000, 0)
+        assert queue_keys <= {qk.events, qk.ljobs, qk.lresults, qk.ldone, qk.lkept, qk.lanes,
+                              lane_stream, qk.workers, qk.wake, qk.config, qk.stats} | workers_keys
+        kept = sum(len(f[b"j"].split()) for _, f in r.xrange(qk.lkept)) + r.zcard(qk.ldone)
+        assert (r.hlen(qk.ljobs), kept, r.hlen(qk.lresults)) == (20_000, 20_000, 0)
         assert (r.xlen(lane_stream), r.exists(qk.lactive)) == (0, 0)
         return
     # and the keys left are results and job records, with a time to live, and queue bookkeeping
