@@ -23,6 +23,15 @@ def batch_ids(batches: Sequence[Batch]) -> list[tuple[str, list[str]]]:
     return [(jk.job_id, [d[0] for d in done]) for jk, done in batches]
 
 
+def queued_s(eid: str, flat: list[bytes]) -> float:
+    """When an entry was queued, s since the epoch (Redis's clock): its id's time, or
+    for a copy handed back unstarted (includes/hand_back.lua) the time in its last
+    field ``q``, when the entry was first queued."""
+    if len(flat) >= 2 and flat[-2] == b"q" and flat[-1].isdigit():
+        return int(flat[-1]) / 1000
+    return int(eid[:eid.find("-")]) / 1000
+
+
 def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
     it = iter(flat)
     return dict(zip(it, it))

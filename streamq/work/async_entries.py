@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, hooks
 from streamq.base.codec import encode_result
-from streamq.base.entry_fields import _checked
+from streamq.base.entry_fields import _checked, queued_s
 from streamq.base.running import current as _current
 from streamq.errors import HandlerTimeout, PayloadError
 from streamq.services.watchdog import CANCEL_GRACE_S, guarded
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from streamq.services.watchdog import Timeouts
 
 #: an entry ready to run: entry id, index, type, raw payload, attempt, decoded payload, job
-_Item = tuple[str, int, bytes, bytes, int, Any, str]
+#: (entry id, index, type, payload bytes, attempt, payload, job, queued: entry_fields.queued_s)
+_Item = tuple[str, int, bytes, bytes, int, Any, str, float]
 #: how an async run of one entry ended: (ok, value or exception, started, ended), or
 #: None when it was not started (the worker is stopping)
 _Outcome = tuple[bool, Any, float, float] | None
@@ -100,7 +101,8 @@ class AsyncEntries:
             job, index, kind, raw, attempt, _suspect = src.fields(flat)
             try:
                 index, kind, raw, payload = _checked(job, index, kind, raw)
-                ready.append((ids[n], index, kind, raw, attempt, payload, job))
+                ready.append((ids[n], index, kind, raw, attempt, payload, job,
+                              queued_s(ids[n], flat)))
             except PayloadError as e:
                 completed = report_malformed(src, ids[n], job, (index, kind, raw),
                                              e) or completed
@@ -115,11 +117,11 @@ class AsyncEntries:
         done, completed = before
         to_wall = time.time() - time.perf_counter()
         unstarted = {it[0] for it, o in zip(ready, outcomes) if o is None}
-        for (eid, index, kind, raw, attempt, _, job), outcome in zip(ready, outcomes):
+        for (eid, index, kind, raw, attempt, _, job, queued), outcome in zip(ready, outcomes):
             if outcome is None:
                 continue
             ok, value, started, ended = outcome
-            wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
+            wait = started + to_wall - queued
             waits.append(wait if wait > 0.0 else 0.0)
             durations.append(ended - started)
             if ok:

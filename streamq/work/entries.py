@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, config, hooks
 from streamq.base.codec import encode_result
-from streamq.base.entry_fields import _checked
+from streamq.base.entry_fields import _checked, queued_s
 from streamq.base.running import current as _current
 from streamq.errors import PayloadError
 from streamq.work.async_entries import AsyncEntries, AsyncWorker
@@ -90,7 +90,7 @@ class EntryRunner:
             if faults:
                 hooks.at("in_handler")
             started = clock()
-            wait = started + to_wall - int(eid[:eid.find("-")]) / 1000
+            wait = started + to_wall - queued_s(eid, flat)
             waits.append(wait if wait > 0.0 else 0.0)
             task: tuple[Any, ...] = (queue, job, index, eid, attempt) if limit is None else (
                 queue, job, index, eid, attempt, started + to_wall + limit)

@@ -177,6 +177,9 @@ def test_entries_handed_back_wake_their_jobs_token_parked_meanwhile(
     # Then the token is ready again, and a worker runs the job to its end (the token
     # stayed parked before: nothing woke it, and the job never completed)
     assert r.zscore(qk.ready, token) == score and r.zscore(qk.parked, token) is None
+    # and each copy keeps when its entry was first queued (the wait a worker measures)
+    copies = r.xrange(jk.tasks)
+    assert [f[b"q"] for _, f in copies] == [eid.split(b"-")[0] for eid, _ in entries]
     workers(queue_name, lambda p: p * 10)
     assert job.wait(timeout=10).state is JobState.SUCCEEDED
     assert q.results(job.id) == {0: 10, 1: 20}

@@ -48,3 +48,16 @@ def test_made_job_ids_are_short_names_that_no_command_line_reads_as_an_option() 
     assert len(set(ids)) == 1000
     assert all(len(i) == 22 and check_name("job id", i) and not i.startswith("-")
                for i in ids)
+
+
+def test_a_handed_back_entry_is_queued_since_its_first_copy() -> None:
+    from streamq.base.entry_fields import queued_s
+
+    # an entry as first added: queued at its id's time
+    assert queued_s("1795000000123-4", [b"i", b"0", b"t", b"j", b"p", b"1"]) == 1795000000.123
+    # a copy handed back unstarted: queued when its first copy was (field q, last)
+    copy = [b"i", b"0", b"t", b"j", b"p", b"1", b"q", b"1794999999000"]
+    assert queued_s("1795000000123-4", copy) == 1794999999.0
+    # a field q that is not a time, or not last, is not read as one
+    assert queued_s("1795000000123-4", [b"p", b"q", b"q", b"x"]) == 1795000000.123
+    assert queued_s("1795000000123-4", [b"q", b"1", b"p", b"x"]) == 1795000000.123
