@@ -65,11 +65,7 @@ for j = 4, #ARGV, 3 do
 end
 -- the records read with one command; a job that succeeded keeps its result in its
 -- record, one cancelled while it ran (or retried in place) in `lresults`
-local records, results = {}, {}
-for i = 1, #jobs, 500 do
-  local got = rcall("HMGET", ctx.ljobs, unpack(jobs, i, math.min(i + 499, #jobs)))
-  for k = 1, #got do records[i + k - 1] = got[k] end
-end
+local records, results = chunked_hmget(ctx.ljobs, jobs), {}
 ids = {}
 for n, j in ipairs(mine) do
   acked = acked + 1

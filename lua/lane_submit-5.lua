@@ -49,11 +49,7 @@ if (last - 4) % 4 == 1 then
 end
 local ids = {}
 for j = 5, last, 4 do ids[#ids + 1] = ARGV[j] end
-local known = {}
-for i = 1, #ids, 500 do
-  local got = rcall("HMGET", ljobsKey, unpack(ids, i, math.min(i + 499, #ids)))
-  for k = 1, #got do known[i + k - 1] = got[k] end
-end
+local known = chunked_hmget(ljobsKey, ids)
 local records, registry, seen = {}, {}, {}
 for n, j in ipairs(ids) do
   local at = 5 + (n - 1) * 4

@@ -230,13 +230,9 @@ local function lane_trim_kept(ctx, nowMs, limit)
     end
   end
   local old = {}
-  for i = 1, #names, 500 do
-    local got = rcall("HMGET", ctx.ljobs, unpack(names, i, math.min(i + 499, #names)))
-    for k = 1, #got do
-      local raw = got[k]
-      if raw and not lane_active(raw) and lane_finished(raw) + retention[i + k - 1] <= nowMs then
-        old[#old + 1] = names[i + k - 1]
-      end
+  for n, raw in ipairs(chunked_hmget(ctx.ljobs, names)) do
+    if raw and not lane_active(raw) and lane_finished(raw) + retention[n] <= nowMs then
+      old[#old + 1] = names[n]
     end
   end
   lane_forget(ctx, old)

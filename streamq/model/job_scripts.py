@@ -172,10 +172,16 @@ class JobScripts(ScriptsBase):
         raise_for_code("retry_job", r, jk.job_id)
         return int(r[0]), JobReply.parse(r[1:])
 
+    @staticmethod
+    def requeue_call(jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> Call:
+        """Hand back entries ``consumer`` read but never started; replies how many moved
+        (none of a cancelled job: those are dropped). See requeue-2.lua."""
+        return Call("requeue", (jk.tasks, jk.meta), [GROUP, consumer, *entry_ids])
+
     def requeue(self, jk: JobKeys, consumer: str, entry_ids: Sequence[str]) -> int:
-        """Hand back entries ``consumer`` read but never started; return how many moved
-        (none of a cancelled job: those are dropped)."""
-        return int(self.run("requeue", (jk.tasks, jk.meta), [GROUP, consumer, *entry_ids]))
+        """:meth:`requeue_call`, run; how many moved."""
+        call = self.requeue_call(jk, consumer, entry_ids)
+        return int(self.run(call.name, call.keys, call.args))
 
     # -- recovery -----------------------------------------------------------------
 

@@ -123,11 +123,13 @@ class Outcomes:
         were handed back (see :meth:`requeue`)."""
         w = self.w
         jk = w.keys.job(job)
-        moved = int(w.scripts.requeue(jk, w.id, ids))
-        if moved:
-            concurrency: Any = w.redis.hget(jk.meta, "concurrency")
-            w.scripts.unpark(shard, job, int(concurrency or 1))
-        return moved
+        # the job's concurrency (how many tokens to wake) read in the same round trip
+        (moved,), (concurrency,) = w.scripts.run_then([w.scripts.requeue_call(jk, w.id, ids)],
+                                                      [("HGET", jk.meta, "concurrency")])
+        if int(moved):
+            n = int(concurrency) if isinstance(concurrency, (bytes, str)) else 1
+            w.scripts.unpark(shard, job, n)
+        return int(moved)
 
     def ack_many(self, batches: list[Batch],
                  finishes: list[tuple[str, JobReply]] | None = None, *,

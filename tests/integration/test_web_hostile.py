@@ -292,6 +292,44 @@ def test_pages_through_ties_show_each_job_once(
     q.close()
 
 
+def test_pages_through_finished_small_jobs_of_one_millisecond_show_each_once(
+        r: Any, redis_url: str, queue_name: str, workers: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finished small jobs are kept in `lkept` entries (one per finishing call, its id
+    the time they may be forgotten): many entries of one millisecond, more than a
+    window reads, over many pages show each job once, newest first by (time, id)."""
+    from streamq.storage.connection import server_ms
+    from streamq.web import registry_merge
+
+    monkeypatch.setattr(listing, "PAGE_SIZE", 4)
+    monkeypatch.setattr(registry_merge, "PAGE_SIZE", 4)
+    q = Queue(queue_name, redis_url)
+    jobs = [j.id for j in q.submit_many([[{"n": i}] for i in range(36)])]
+    workers(queue_name, lambda p: p)
+    for j in jobs:
+        q.wait(j, timeout=30)
+    # (every job's id moved to 12 entries of one millisecond, 3 ids each, and one
+    # made-up id among them: a window of 8 entries ends inside that millisecond)
+    (qk,) = q.known_shards
+    forget = server_ms(r, qk.lkept) + 60_000
+    r.delete(qk.lkept)
+    named = [*jobs, "made-up-1"]
+    for k in range(0, len(named), 3):
+        r.xadd(qk.lkept, {"r": 60_000, "j": " ".join(named[k:k + 3])}, id=f"{forget}-{k}")
+    seen: list[str] = []
+    cursor = None
+    for _ in range(100):
+        pg = listing.page(r, [qk], listing.JobFilter(state="succeeded"), cursor,
+                          server_ms(r, qk.workers))
+        assert len(pg.rows) <= 4 and not pg.capped
+        seen += [row.job_id for row in pg.rows]
+        cursor = pg.next_cursor
+        if cursor is None:
+            break
+    assert seen == sorted(jobs, reverse=True)
+    q.close()
+
+
 # -- the inspector under the shipped ACL rules -------------------------------------------
 
 PASSWORDS = {"producer": "pw-producer-7c1", "worker": "pw-worker-7c1",

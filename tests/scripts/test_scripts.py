@@ -334,3 +334,29 @@ def test_a_client_arriving_late_takes_turns_with_the_rest(
     assert sum(j in a_jobs for j in claimed) == 5
     assert sum(j in b_jobs for j in claimed) == 7
     q.close()
+
+
+def test_the_guard_refuses_keys_not_of_their_declared_kind_and_tag(r: redis.Redis) -> None:
+    """Every function's guard, checked through two of them: a key whose part is not
+    its kind's (a lane's retry set given as the lane, another name), of another tag,
+    or no streamq key at all, and a key not bound to the argument it names, are
+    refused before anything is written; the call as declared runs."""
+    functions.ensure(r)
+    drop, unregister = library().functions["lane_drop"], library().functions["unregister"]
+    qk, other = QueueKeys("guarded"), QueueKeys("other")
+    lane = (qk.lane(50, "default"), qk.lane_retry(50, "default"), qk.lanes)
+    args = ("workers", "50|default")
+    assert r.fcall(drop, 3, *lane, *args) in (0, 1)
+    refused = {
+        "KEYS[1] is not a key of the kind": (qk.lane_retry(50, "default"), lane[1], lane[2]),
+        "KEYS[3] is not a key of the kind": (lane[0], lane[1], qk.ljobs),
+        "KEYS[2] is not of KEYS[1]'s tag": (lane[0], other.lane_retry(50, "default"), lane[2]),
+        "KEYS[3] is not a streamq key": (lane[0], lane[1], "lanes"),
+    }
+    for why, keys in refused.items():
+        with pytest.raises(redis.ResponseError, match=re.escape(why)):
+            r.fcall(drop, 3, *keys, *args)
+    # a worker's key must end with the worker id its call names
+    r.fcall(unregister, 2, qk.workers, qk.worker("w-1"), "w-1")
+    with pytest.raises(redis.ResponseError, match=re.escape("KEYS[2] is not ARGV[1]'s key")):
+        r.fcall(unregister, 2, qk.workers, qk.worker("w-1"), "w-2")
