@@ -75,6 +75,24 @@ def test_a_handler_module_that_fails_on_import_is_named_with_its_file_and_line(
     assert res.returncode == 2 and str(tmp_path) in res.stderr, res.stderr
 
 
+def test_a_handler_that_cannot_take_a_payload_stops_the_worker_at_start(
+        redis_url: str, queue_name: str, tmp_path: Path) -> None:
+    # Given a job waiting, and a handler of two required arguments
+    (tmp_path / "two.py").write_text("def handle(payload, extra):\n    return payload\n")
+    q = Queue(queue_name, redis_url)
+    job = q.submit([1])
+    # When a worker is started with it
+    res = _shell(redis_url, tmp_path, "worker", queue_name, "--handler", "two:handle")
+    # Then it does not start: one line names the handler and what it must take, exit 2
+    assert res.returncode == 2, res.stderr
+    assert "handle(payload, extra) must take one argument" in res.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in res.stderr
+    # And the job was not run (no attempt failed with a TypeError): it still waits
+    st = q.status(job.id)
+    assert st.state is JobState.ACTIVE and st.failed == 0 and st.done == 0, st
+    q.close()
+
+
 def test_ctrl_c_says_warm_shutdown_at_once_and_a_second_one_forces(
         redis_url: str, queue_name: str, tmp_path: Path) -> None:
     # Given a worker running a 30 s handler
