@@ -88,15 +88,29 @@ end
 ]]
 local LANE_INLINE = 1024
 
--- the short record of a job that succeeded with `result` (see the top)
-local function lane_succeeded(rest, nowMs, now, result)
-  local prio, maxd = lane_digits(rest, "priority"), lane_digits(rest, "max_deliveries")
-  local client = string.match(rest, '"client":"([^"]*)"') or "default"
+-- the settings of a record as submitted (streamq.producer.lane.record, then `created`)
+-- with nothing after them, read with one match: priority, client, retention,
+-- max_deliveries, created (all text); nil for a record of another layout (a retry
+-- token or a closer after them), which is read field by field
+local LANE_PLAIN = '^"queue":"[^"]*","priority":(%d+),"client":"([^"]*)","retention":(%d+),' ..
+  '"max_deliveries":(%d+),"created":(%d+)}$'
+
+-- the short record of a job that succeeded with `result` (see the top); `prio`,
+-- `client`, `maxd`, `created`: the record's settings when it is plain (LANE_PLAIN),
+-- else nil (read from `rest` here)
+local function lane_succeeded(rest, nowMs, now, result, prio, client, maxd, created)
+  if prio then
+    created = tonumber(created)
+  else
+    prio, maxd = lane_digits(rest, "priority"), lane_digits(rest, "max_deliveries")
+    client = string.match(rest, '"client":"([^"]*)"') or "default"
+    created = lane_field(rest, "created")
+  end
   local settings = ""
   if prio ~= "50" or client ~= "default" or maxd ~= "5" then
     settings = "|" .. prio .. "|" .. client .. "|" .. maxd
   end
-  local head = "S" .. now .. "|" .. int_text(nowMs - lane_field(rest, "created")) .. settings
+  local head = "S" .. now .. "|" .. int_text(nowMs - created) .. settings
   if #result > LANE_INLINE then return head, false end
   return head .. "\n" .. result, true
 end
@@ -108,15 +122,18 @@ local function lane_complete(ctx, job, raw, state, done, failed, nowMs, result)
   local d = ctx.done
   d.records[#d.records + 1] = job
   local kept = false
-  if result ~= nil and not string.find(rest, '"retry":"', 1, true) then
+  -- a plain record (LANE_PLAIN) has no retry token: one match reads its settings
+  local prio, client, retention, maxd, created = string.match(rest, LANE_PLAIN)
+  if result ~= nil and (prio or not string.find(rest, '"retry":"', 1, true)) then
     -- succeeded: the short record (its result in it, unless a big one)
-    d.records[#d.records + 1], kept = lane_succeeded(rest, nowMs, now, result)
+    d.records[#d.records + 1], kept = lane_succeeded(rest, nowMs, now, result, prio, client,
+                                                     maxd, created)
   else
     d.records[#d.records + 1] = '{"state":"' .. state .. '","done":' .. done ..
       ',"failed":' .. failed .. ',"finished":' .. now .. ',' .. rest
   end
   d.jobs[#d.jobs + 1] = job
-  local retention = lane_digits(rest, "retention")
+  if not prio then retention = lane_digits(rest, "retention") end
   local forget = ctx.forget[retention]
   if not forget then
     forget = int_text(nowMs + tonumber(retention))

@@ -137,6 +137,8 @@ def _by_stream(entries: Sequence[LaneEntry]) -> list[tuple[str, list[str]]]:
 def _distinct_groups(entries: list[LaneEntry]) -> list[list[LaneEntry]]:
     """``entries`` in groups of distinct ids, in order: an entry goes to the first group
     that has no entry of its id (one group, unless two lanes gave one id)."""
+    if entries and len({e.eid for e in entries}) == len(entries):
+        return [entries]  # (the usual case: one stream's ids, or distinct ones)
     groups: list[list[LaneEntry]] = []
     ids: list[set[str]] = []
     for e in entries:

@@ -213,3 +213,24 @@ def test_a_rare_recovery_pass_reads_an_outage_that_lapses_registrations_as_unwat
                     heartbeat_s=5.0).watched_gap_s == pytest.approx(10.0)
     assert Recovery("q", "redis://127.0.0.1:1/0", interval_s=1.0, min_idle_s=60.0,
                     heartbeat_s=5.0).watched_gap_s == pytest.approx(1.5)
+
+
+# -- a lane read's entries in groups of distinct ids -------------------------------------
+
+
+def test_a_lane_read_runs_in_groups_of_distinct_ids_in_order() -> None:
+    from streamq.base.entry_fields import LaneEntry
+    from streamq.work.lane_work import _distinct_groups
+
+    def e(stream: str, eid: str) -> LaneEntry:
+        return LaneEntry(50, "c", stream, eid, [])
+
+    # distinct ids (the usual read): one group, the entries as read
+    read = [e("a", "1-0"), e("b", "2-0"), e("a", "3-0")]
+    assert _distinct_groups(read) == [read]
+    # two lane streams gave one id to two entries: the later one runs in a second group,
+    # each group in the read's order
+    shared = [e("a", "1-0"), e("b", "1-0"), e("a", "2-0"), e("c", "1-0"), e("b", "2-0")]
+    assert _distinct_groups(shared) == [[shared[0], shared[2]], [shared[1], shared[4]],
+                                        [shared[3]]]
+    assert _distinct_groups([]) == []
