@@ -170,14 +170,15 @@ class Outcomes:
         return out
 
     def requeue(self, job: str, entry_ids: list[bytes], shard: QueueKeys) -> None:
-        """Hand back entries read but never started (drain, a read-ahead not served, a
-        batch cut behind a slow handler), then wake the job's tokens in its ``shard``:
-        one may have been parked meanwhile, when the stream looked empty because these
-        entries were read; nothing else would wake it, and the job would wait forever."""
+        """Hand back entries read but never started (drain, a read-ahead not served),
+        logged, through :meth:`hand_back`, which then wakes the job's tokens in its
+        ``shard``: one may have been parked meanwhile, when the stream looked empty
+        because these entries were read; nothing else would wake it, and the job would
+        wait forever. (A batch cut behind a slow handler calls :meth:`hand_back` itself.)"""
         w = self.w
         moved = steady(w, "handing entries back", self.hand_back, job,
                        [e.decode() for e in entry_ids], shard)
         if cancels.seen(job):
             log.info("job %s cancelled: dropped %d unstarted entries", job, len(entry_ids))
         else:
-            log.info("draining: handed back %d unstarted entries of job %s", moved, job)
+            log.info("handed back %d unstarted entries of job %s", moved, job)
