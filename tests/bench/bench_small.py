@@ -12,7 +12,10 @@ processes, taken in turns, best of ``--rounds``:
 2. the same, the handler does one INCR; raw: the same INCR per entry, in turn.
 3. the same INCR from an ``async def`` handler (redis.asyncio); raw as in 2.
    3c, its ceiling: the same INCRs with no queue, CEILING_FLIGHT at once per process.
-4. ``Queue.submit`` of one one-entry job at a time; raw: XADD one at a time.
+   2k, 3k: raw consumers that also write what streamq keeps per job
+   (tests/bench/durable.py): what keeping those records costs on this machine.
+4. ``Queue.submit`` of one one-entry job at a time; raw: XADD one at a time; 4k: the
+   entry, record and registry written by one pipeline per submit.
 5. submit-to-completion latency of one job at a time, idle and while a load
    process submits at half of row 1's rate.
 6. Redis memory per finished one-entry job kept for its retention, after 5,000
@@ -39,6 +42,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_core as core  # noqa: E402
+import durable  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -271,13 +275,17 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
     noop, raw_noop = pair(lambda: sq_jobs(r, url, server, "echo"),
                           lambda: raw_jobs(r, url, server, "noop"))
     log(f"1: streamq {N / noop[0]:,.0f} jobs/s, raw {N / raw_noop[0]:,.0f}")
-    incr, raw_incr = pair(lambda: sq_jobs(r, url, server, "incr"),
-                          lambda: raw_jobs(r, url, server, "incr"))
-    log(f"2: streamq {N / incr[0]:,.0f} jobs/s, raw {N / raw_incr[0]:,.0f}")
-    aincr, ceiling = pair(lambda: sq_jobs(r, url, server, "aincr"),
-                          lambda: async_ceiling(r, url, server))
+    incr, raw_incr, kept_incr = core.paired(
+        lambda: sq_jobs(r, url, server, "incr"), lambda: raw_jobs(r, url, server, "incr"),
+        lambda: durable.small_jobs(r, url, server, "incr", N, WORKERS), key=rate_key)
+    log(f"2: streamq {N / incr[0]:,.0f} jobs/s, raw {N / raw_incr[0]:,.0f}, raw keeping "
+        f"the records {N / kept_incr[0]:,.0f}")
+    aincr, ceiling, kept_aincr = core.paired(
+        lambda: sq_jobs(r, url, server, "aincr"), lambda: async_ceiling(r, url, server),
+        lambda: durable.small_jobs(r, url, server, "aincr", N, WORKERS), key=rate_key)
     log(f"3: streamq async {N / aincr[0]:,.0f} jobs/s; no queue {N / ceiling[0]:,.0f}")
-    sub, raw_sub = pair(lambda: sq_submit(r, url), lambda: raw_submit(r, url), key=float)
+    sub, raw_sub, kept_sub = core.paired(lambda: sq_submit(r, url), lambda: raw_submit(r, url),
+                                         lambda: durable.submits(r, SUBMITS), key=float)
     half = 0.5 * N / noop[0]
     p99 = lambda xs: core.pcts(xs)[1]  # noqa: E731
     idle, raw_idle = pair(lambda: sq_latency(r, url, 0), lambda: core.raw_latency(r, url),
@@ -301,13 +309,27 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
     rows = [
         rate_row("1. 20,000 one-entry jobs, no-op (jobs/s)", noop, raw_noop, 0.40),
         rate_row("2. the same, sync handler: one INCR (jobs/s)", incr, raw_incr, 0.80),
+        ("2k. 2 with the records kept: raw consumers writing what streamq keeps per job "
+         "(ratio to raw; beside: streamq / this)",
+         f"{N / kept_incr[0]:,.0f}", f"{N / raw_incr[0]:,.0f}", f"{raw_incr[0] / kept_incr[0]:.0%}",
+         f"streamq at {kept_incr[0] / incr[0]:.0%} of it", f"{kept_incr[1]:.0f} / {kept_incr[2]:.0f}",
+         f"{raw_incr[1]:.0f} / {raw_incr[2]:.0f}"),
         rate_row("3. the same, async handler: one INCR (jobs/s; ratio to 3c)", aincr, ceiling,
                  0.80),
         rate_row(f"3c. ceiling of 3: the INCRs alone, no queue, {CEILING_FLIGHT} in flight "
                  "per process (INCRs/s)", ceiling, raw_incr, 3.0, times=True),
+        ("3k. 3c with the records kept: raw async consumers writing what streamq keeps "
+         "(ratio to 3c; beside: streamq / this)", f"{N / kept_aincr[0]:,.0f}",
+         f"{N / ceiling[0]:,.0f}", f"{ceiling[0] / kept_aincr[0]:.0%}",
+         f"streamq at {kept_aincr[0] / aincr[0]:.0%} of it",
+         f"{kept_aincr[1]:.0f} / {kept_aincr[2]:.0f}", f"{ceiling[1]:.0f} / {ceiling[2]:.0f}"),
         ("4. Queue.submit one at a time (jobs/s)", f"{SUBMITS / sub:,.0f}",
          f"{SUBMITS / raw_sub:,.0f}", f"{raw_sub / sub:.0%}", f">= 80%: {ok[raw_sub / sub >= 0.8]}",
          "", ""),
+        ("4k. 4 with the records kept: entry, record and registry in one pipeline per "
+         "submit (ratio to raw XADD; beside: streamq / this)", f"{SUBMITS / kept_sub:,.0f}",
+         f"{SUBMITS / raw_sub:,.0f}", f"{raw_sub / kept_sub:.0%}",
+         f"streamq at {kept_sub / sub:.0%} of it", "", ""),
         ("5a. submit-to-completion p50 / p99, idle (ms)", f"{p50:.2f} / {p99i:.2f}",
          f"{rp50:.2f} / {rp99:.2f}", "", f"p99 <= 2 ms: {ok[p99i <= 2]}", "", ""),
         (f"5b. the same under a load of {half:,.0f} jobs/s (half of 1) (ms)",
@@ -323,7 +345,8 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
         f"{perf() - t_start:.0f} s. streamq: {WORKERS} `streamq worker` processes with no "
         f"option but --handler (the CLI defaults); raw: {WORKERS} consumer processes, "
         f"XREADGROUP COUNT {core.BATCH} BLOCK 100 on one stream + one XACK per read. Each figure is the "
-        f"best of {rounds} runs, streamq's and raw taken in turns (3 with 3c; 5b: streamq only).",
+        f"best of {rounds} runs, streamq's and raw taken in turns (with 2k, 3k, 4k too; 5b: "
+        "streamq only).",
         "1-3: from the first submit_many of 1,000 to the 20,000th completion record; raw: from "
         "the first of the pipelined XADDs (1,000 per round trip, the consumers reading "
         "meanwhile) to the 20,000th XACK. 3's ratio is to 3c, the no-queue ceiling; "
@@ -333,6 +356,11 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
         "one at a time, from before submit to the message on the queue's channel; raw: XADD -> "
         "XREADGROUP BLOCK -> XACK + PUBLISH. 6: used_memory after the jobs finished, less "
         "before, per job.",
+        "2k, 3k, 4k (tests/bench/durable.py): raw redis-py writing what streamq keeps per job "
+        "(its record, its place among the unfinished, its result, its completion record, "
+        "a publication on its channel and the queue's) with the fewest commands, one "
+        "script call per read; no checks, leases, retries or retention: what keeping the "
+        "records costs when nothing else is paid for.",
         "CPU µs per job: redis-server / workers (or consumers).",
     ])
     table = Table(title="small jobs with the CLI defaults vs raw redis-py (same server, same run)",
