@@ -20,6 +20,9 @@ cheaper than redis-py's).
   PUBLISH on the job's channel and on the queue's; with an ``async def`` body (``aincr``, redis.asyncio on
   the async worker's loop) two reads at a time, their INCRs at most 32 in flight;
 - one submit alone: XADD + HSET + ZADD in one round trip;
+- latency: one such submit to the completion message on the queue's channel, one job
+  at a time, while a load process submits in chunks of 20 and two consumers of small
+  jobs keep the records;
 - one big job: a consumer reads COUNT n, decodes each payload, encodes each result,
   then pipelines XACK, one HSET of the results and one HINCRBY of the job's count.
 """
@@ -167,6 +170,50 @@ def _ready(r: redis.Redis, url: str, mode: str, key: str, procs: int, count: int
     return ps
 
 
+def submit(r: redis.Redis, key: str, jobs: list[str]) -> None:
+    """Jobs' entries, records and places among the unfinished, in one round trip."""
+    pipe, created = r.pipeline(transaction=False), int(time.time() * 1000)
+    for i, job in enumerate(jobs):
+        pipe.xadd(key, {"j": job, "t": "j", "p": json.dumps(core.payload(i))})
+    pipe.hset(f"{key}:jobs", items=[x for j in jobs for x in (j, RECORD.format(created))])
+    pipe.zadd(f"{key}:active", {j: created for j in jobs})
+    pipe.execute()
+
+
+def load(url: str, key: str, rate: str, seconds: str) -> None:
+    """A load process: jobs submitted at ``rate`` a second, in chunks of 20 (as
+    bench_small.py's), for ``seconds``."""
+    r, per_s, t0, sent = redis.Redis.from_url(url), float(rate), time.perf_counter(), 0
+    while (elapsed := time.perf_counter() - t0) < float(seconds):
+        if sent < elapsed * per_s:
+            submit(r, key, [f"load{sent + i}" for i in range(20)])
+            sent += 20
+        else:
+            time.sleep(0.002)
+
+
+def latency(r: redis.Redis, url: str, procs: int, rate: float) -> list[float]:
+    """Seconds from before a job's submit (one round trip) to its completion message on
+    the queue's channel, for SAMPLES jobs one at a time, while ``procs`` consumers keep
+    the records and a load process submits ``rate`` jobs a second."""
+    key = f"durable-lat-{uuid.uuid4().hex[:8]}"
+    r.xgroup_create(key, core.GROUP, id="0", mkstream=True)
+    ps = _ready(r, url, "noop", key, procs, core.BATCH)
+    try:
+        ps.append(core.spawn([sys.executable, __file__, "load", url, key, str(rate), "600"]))
+        time.sleep(1.0)  # the load is running
+
+        def send(i: int) -> bytes:
+            submit(r, key, [f"sample{i}"])
+            return f'"job_id":"sample{i}"'.encode()
+
+        return core.latencies(r, f"{key}:done", send)
+    finally:
+        r.set(f"{key}:stop", 1)
+        core.stop(ps)
+        r.flushdb()
+
+
 def small_jobs(r: redis.Redis, url: str, server: Any, mode: str, n: int, procs: int
                ) -> tuple[float, float, float]:
     """n one-entry jobs submitted in chunks of SUBMIT_CHUNK while ``procs`` consumers keep
@@ -176,15 +223,8 @@ def small_jobs(r: redis.Redis, url: str, server: Any, mode: str, n: int, procs: 
     ps = _ready(r, url, mode, key, procs, core.BATCH)
     try:
         t0, cpu0 = time.perf_counter(), [core.cpu_s(p) for p in (server, *ps)]
-        pipe = r.pipeline(transaction=False)
         for s in range(0, n, core.SUBMIT_CHUNK):
-            jobs = [f"job{i}" for i in range(s, min(n, s + core.SUBMIT_CHUNK))]
-            created = int(time.time() * 1000)
-            for i, job in enumerate(jobs, s):
-                pipe.xadd(key, {"j": job, "t": "j", "p": json.dumps(core.payload(i))})
-            pipe.hset(f"{key}:jobs", items=[x for j in jobs for x in (j, RECORD.format(created))])
-            pipe.zadd(f"{key}:active", {j: created for j in jobs})
-            pipe.execute()
+            submit(r, key, [f"job{i}" for i in range(s, min(n, s + core.SUBMIT_CHUNK))])
         core.wait_until(lambda: int(r.get(f"{key}:n") or 0) >= n, 120, "the durable consumers")
         t1, cpu = time.perf_counter(), [core.cpu_s(p) - c for p, c in zip((server, *ps), cpu0)]
         r.set(f"{key}:stop", 1)
@@ -242,4 +282,7 @@ if __name__ == "__main__":
     import contextlib
 
     with contextlib.suppress(KeyboardInterrupt):
-        consumer(*sys.argv[1:])
+        if sys.argv[1] == "load":
+            load(*sys.argv[2:])
+        else:
+            consumer(*sys.argv[1:])
