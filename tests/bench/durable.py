@@ -17,8 +17,9 @@ cheaper than redis-py's).
   decodes each payload, runs nothing or one INCR, encodes each result, then one script
   call (KEEP) makes XACK and XDEL of the read, one HSET of the finished records (the
   result in each), one ZREM, and per job an XADD of its completion record and a
-  PUBLISH on the job's channel and on the queue's; with an ``async def`` body (``aincr``, redis.asyncio on
-  the async worker's loop) two reads at a time, their INCRs at most 32 in flight;
+  PUBLISH on the job's channel and on the queue's; with an ``async def`` body
+  (``aincr``, redis.asyncio on the async worker's loop) two reads at a time, their
+  INCRs at most 32 in flight;
 - one submit alone: XADD + HSET + ZADD in one round trip;
 - latency: one such submit to the completion message on the queue's channel, one job
   at a time, while a load process submits in chunks of 20 and two consumers of small
