@@ -266,6 +266,54 @@ class Compose:
     env: dict[str, str]
 
 
+def start_replica(svc: Service, env: dict[str, str], n: int, tmp_path: Path
+                  ) -> dict[str, str]:
+    """Start (or start again) replica ``n`` of ``svc`` as a local process, with its own
+    metrics port on loopback and worker id file (no network namespaces, no private
+    /tmp), and a listening service's port; its environment."""
+    e = dict(env)
+    if "STREAMQ_METRICS_PORT" in e:
+        e["STREAMQ_METRICS_PORT"], e["STREAMQ_METRICS_ADDR"] = str(free_port()), "127.0.0.1"
+    if "STREAMQ_WORKER_ID_FILE" in e:
+        name = Path(e["STREAMQ_WORKER_ID_FILE"]).name
+        e["STREAMQ_WORKER_ID_FILE"] = str(tmp_path / f"{svc.name}-{n}-{name}")
+    argv = listening_here(svc, local_command([*entrypoint(), *svc.spec["command"]]))
+    argv = [secrets_here(a, svc.mounted) for a in argv]
+    log = tmp_path / f"{svc.name}-{n}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out)
+    again = n < len(svc.procs)
+    for parts, part in ((svc.procs, proc), (svc.logs, log)):
+        if again:
+            parts[n] = part  # (the replica it replaces has exited)
+        else:
+            parts.append(part)
+    if "STREAMQ_METRICS_PORT" in e:
+        port = int(e["STREAMQ_METRICS_PORT"])
+        if again:
+            svc.metrics_ports[n] = port
+        else:
+            svc.metrics_ports.append(port)
+    return e
+
+
+def replica_up(svc: Service, n: int, env: dict[str, str], port: int,
+               timeout: float = 60) -> bool:
+    """Wait until replica ``n`` of ``svc`` is healthy: True; False when it exited because
+    a port picked for it was taken meanwhile by another process (it is started again on
+    others); any other exit, or no health by ``timeout``, fails."""
+    deadline = time.monotonic() + timeout
+    while not healthy(svc.spec["healthcheck"]["test"], env, port, svc):
+        if svc.procs[n].poll() is not None:
+            log = svc.logs[n].read_text(errors="replace")
+            assert "address already in use" in log.lower(), (
+                f"{svc.name} exited early: {log[-2000:]}")
+            return False
+        assert time.monotonic() < deadline, f"{svc.name} never became healthy"
+        time.sleep(0.3)
+    return True
+
+
 @pytest.fixture
 def compose(tmp_path: Path) -> Iterator[Compose]:
     """Every compose service started as local processes, with fresh secrets written by
@@ -291,24 +339,13 @@ def compose(tmp_path: Path) -> Iterator[Compose]:
                                       timeout=120)
                 assert done.returncode == 0, (svc.name, done.stderr[-2000:])
                 continue
-            replica_envs = []
-            for n in range(svc.spec.get("deploy", {}).get("replicas", 1)):
-                e = dict(env)
-                if "STREAMQ_METRICS_PORT" in e:  # one port per replica: no network namespaces
-                    e["STREAMQ_METRICS_PORT"] = str(free_port())
-                    svc.metrics_ports.append(int(e["STREAMQ_METRICS_PORT"]))
-                if "STREAMQ_WORKER_ID_FILE" in e:  # one file per replica: no private /tmp
-                    name = Path(e["STREAMQ_WORKER_ID_FILE"]).name
-                    e["STREAMQ_WORKER_ID_FILE"] = str(tmp_path / f"{svc.name}-{n}-{name}")
-                replica_envs.append(e)
-                argv = listening_here(svc, local_command([*entrypoint(), *svc.spec["command"]]))
-                argv = [secrets_here(a, svc.mounted) for a in argv]
-                log = tmp_path / f"{svc.name}-{len(svc.procs)}.log"
-                with log.open("wb") as out:
-                    svc.procs.append(subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out))
-                svc.logs.append(log)
-            for e in replica_envs:  # each replica's own health check (its own id file)
-                wait_healthy(svc, e, port)
+            count = svc.spec.get("deploy", {}).get("replicas", 1)
+            replica_envs = [start_replica(svc, env, n, tmp_path) for n in range(count)]
+            for n, e in enumerate(replica_envs):  # each replica's own health check
+                tries = 1  # (its own id file); started again when a port was taken
+                while not replica_up(svc, n, e, port):
+                    assert tries < 3, f"{svc.name} replica {n}: its ports taken {tries} times"
+                    e, tries = start_replica(svc, env, n, tmp_path), tries + 1
         yield Compose(services, port, secrets_env)
     finally:
         for svc in services.values():
