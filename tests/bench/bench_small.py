@@ -12,16 +12,14 @@ processes, taken in turns, best of ``--rounds``:
 2. the same, the handler does one INCR; raw: the same INCR per entry, in turn.
 3. the same INCR from an ``async def`` handler (redis.asyncio); raw as in 2.
    3c, its ceiling: the same INCRs with no queue, CEILING_FLIGHT at once per process.
-   2k, 3k: raw consumers that also write what streamq keeps per job
-   (tests/bench/durable.py): what keeping those records costs on this machine.
-4. ``Queue.submit`` of one one-entry job at a time; raw: XADD one at a time; 4k: the
-   entry, record and registry written by one pipeline per submit.
+4. ``Queue.submit`` of one one-entry job at a time; raw: XADD one at a time.
 5. submit-to-completion latency of one job at a time, idle and while a load
-   process submits at half of row 1's rate; 5k: the same with raw consumers keeping the
-   records (tests/bench/durable.py).
+   process submits at half of row 1's rate.
 6. Redis memory per finished one-entry job kept for its retention, after 5,000
    and after 20,000 jobs (flat when the two agree).
 
+2k, 3k, 4k, 5k: 2, 3c, 4 and 5b by raw redis-py that also writes what streamq keeps
+per job (tests/bench/durable.py): what keeping those records costs on this machine.
 CPU per job (redis-server, and workers or consumers) is printed beside the rates.
 Every process started here is stopped, even on error.
 """
@@ -270,29 +268,28 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
     core.REPEAT = rounds
     rate_key = lambda t: t[0]  # noqa: E731 - the fastest run
 
-    def pair(sq: Callable[[], Any], raw: Callable[[], Any], key: Any = rate_key) -> list[Any]:
-        return core.paired(sq, raw, key=key)
+    def pair(*runs: Callable[[], Any], key: Any = rate_key) -> list[Any]:
+        return core.paired(*runs, key=key)
 
     noop, raw_noop = pair(lambda: sq_jobs(r, url, server, "echo"),
                           lambda: raw_jobs(r, url, server, "noop"))
     log(f"1: streamq {N / noop[0]:,.0f} jobs/s, raw {N / raw_noop[0]:,.0f}")
-    incr, raw_incr, kept_incr = core.paired(
+    incr, raw_incr, kept_incr = pair(
         lambda: sq_jobs(r, url, server, "incr"), lambda: raw_jobs(r, url, server, "incr"),
-        lambda: durable.small_jobs(r, url, server, "incr", N, WORKERS), key=rate_key)
-    log(f"2: streamq {N / incr[0]:,.0f} jobs/s, raw {N / raw_incr[0]:,.0f}, raw keeping "
-        f"the records {N / kept_incr[0]:,.0f}")
-    aincr, ceiling, kept_aincr = core.paired(
+        lambda: durable.small_jobs(r, url, server, "incr", N, WORKERS))
+    log(f"2: streamq {N / incr[0]:,.0f} jobs/s, raw {N / raw_incr[0]:,.0f}, 2k {N / kept_incr[0]:,.0f}")
+    aincr, ceiling, kept_aincr = pair(
         lambda: sq_jobs(r, url, server, "aincr"), lambda: async_ceiling(r, url, server),
-        lambda: durable.small_jobs(r, url, server, "aincr", N, WORKERS), key=rate_key)
+        lambda: durable.small_jobs(r, url, server, "aincr", N, WORKERS))
     log(f"3: streamq async {N / aincr[0]:,.0f} jobs/s; no queue {N / ceiling[0]:,.0f}")
-    sub, raw_sub, kept_sub = core.paired(lambda: sq_submit(r, url), lambda: raw_submit(r, url),
-                                         lambda: durable.submits(r, SUBMITS), key=float)
+    sub, raw_sub, kept_sub = pair(lambda: sq_submit(r, url), lambda: raw_submit(r, url),
+                                  lambda: durable.submits(r, SUBMITS), key=float)
     half = 0.5 * N / noop[0]
     p99 = lambda xs: core.pcts(xs)[1]  # noqa: E731
     idle, raw_idle = pair(lambda: sq_latency(r, url, 0), lambda: core.raw_latency(r, url),
                           key=p99)
-    loaded, kept_loaded = core.paired(lambda: sq_latency(r, url, half),
-                                      lambda: durable.latency(r, url, WORKERS, half), key=p99)
+    loaded, kept_loaded = pair(lambda: sq_latency(r, url, half),
+                               lambda: durable.latency(r, url, WORKERS, half), key=p99)
     mem_small, mem_big = memory_per_job(r, url, MEM_SMALL), memory_per_job(r, url, N)
     version = r.info("server")["redis_version"]
 
@@ -306,25 +303,25 @@ def bench(log: Callable[[str], None], url: str, server: Any, rounds: int) -> Tab
                 else f"{ratio:.2f}x", f"{want}: {ok[ratio >= target]}",
                 f"{sq[1]:.0f} / {sq[2]:.0f}", f"{raw[1]:.0f} / {raw[2]:.0f}")
 
+    def kept_row(label: str, kept: tuple[float, float, float], raw: tuple[float, float, float],
+                 sq: tuple[float, float, float]) -> tuple[str, ...]:
+        return (label, f"{N / kept[0]:,.0f}", f"{N / raw[0]:,.0f}", f"{raw[0] / kept[0]:.0%}",
+                f"streamq at {kept[0] / sq[0]:.0%} of it", f"{kept[1]:.0f} / {kept[2]:.0f}",
+                f"{raw[1]:.0f} / {raw[2]:.0f}")
+
     (p50, p99i), (rp50, rp99) = core.pcts(idle), core.pcts(raw_idle)
     (lp50, lp99), (kp50, kp99) = core.pcts(loaded), core.pcts(kept_loaded)
     rows = [
         rate_row("1. 20,000 one-entry jobs, no-op (jobs/s)", noop, raw_noop, 0.40),
         rate_row("2. the same, sync handler: one INCR (jobs/s)", incr, raw_incr, 0.80),
-        ("2k. 2 with the records kept: raw consumers writing what streamq keeps per job "
-         "(ratio to raw; beside: streamq / this)",
-         f"{N / kept_incr[0]:,.0f}", f"{N / raw_incr[0]:,.0f}", f"{raw_incr[0] / kept_incr[0]:.0%}",
-         f"streamq at {kept_incr[0] / incr[0]:.0%} of it", f"{kept_incr[1]:.0f} / {kept_incr[2]:.0f}",
-         f"{raw_incr[1]:.0f} / {raw_incr[2]:.0f}"),
+        kept_row("2k. 2 with the records kept: raw consumers writing what streamq keeps per "
+                 "job (ratio to raw; beside: streamq / this)", kept_incr, raw_incr, incr),
         rate_row("3. the same, async handler: one INCR (jobs/s; ratio to 3c)", aincr, ceiling,
                  0.80),
         rate_row(f"3c. ceiling of 3: the INCRs alone, no queue, {CEILING_FLIGHT} in flight "
                  "per process (INCRs/s)", ceiling, raw_incr, 3.0, times=True),
-        ("3k. 3c with the records kept: raw async consumers writing what streamq keeps "
-         "(ratio to 3c; beside: streamq / this)", f"{N / kept_aincr[0]:,.0f}",
-         f"{N / ceiling[0]:,.0f}", f"{ceiling[0] / kept_aincr[0]:.0%}",
-         f"streamq at {kept_aincr[0] / aincr[0]:.0%} of it",
-         f"{kept_aincr[1]:.0f} / {kept_aincr[2]:.0f}", f"{ceiling[1]:.0f} / {ceiling[2]:.0f}"),
+        kept_row("3k. 3c with the records kept: raw async consumers writing what streamq "
+                 "keeps (ratio to 3c; beside: streamq / this)", kept_aincr, ceiling, aincr),
         ("4. Queue.submit one at a time (jobs/s)", f"{SUBMITS / sub:,.0f}",
          f"{SUBMITS / raw_sub:,.0f}", f"{raw_sub / sub:.0%}", f">= 80%: {ok[raw_sub / sub >= 0.8]}",
          "", ""),
