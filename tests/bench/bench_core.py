@@ -110,6 +110,19 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     PROCS[:] = [p for p in PROCS if p not in procs]
 
 
+def paced(rate: float, seconds: float, send: Callable[[int, int], None], chunk: int = 20
+          ) -> None:
+    """A load: ``send(first, n)`` of ``chunk`` jobs at a time, ``rate`` jobs a second on
+    average, for ``seconds``."""
+    t0, sent = perf(), 0
+    while (elapsed := perf() - t0) < seconds:
+        if sent < elapsed * rate:
+            send(sent, chunk)
+            sent += chunk
+        else:
+            time.sleep(0.002)
+
+
 def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():

@@ -85,8 +85,8 @@ def _keep_args(key: str, entries: list[Any], values: list[Any]) -> tuple[list[st
 def _finish(r: redis.Redis, keep: Any, key: str, entries: list[Any], mode: str) -> None:
     """Run one read of small jobs (each payload decoded, nothing or one INCR, each
     result encoded) and keep their records, in one round trip."""
-    values = [r.incr(COUNTER) if mode == "incr" else json.loads(fields[b"p"])
-              for _, fields in entries]
+    payloads = [json.loads(fields[b"p"]) for _, fields in entries]
+    values = [r.incr(COUNTER) for _ in payloads] if mode == "incr" else payloads
     keep(*_keep_args(key, entries, values))
 
 
@@ -139,26 +139,32 @@ def consumer(mode: str, url: str, key: str, name: str, count: str) -> None:
     r = redis.Redis.from_url(url, socket_timeout=120)
     r.rpush(f"{key}:ready", name)
     if mode == "big":
-        r.blpop([f"{key}:go"], timeout=60)
-        n = 0
-        while (reply := r.xreadgroup(core.GROUP, name, {key: ">"}, count=int(count))
-               ) and reply[0][1]:
-            results: list[Any] = []
-            for _, fields in reply[0][1]:
-                results += [fields[b"i"], b"j" + json.dumps(json.loads(fields[b"p"])).encode()]
-            pipe = r.pipeline(transaction=False)
-            pipe.xack(key, core.GROUP, *[eid for eid, _ in reply[0][1]])
-            pipe.hset(f"{key}:results", items=results)
-            pipe.hincrby(f"{key}:meta", "remaining", -len(reply[0][1]))
-            pipe.execute()
-            n += len(reply[0][1])
-        r.rpush(f"{key}:done", n)
+        _drain(r, key, name, int(count))
         return
     keep = r.register_script(KEEP)
     while not r.exists(f"{key}:stop"):
         reply = r.xreadgroup(core.GROUP, name, {key: ">"}, count=int(count), block=100)
         if reply and reply[0][1]:
             _finish(r, keep, key, reply[0][1], mode)
+
+
+def _drain(r: redis.Redis, key: str, name: str, count: int) -> None:
+    """``big``: after ``key:go``, read ``count`` entries at a time until none is left,
+    storing each one's result (its payload decoded and encoded again) with the
+    acknowledgement; the count read pushed to ``key:done``."""
+    r.blpop([f"{key}:go"], timeout=60)
+    n = 0
+    while (reply := r.xreadgroup(core.GROUP, name, {key: ">"}, count=count)) and reply[0][1]:
+        results: list[Any] = []
+        for _, fields in reply[0][1]:
+            results += [fields[b"i"], b"j" + json.dumps(json.loads(fields[b"p"])).encode()]
+        pipe = r.pipeline(transaction=False)
+        pipe.xack(key, core.GROUP, *[eid for eid, _ in reply[0][1]])
+        pipe.hset(f"{key}:results", items=results)
+        pipe.hincrby(f"{key}:meta", "remaining", -len(reply[0][1]))
+        pipe.execute()
+        n += len(reply[0][1])
+    r.rpush(f"{key}:done", n)
 
 
 def _ready(r: redis.Redis, url: str, mode: str, key: str, procs: int, count: int
@@ -184,19 +190,17 @@ def submit(r: redis.Redis, key: str, jobs: list[str]) -> None:
 def load(url: str, key: str, rate: str, seconds: str) -> None:
     """A load process: jobs submitted at ``rate`` a second, in chunks of 20 (as
     bench_small.py's), for ``seconds``."""
-    r, per_s, t0, sent = redis.Redis.from_url(url), float(rate), time.perf_counter(), 0
-    while (elapsed := time.perf_counter() - t0) < float(seconds):
-        if sent < elapsed * per_s:
-            submit(r, key, [f"load{sent + i}" for i in range(20)])
-            sent += 20
-        else:
-            time.sleep(0.002)
+    r = redis.Redis.from_url(url)
+    core.paced(float(rate), float(seconds),
+               lambda first, n: submit(r, key, [f"load{first + i}" for i in range(n)]))
 
 
-def latency(r: redis.Redis, url: str, procs: int, rate: float) -> list[float]:
+def latency(r: redis.Redis, url: str, server: Any, procs: int, rate: float
+            ) -> tuple[list[float], float]:
     """Seconds from before a job's submit (one round trip) to its completion message on
     the queue's channel, for SAMPLES jobs one at a time, while ``procs`` consumers keep
-    the records and a load process submits ``rate`` jobs a second."""
+    the records and a load process submits ``rate`` jobs a second; and the redis-server
+    CPU µs per job finished meanwhile (the load's included)."""
     key = f"durable-lat-{uuid.uuid4().hex[:8]}"
     r.xgroup_create(key, core.GROUP, id="0", mkstream=True)
     ps = _ready(r, url, "noop", key, procs, core.BATCH)
@@ -208,7 +212,10 @@ def latency(r: redis.Redis, url: str, procs: int, rate: float) -> list[float]:
             submit(r, key, [f"sample{i}"])
             return f'"job_id":"sample{i}"'.encode()
 
-        return core.latencies(r, f"{key}:done", send)
+        finished = lambda: int(r.get(f"{key}:n") or 0)  # noqa: E731
+        n0, cpu0 = finished(), core.cpu_s(server)
+        xs = core.latencies(r, f"{key}:done", send)
+        return xs, (core.cpu_s(server) - cpu0) / max(1, finished() - n0) * 1e6
     finally:
         r.set(f"{key}:stop", 1)
         core.stop(ps)

@@ -282,18 +282,10 @@ def start_replica(svc: Service, env: dict[str, str], n: int, tmp_path: Path
     log = tmp_path / f"{svc.name}-{n}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env=e, cwd=tmp_path, stderr=out)
-    again = n < len(svc.procs)
-    for parts, part in ((svc.procs, proc), (svc.logs, log)):
-        if again:
-            parts[n] = part  # (the replica it replaces has exited)
-        else:
-            parts.append(part)
+    # replica n's place in each list: added, or taken from the one it replaces (exited)
+    svc.procs[n:n + 1], svc.logs[n:n + 1] = [proc], [log]
     if "STREAMQ_METRICS_PORT" in e:
-        port = int(e["STREAMQ_METRICS_PORT"])
-        if again:
-            svc.metrics_ports[n] = port
-        else:
-            svc.metrics_ports.append(port)
+        svc.metrics_ports[n:n + 1] = [int(e["STREAMQ_METRICS_PORT"])]
     return e
 
 
