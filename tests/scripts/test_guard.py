@@ -1,0 +1,189 @@
+"""Each function's guard (written out from its contract by ``storage/guard_lua.py``)
+against the contract's Python twin (``Contract.check``), on every function of the
+library, admin functions included.
+
+The library is built with every function's body replaced by ``return 'ran'``, so a
+call that the guard lets through does nothing, and loaded on a private redis-server.
+Every function gets random calls from its contract: each argument a value that fits it
+or one that does not (out of range, empty, one byte too long, a command name, a key
+name, bytes that are not UTF-8), counted and repeated groups of random size, a last
+group or none, an argument added or dropped, keys of another kind, tag or prefix, a
+worker's hash of another id. The guard must refuse exactly what the twin refuses, but
+where a Lua pattern is laxer than its regex by design (``attack_fixtures.lua_twin``),
+and every refusal must be its ``ERR sq_<name> refused: ...`` reply.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from attack_fixtures import lua_twin
+from conftest import start_redis
+
+from streamq.storage.contract import Arg, Contract, ContractError, Counted, KeyKind
+from streamq.storage.contracts import CONTRACTS
+from streamq.storage.luaload import LuaScript, build_library
+
+CALLS = 150  # per function
+
+#: values any argument may get: most fit no argument
+_ANY = ["", "0", "-1", "1.5", "1e3", " 1", "+1", "9" * 16, "-" + "9" * 15, "SET", "FLUSHALL",
+        "sq:{q1}:meta", "a b", "{x}", "x" * 129, "é".encode(), b"\xff\xfe", "1-", "1-2-3",
+        "12", "entry:1-2", "entry:1-", "q1~2", "q1~", "+5", "@5", "{}", '{"a":1}', "{",
+        "job#3", "job#", "5|cli", "555|cli", "rate|cli|3", "queue", "client:cli", "1.5|10",
+        "1|", "j|d", "j|", "|d", "j|a b", "0-0", "1" * 20 + "-1", "1" * 21 + "-1", "r", "p"]
+#: parts of keys a kind with a suffix may get
+_PARTS = ["worker:w-1", "worker:", "worker:a b", "lane:5:cli", "lane:55:cli", "lane:555:cli",
+          "lane:5:cli:retry", "lane:5:", "tasks", "announced:j|1|f|2", "announced:",
+          "replayed:j|f|1", "replayed-id:1-2", "replayed-id:1-", "meta", "lanes"]
+_TAGS = {"job": ["q1/j1"], "queue": ["q1"], "shard": ["q1", "q1~3"],
+         "work": ["q1", "q1~3", "q1/j1"]}
+_BAD_TAGS = ["q1/j1/x", "", "a b", "q1~", "q2", "q1/j2", "x" * 129]
+
+
+def _fits(a: Arg) -> list[Any]:
+    """Values that fit ``a``, its bounds included."""
+    out: list[Any] = [v for v in _ANY if a.ok(v)]
+    if a.kind == "int":
+        out += [str(a.lo), str(a.hi), str((a.lo + a.hi) // 2)]
+    elif a.kind == "enum":
+        out += list(a.values)
+    elif a.kind in ("name", "intent"):
+        out += ["job-1", "x" * 128, "a.b:c_d"]
+    elif a.kind == "token":
+        out += ["w-1", "t" * a.size, "a/b#1|c~d"]
+    elif a.kind == "entry":
+        out += ["1700000000000-3", "9" * 20 + "-" + "9" * 20]
+    elif a.kind == "text" and a.size <= 4096:
+        out += ["t" * a.size, b"\x00\xff"]
+    elif a.kind == "text":
+        out += ["payload", b"\x00\xff"]
+    return [v for v in out if a.ok(v)] or [""]
+
+
+def _misfits(a: Arg) -> list[Any]:
+    """Values just past ``a``'s bounds (as many as the rest of ``_ANY``), and ``_ANY``."""
+    near: list[Any] = []
+    if a.kind == "int":
+        near = [str(a.lo - 1), str(a.hi + 1)]
+    elif a.kind in ("token", "pattern", "text") and a.size <= 4096:
+        near = ["t" * (a.size + 1)]
+    elif a.kind == "name":
+        near = ["x" * 129]
+    return near * (len(_ANY) // max(len(near), 1)) + list(_ANY)
+
+
+class _Calls:
+    """Random calls of one function, from its contract."""
+
+    def __init__(self, c: Contract, rng: random.Random) -> None:
+        self.c, self.rng = c, rng
+
+    def value(self, a: Arg) -> Any:
+        pool = _fits(a) if self.rng.random() < 0.93 else _misfits(a)
+        return self.rng.choice(pool)
+
+    def args(self, args: tuple[Any, ...]) -> list[Any]:
+        out: list[Any] = []
+        for a in args:
+            if isinstance(a, Counted):
+                n = self.rng.choice([0, 1, 2, 3])
+                count = self.rng.choice([str(n)] * 12 + ["x", "-1", str(a.most + 1), str(n + 1)])
+                out.append(count)
+                if a.most <= 100 and self.rng.random() < 0.1:  # one group more than it takes
+                    out[-1] = str(a.most + 1)
+                    out += [self.rng.choice(_fits(g)) for _ in range(a.most + 1) for g in a.group]
+                    continue
+                for _ in range(n):
+                    out += self.args(a.group)
+            else:
+                out.append(self.value(a))
+        return out
+
+    def part(self, kind: KeyKind) -> str:
+        if not kind.regex or self.rng.random() < 0.05:
+            return kind.name if self.rng.random() < 0.97 else self.rng.choice(_PARTS)
+        fits = [p for p in _PARTS if kind.part_ok(p)]
+        return self.rng.choice(fits if fits and self.rng.random() < 0.93 else _PARTS)
+
+    def call(self) -> tuple[list[Any], list[Any]]:
+        c, rng = self.c, self.rng
+        args = self.args(c.args)
+        groups = rng.choice([c.least, c.least, c.least + 1, c.least + 3, max(c.least - 1, 0)])
+        for _ in range(groups if c.rest else 0):
+            args += self.args(c.rest)
+        if c.tail and rng.random() < 0.5:
+            args += self.args(c.tail)
+        if rng.random() < 0.04 and args:
+            args.pop()
+        if rng.random() < 0.04:
+            args.append(rng.choice(_ANY))
+        tag = rng.choice(_TAGS[c.tag_class])
+        keys = [f"sq:{{{tag}}}:{self.part(k)}" for k in c.keys]
+        for key_i, arg_i in c.binds:
+            if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
+                keys[key_i - 1] = f"sq:{{{tag}}}:worker:{args[arg_i - 1]}"
+        if keys and rng.random() < 0.08:
+            i = rng.randrange(len(keys))
+            keys[i] = rng.choice([f"sq:{{{rng.choice(_BAD_TAGS)}}}:{c.keys[i].name}",
+                                  "FLUSHALL", f"sq:{tag}:{c.keys[i].name}",
+                                  f"xq:{{{tag}}}:{c.keys[i].name}"])
+        if rng.random() < 0.03:
+            keys = keys[:-1] if keys and rng.random() < 0.5 else [*keys, keys[0] if keys else "k"]
+        return keys, args
+
+
+def _passes(c: Contract, keys: list[Any], args: list[Any]) -> bool:
+    try:
+        c.check(keys, args)
+    except (ContractError, UnicodeDecodeError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def guards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    """A private redis-server with every function's guard and no body."""
+    proc, url = start_redis(tmp_path_factory.mktemp("guards"))
+    scripts = {n: LuaScript(n, c.numkeys, "return 'ran'\n", Path(f"{n}-{c.numkeys}.lua"))
+               for n, c in CONTRACTS.items()}
+    client = redis.Redis.from_url(url)
+    try:
+        client.function_load(build_library(scripts, "guards").source)
+        yield client
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTS))
+def test_the_guard_refuses_what_its_contract_refuses(guards: redis.Redis, name: str) -> None:
+    # Given a function's contract and random calls of it
+    c = CONTRACTS[name]
+    made = _Calls(c, random.Random(f"guard:{name}"))
+    calls = [made.call() for _ in range(CALLS)]
+    # When each is sent to the function, its body a no-op
+    pipe = guards.pipeline(transaction=False)
+    for keys, args in calls:
+        pipe.fcall(f"sq_{name}", len(keys), *keys, *args)
+    replies = pipe.execute(raise_on_error=False)
+    # Then the guard lets through exactly what the contract's Python twin lets through
+    # (but where a Lua pattern is laxer by design), and refuses the rest with its reply
+    ran = 0
+    for (keys, args), reply in zip(calls, replies):
+        lua_ran = reply == b"ran"
+        if not lua_ran:
+            assert isinstance(reply, redis.ResponseError), reply
+            assert str(reply).startswith(f"sq_{name} refused: "), reply
+        if lua_ran != _passes(c, keys, args):
+            assert lua_ran and _passes(lua_twin(name), keys, args), (
+                f"guard {'ran' if lua_ran else 'refused'} {keys} {args}: {reply}")
+        ran += lua_ran
+    # and the calls were of both kinds
+    assert 0 < ran < len(calls), ran
