@@ -69,6 +69,7 @@ bench: install bench-peers ## benchmarks: streamq against raw redis-py, and its 
 	$(BIN)/python tests/bench/bench_core.py
 	$(BIN)/python tests/bench/bench_small.py
 	$(BIN)/python tests/bench/bench_costs.py
+	$(BIN)/python tests/bench/bench_guard.py
 	$(BIN)/python tests/bench/bench_slow.py
 	$(BIN)/python tests/bench/bench_durability.py
 	$(BIN)/python tests/bench/bench_module.py

@@ -1,8 +1,9 @@
 --[[
-  streamq's guard: the helpers of the check every function of the library runs
-  before its own. Each function's check is written out from its declared contract
-  (streamq/storage/contracts.py) by streamq/storage/guard_lua.py, as straight-line
-  Lua: SQ_GUARDS.<script>(KEYS, ARGV). It checks that
+  streamq's guard: the code every function of the library runs before its own
+  (streamq/storage/contract.py emits the call and each function's declared contract,
+  SQ_SPECS[<script>], from streamq/storage/contracts.py).
+
+  sq_guard(spec, KEYS, ARGV) checks that
     - there are exactly as many KEYS as declared;
     - every KEYS[i] is sq:{<tag>}:<kind_i> (plus the suffix its kind declares),
       with one tag for the whole call, valid for the call's class of tag
@@ -11,7 +12,8 @@
     - every ARGV[i] matches its declared type (integer range, enum, name,
       token, stream entry id, intent, bounded text, pattern), the repeated groups and
       the optional last group included, and nothing is left over;
-    - a key bound to an argument (a worker's hash) ends with that argument;
+    - a key bound to an argument (a worker's hash, a lane's stream) ends with
+      that argument;
   and returns the tag, or nil and an error reply: the function then returns
   that reply before it has written anything.
 
@@ -36,65 +38,148 @@ local function sq_shard_tag_ok(v)  -- "<queue>" or "<queue>~<n>"
   return sq_name_ok(v)
 end
 
+local SQ_TAG_OK = {
+  job = sq_job_tag_ok,
+  queue = sq_name_ok,
+  shard = sq_shard_tag_ok,
+  -- a stream of work: a job's tasks or a shard's lane
+  work = function(v) return sq_shard_tag_ok(v) or sq_job_tag_ok(v) end,
+}
 
-local function sq_work_tag_ok(v)  -- a stream of work: a job's tasks or a shard's lane
-  return sq_shard_tag_ok(v) or sq_job_tag_ok(v)
-end
-
--- the argument checks each function's guard calls (streamq/storage/guard_lua.py writes
--- those guards out from the contracts: a check of "" apart, where "" means "none")
-local function sq_int_ok(v, lo, hi)
-  if #v > 16 or not string.find(v, "^%-?%d+$") or (#v == 16 and string.sub(v, 1, 1) ~= "-")
-  then
-    return false
+local function sq_arg_ok(s, v)
+  if v == "" then return s.e end
+  local t = s[1]
+  if t == "i" then
+    if #v > 16 or not string.find(v, "^%-?%d+$") or (#v == 16 and string.sub(v, 1, 1) ~= "-")
+    then
+      return false
+    end
+    local n = tonumber(v)
+    return n >= s[2] and n <= s[3]
+  elseif t == "e" then
+    return s[2][v] == true
+  elseif t == "n" then
+    return sq_name_ok(v)
+  elseif t == "t" then
+    return #v <= s[2] and string.find(v, "^[!-z|~]+$") ~= nil
+  elseif t == "x" then
+    if #v > 41 or not string.find(v, "^%d+%-%d+$") then return false end
+    if #v <= 21 then return true end  -- both parts fit in 20 digits (most ids)
+    local ms, seq = string.match(v, "^(%d+)%-(%d+)$")
+    return #ms <= 20 and #seq <= 20
+  elseif t == "b" then
+    return #v <= s[2]
+  elseif t == "j" then
+    local job, dedup = string.match(v, "^([^|]*)|(.*)$")
+    if not job then return sq_name_ok(v) end
+    return sq_name_ok(job) and #dedup <= 300 and string.find(dedup, "^[!-z|~]+$") ~= nil
   end
-  local n = tonumber(v)
-  return n >= lo and n <= hi
-end
-
-local function sq_entry_ok(v)
-  if #v > 41 or not string.find(v, "^%d+%-%d+$") then return false end
-  if #v <= 21 then return true end  -- both parts fit in 20 digits (most ids)
-  local ms, seq = string.match(v, "^(%d+)%-(%d+)$")
-  return #ms <= 20 and #seq <= 20
-end
-
-local function sq_intent_ok(v)  -- "<job id>" or "<job id>|<dedup key>"
-  local job, dedup = string.match(v, "^([^|]*)|(.*)$")
-  if not job then return sq_name_ok(v) end
-  return sq_name_ok(job) and #dedup <= 300 and string.find(dedup, "^[!-z|~]+$") ~= nil
-end
-
--- whether `key`'s part from `at` on (after its "sq:{<tag>}:") is the `exact` part or
--- matches `pattern` without ending with `never`: compared in place, no substring made
-local function sq_part_ok(key, at, exact, pattern, never)
-  if exact and #key == at - 1 + #exact and string.find(key, exact, at, true) == at then
-    return true
+  if #v > s[2] then return false end
+  for _, pat in ipairs(s[3]) do
+    if string.find(v, pat) then return true end
   end
-  if not string.find(key, pattern, at) then return false end
+  return false
+end
+
+-- checks ARGV[i..] against the list of specs; returns the next position, or nil and why.
+-- The commonest checks (bounded bytes, names, integers) are made here, inline: this
+-- runs for every argument of every call (a batch's entries are most of them)
+local function sq_check_list(list, ARGV, i)
+  for j = 1, #list do
+    local s = list[j]
+    local v = ARGV[i]
+    if v == nil then return nil, "ARGV[" .. i .. "] (" .. s.d .. ") is missing" end
+    local t = s[1]
+    if t == "b" then
+      if #v > s[2] or (v == "" and not s.e) then
+        return nil, "ARGV[" .. i .. "] must be " .. s.d
+      end
+      i = i + 1
+    elseif t == "c" then
+      local d = string.match(v, "^(%d+)$")
+      local c = d and #d <= 6 and tonumber(d)
+      if not c or c > s[2] then
+        return nil, "ARGV[" .. i .. "] (" .. s.d .. ") must be a count in 0.." .. s[2]
+      end
+      i = i + 1
+      for _ = 1, c do
+        local err
+        i, err = sq_check_list(s[3], ARGV, i)
+        if not i then return nil, err end
+      end
+    else
+      if not sq_arg_ok(s, v) then return nil, "ARGV[" .. i .. "] must be " .. s.d end
+      i = i + 1
+    end
+  end
+  return i
+end
+
+local function sq_refuse(spec, what)
+  return nil, redis.error_reply("ERR " .. spec.f .. " refused: " .. what)
+end
+
+-- whether KEYS[i] (`key`, its part starting at `at`) is of `kind`: compared in place,
+-- no substring made (this runs for every key of every call)
+local function sq_kind_ok(kind, key, at)
+  local x = kind.x
+  if x and #key == at - 1 + #x and string.find(key, x, at, true) == at then return true end
+  local p = kind.p
+  if not p or not string.find(key, p, at) then return false end
+  local never = kind.n
   return not (never and #key - #never + 1 >= at and
               string.find(key, never, #key - #never + 1, true) ~= nil)
 end
 
--- whether `key` ends with ":<v>" (a worker's hash and its id)
-local function sq_bound(key, v)
-  return #key >= #v + 1 and string.find(key, ":" .. v, #key - #v, true) ~= nil
-end
-
-local function sq_refuse(fname, what)
-  return nil, redis.error_reply("ERR " .. fname .. " refused: " .. what)
-end
-
--- why KEYS[i] (`key`) was refused: not streamq's, of another tag than KEYS[1]'s
--- (`prefix`), or not of its kind
-local function sq_key_refused(fname, i, key, prefix)
-  if i > 1 and string.find(key, prefix, 1, true) ~= 1 then
-    if not string.find(key, "^sq:{[^{}]*}:") then
-      return sq_refuse(fname, "KEYS[" .. i .. "] is not a streamq key")
-    end
-    return sq_refuse(fname, "KEYS[" .. i .. "] is not of KEYS[1]'s tag")
+local function sq_guard(spec, KEYS, ARGV)
+  local kinds = spec.k
+  if #KEYS ~= #kinds then return sq_refuse(spec, "takes " .. #kinds .. " keys, got " .. #KEYS) end
+  local tag
+  if #kinds > 0 then
+    tag = string.match(KEYS[1], "^sq:{([^{}]*)}:")
+    if not tag then return sq_refuse(spec, "KEYS[1] is not a streamq key") end
+    if not SQ_TAG_OK[spec.tc](tag) then return sq_refuse(spec, "KEYS[1] has an invalid tag") end
   end
-  return sq_refuse(fname, "KEYS[" .. i .. "] is not a key of the kind it must be")
+  local prefix = tag and ("sq:{" .. tag .. "}:")
+  local at = tag and #prefix + 1
+  for i = 1, #kinds do
+    local key = KEYS[i]
+    if i > 1 and string.find(key, prefix, 1, true) ~= 1 then
+      if not string.find(key, "^sq:{[^{}]*}:") then
+        return sq_refuse(spec, "KEYS[" .. i .. "] is not a streamq key")
+      end
+      return sq_refuse(spec, "KEYS[" .. i .. "] is not of KEYS[1]'s tag")
+    end
+    if not sq_kind_ok(kinds[i], key, at) then
+      return sq_refuse(spec, "KEYS[" .. i .. "] is not a key of the kind it must be")
+    end
+  end
+  local n, err = #ARGV, nil
+  local i = 1
+  i, err = sq_check_list(spec.a, ARGV, i)
+  if not i then return sq_refuse(spec, err) end
+  local r, t = spec.r, spec.t
+  if #r > 0 then
+    local groups = 0
+    while n - i + 1 >= #r and not (#t > 0 and n - i + 1 == #t and #t < #r) do
+      i, err = sq_check_list(r, ARGV, i)
+      if not i then return sq_refuse(spec, err) end
+      groups = groups + 1
+    end
+    if groups < spec.least then return sq_refuse(spec, "needs at least " .. spec.least .. " groups") end
+  end
+  if #t > 0 and n - i + 1 == #t then
+    i, err = sq_check_list(t, ARGV, i)
+    if not i then return sq_refuse(spec, err) end
+  end
+  if i ~= n + 1 then return sq_refuse(spec, (n - i + 1) .. " argument(s) more than it takes") end
+  for _, b in ipairs(spec.b) do
+    local v, key = ARGV[b[2]], KEYS[b[1]]
+    if #key < #v + 1 or string.find(key, ":" .. v, #key - #v, true) == nil then
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not ARGV[" .. b[2] .. "]'s key")
+    end
+  end
+  return tag
 end
 
 -- the tag of a key, unchecked: what a function built without its guard uses

@@ -213,12 +213,11 @@ def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME, *,
     ``KEYS`` and ``ARGV`` are the callback's parameters, so a script runs as it would
     under EVAL. Includes are expanded into each function (no state is shared).
 
-    Every function first runs its guard, written out from its declared contract
-    (:mod:`streamq.contracts`, :mod:`streamq.storage.guard_lua`): a call whose keys or
-    arguments do not fit is refused before anything is written. ``guarded=False`` leaves the check out (only the
+    Every function first runs the guard with its declared contract
+    (:mod:`streamq.contracts`): a call whose keys or arguments do not fit is refused
+    before anything is written. ``guarded=False`` leaves the check out (only the
     attack suite's self-test uses it, to show the suite would see what it stops)."""
     from streamq.storage.contracts import CONTRACTS  # the contracts name scripts: loaded after them
-    from streamq.storage.guard_lua import guard_lua
 
     missing = sorted(set(scripts) - set(CONTRACTS))
     if missing:
@@ -233,16 +232,15 @@ def build_library(scripts: dict[str, LuaScript], name: str = LIBRARY_NAME, *,
                                   f"contract declares {c.numkeys}")
         fname = function_name(script.name)
         flags = ", ".join(f"'{f}'" for f in c.flags)
-        if guarded:
-            specs.append(f"SQ_GUARDS.{script.name} = {guard_lua(c)}\n")
-        prologue = (f"local SQ_TAG, SQ_REFUSED = SQ_GUARDS.{script.name}(KEYS, ARGV)\n"
+        specs.append(f"SQ_SPECS.{script.name} = {c.lua_spec()}\n")
+        prologue = (f"local SQ_TAG, SQ_REFUSED = sq_guard(SQ_SPECS.{script.name}, KEYS, ARGV)\n"
                     "if not SQ_TAG then return SQ_REFUSED end\n" if guarded else
                     "local SQ_TAG = sq_tag_of(KEYS[1]) or ''\n")
         bodies.append(
             f"redis.register_function{{function_name='{fname}', "
             f"callback=function(KEYS, ARGV)\n{prologue}{script.source}end, flags={{{flags}}}}}\n")
         functions[script.name] = fname
-    shared = guard_source() + "local SQ_GUARDS = {}\n" + "".join(specs)
+    shared = guard_source() + "local SQ_SPECS = {}\n" + "".join(specs)
     version = hashlib.sha1((shared + "".join(bodies)).encode()).hexdigest()[:12]
     fixed = (
         f"redis.register_function{{function_name='{VERSION_FUNCTION}', "

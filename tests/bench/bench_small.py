@@ -42,75 +42,16 @@ import redis
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_core as core  # noqa: E402
 import durable  # noqa: E402
+import small_procs  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
+from small_procs import CEILING_FLIGHT, COUNTER  # noqa: E402
 
 from streamq import Queue  # noqa: E402
 from streamq.base.keys import QueueKeys  # noqa: E402
 
 N, WORKERS, SUBMITS, SAMPLES, MEM_SMALL = 20_000, 2, 2_000, 300, 5_000
-#: INCRs in flight per process in the async ceiling (the async worker's default concurrency)
-CEILING_FLIGHT = 32
-COUNTER = "bench:incr"  # what the INCR handlers (tests/bench/handlers.py) and raw consumers increment
 perf = time.perf_counter
-
-
-def raw_consumer(mode: str, url: str, key: str, name: str) -> None:
-    """One raw consumer process: read ``key`` with XREADGROUP COUNT 100 (blocking up
-    to 100 ms) until ``key:stop`` is set; per entry nothing (``noop``) or one INCR
-    (``incr``); one XACK per read, and the count read added to ``key:n``."""
-    r = redis.Redis.from_url(url, socket_timeout=120)
-    r.rpush(f"{key}:ready", name)
-    while not r.exists(f"{key}:stop"):
-        reply = r.xreadgroup(core.GROUP, name, {key: ">"}, count=core.BATCH, block=100)
-        if not reply or not reply[0][1]:
-            continue
-        entries = reply[0][1]
-        if mode == "incr":
-            for _ in entries:
-                r.incr(COUNTER)
-        pipe = r.pipeline(transaction=False)
-        pipe.xack(key, core.GROUP, *[eid for eid, _ in entries])
-        pipe.incrby(f"{key}:n", len(entries))
-        pipe.execute()
-
-
-def ceiling_client(url: str, key: str, n: str) -> None:
-    """One process of the async ceiling (no queue): ``n`` INCRs from CEILING_FLIGHT
-    coroutines at once, redis.asyncio on the loop an async worker uses
-    (streamq.worker.new_loop), started by ``key:go``; the count added to ``key:n``."""
-    import asyncio
-
-    import redis.asyncio as aredis
-
-    from streamq.work.worker import new_loop
-
-    async def run() -> None:
-        r = aredis.Redis.from_url(url, socket_timeout=120)
-        await r.rpush(f"{key}:ready", 1)
-        await r.blpop([f"{key}:go"], timeout=60)
-        share, rest = divmod(int(n), CEILING_FLIGHT)
-
-        async def one(count: int) -> None:
-            for _ in range(count):
-                await r.incr(COUNTER)
-
-        await asyncio.gather(*(one(share + (i < rest)) for i in range(CEILING_FLIGHT)))
-        await r.incrby(f"{key}:n", int(n))
-        await r.aclose()
-
-    loop = new_loop()
-    try:
-        loop.run_until_complete(run())
-    finally:
-        loop.close()
-
-
-def load(url: str, queue: str, rate: str, seconds: str) -> None:
-    """A load process: one-entry jobs at ``rate`` jobs/s, in chunks of 20, for ``seconds``."""
-    q = Queue(queue, url)
-    core.paced(float(rate), float(seconds),
-               lambda first, n: q.submit_many([[{"load": first + i}] for i in range(n)]))
 
 
 @contextlib.contextmanager
@@ -156,7 +97,7 @@ def raw_jobs(r: redis.Redis, url: str, server: Any, mode: str, n: int = N
     consumer CPU µs per entry."""
     key, pipe = f"raw-{uuid.uuid4().hex[:8]}", r.pipeline(transaction=False)
     r.xgroup_create(key, core.GROUP, id="0", mkstream=True)
-    ps = [core.spawn([sys.executable, __file__, "--raw", mode, url, key, f"c{i}"])
+    ps = [core.spawn([sys.executable, small_procs.__file__, "--raw", mode, url, key, f"c{i}"])
           for i in range(WORKERS)]
     try:
         if any(r.blpop([f"{key}:ready"], timeout=60) is None for _ in range(WORKERS)):
@@ -181,7 +122,8 @@ def async_ceiling(r: redis.Redis, url: str, server: Any, n: int = N
     CEILING_FLIGHT coroutines at once (what row 3's handler does, without the queue):
     seconds, and redis and client CPU µs per INCR. The most row 3 could reach here."""
     key = f"ceil-{uuid.uuid4().hex[:8]}"
-    ps = [core.spawn([sys.executable, __file__, "--ceiling", url, key, str(n // WORKERS)])
+    ps = [core.spawn([sys.executable, small_procs.__file__, "--ceiling", url, key,
+                      str(n // WORKERS)])
           for _ in range(WORKERS)]
     try:
         if any(r.blpop([f"{key}:ready"], timeout=60) is None for _ in range(WORKERS)):
@@ -229,8 +171,8 @@ def sq_latency(r: redis.Redis, url: str, server: Any, load_rate: float
         q = Queue(name, url)
         loader = None
         if load_rate > 0:
-            loader = core.spawn([sys.executable, __file__, "--load", url, name, str(load_rate),
-                                 "600"])
+            loader = core.spawn([sys.executable, small_procs.__file__, "--load", url, name,
+                                 str(load_rate), "600"])
             time.sleep(1.0)  # the load is running
         try:
             finished = lambda: sum(r.xlen(qk.events) for qk in q.shards)  # noqa: E731
@@ -396,13 +338,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--raw"]:
-        with contextlib.suppress(KeyboardInterrupt):
-            raw_consumer(*sys.argv[2:])
-    elif sys.argv[1:2] == ["--ceiling"]:
-        ceiling_client(*sys.argv[2:])
-    elif sys.argv[1:2] == ["--load"]:
-        with contextlib.suppress(KeyboardInterrupt):
-            load(*sys.argv[2:])
-    else:
-        main()
+    main()

@@ -1,4 +1,4 @@
-"""Each function's guard (written out from its contract by ``storage/guard_lua.py``)
+"""Each function's guard (``lua/library/guard.lua`` with the function's declared contract)
 against the contract's Python twin (``Contract.check``), on every function of the
 library, admin functions included.
 

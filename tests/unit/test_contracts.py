@@ -92,10 +92,9 @@ def test_every_function_runs_the_guard_first_and_takes_no_command_from_its_calle
     source = build_library(SCRIPTS).source
     for name in SCRIPTS:
         at = source.index(f"function_name='sq_{name}'")
-        assert f"= SQ_GUARDS.{name}(KEYS, ARGV)\nif not SQ_TAG then return SQ_REFUSED end\n" \
-            in source[at:at + 300]
+        assert f"sq_guard(SQ_SPECS.{name}, KEYS, ARGV)" in source[at:at + 300]
     unguarded = build_library(SCRIPTS, guarded=False).source
-    assert not any(f"SQ_GUARDS.{name}" in unguarded for name in SCRIPTS)
+    assert "sq_guard(SQ_SPECS" not in unguarded
 
 
 @pytest.mark.parametrize(("arg", "good", "bad"), [
