@@ -75,8 +75,8 @@ def raw(r: redis.Redis, url: str) -> float:
             pipe.execute()
     pipe.execute()
     r.xgroup_create(key, core.GROUP, id="0")
-    small = str(Path(__file__).with_name("bench_small.py"))
-    return _run(r, [[sys.executable, small, "--raw", "incr", url, key, f"c{i}"]
+    procs = str(Path(__file__).with_name("small_procs.py"))
+    return _run(r, [[sys.executable, procs, "--raw", "incr", url, key, f"c{i}"]
                     for i in range(WORKERS)], dict(os.environ), "the raw consumers")
 
 

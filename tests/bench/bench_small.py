@@ -21,7 +21,8 @@ processes, taken in turns, best of ``--rounds``:
 2k, 3k, 4k, 5k: 2, 3c, 4 and 5b by raw redis-py that also writes what streamq keeps
 per job (tests/bench/durable.py): what keeping those records costs on this machine.
 CPU per job (redis-server, and workers or consumers) is printed beside the rates.
-Every process started here is stopped, even on error.
+The raw consumers, the ceiling's clients and the load are processes of
+tests/bench/small_procs.py. Every process started here is stopped, even on error.
 """
 
 from __future__ import annotations
