@@ -31,12 +31,13 @@ import bench_core as core  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from streamq.producer import lane  # noqa: E402
 from streamq.storage.contracts import CONTRACTS  # noqa: E402
 from streamq.storage.luaload import LuaScript, build_library  # noqa: E402
 
 _Q = "sq:{bench}:"
-_RECORD = ('{"state":"active","done":0,"failed":0,"queue":"bench","priority":50,'
-           '"client":"default","retention":86400000,"max_deliveries":5}')
+#: a small job's record as a submit sends it
+_RECORD = lane.record("bench", 50, "default", 86_400_000, 5)
 
 
 def _keys(names: str) -> list[str]:

@@ -243,12 +243,24 @@ def healthy(test: list[str], env: dict[str, str], port: int,
     return out.returncode == 0 and (argv[0] != "redis-cli" or out.stdout.strip() == b"PONG")
 
 
-def wait_healthy(svc: Service, env: dict[str, str], port: int, timeout: float = 60) -> None:
+def wait_healthy(svc: Service, env: dict[str, str], port: int, timeout: float = 60,
+                 replica: int | None = None) -> bool:
+    """Wait until ``svc`` (its replica ``replica``: one with ``env``) is healthy: True.
+    False when that replica exited because a port picked for it was taken meanwhile by
+    another process (it is started again on others); any other exit, or no health by
+    ``timeout``, fails."""
     deadline = time.monotonic() + timeout
     while not healthy(svc.spec["healthcheck"]["test"], env, port, svc):
-        assert all(p.poll() is None for p in svc.procs), f"{svc.name} exited early"
+        if replica is None:
+            assert all(p.poll() is None for p in svc.procs), f"{svc.name} exited early"
+        elif svc.procs[replica].poll() is not None:
+            log = svc.logs[replica].read_text(errors="replace")
+            assert "address already in use" in log.lower(), (
+                f"{svc.name} exited early: {log[-2000:]}")
+            return False
         assert time.monotonic() < deadline, f"{svc.name} never became healthy"
         time.sleep(0.3)
+    return True
 
 
 def scrape_processed(port: int) -> float:
@@ -289,23 +301,6 @@ def start_replica(svc: Service, env: dict[str, str], n: int, tmp_path: Path
     return e
 
 
-def replica_up(svc: Service, n: int, env: dict[str, str], port: int,
-               timeout: float = 60) -> bool:
-    """Wait until replica ``n`` of ``svc`` is healthy: True; False when it exited because
-    a port picked for it was taken meanwhile by another process (it is started again on
-    others); any other exit, or no health by ``timeout``, fails."""
-    deadline = time.monotonic() + timeout
-    while not healthy(svc.spec["healthcheck"]["test"], env, port, svc):
-        if svc.procs[n].poll() is not None:
-            log = svc.logs[n].read_text(errors="replace")
-            assert "address already in use" in log.lower(), (
-                f"{svc.name} exited early: {log[-2000:]}")
-            return False
-        assert time.monotonic() < deadline, f"{svc.name} never became healthy"
-        time.sleep(0.3)
-    return True
-
-
 @pytest.fixture
 def compose(tmp_path: Path) -> Iterator[Compose]:
     """Every compose service started as local processes, with fresh secrets written by
@@ -335,7 +330,7 @@ def compose(tmp_path: Path) -> Iterator[Compose]:
             replica_envs = [start_replica(svc, env, n, tmp_path) for n in range(count)]
             for n, e in enumerate(replica_envs):  # each replica's own health check
                 tries = 1  # (its own id file); started again when a port was taken
-                while not replica_up(svc, n, e, port):
+                while not wait_healthy(svc, e, port, replica=n):
                     assert tries < 3, f"{svc.name} replica {n}: its ports taken {tries} times"
                     e, tries = start_replica(svc, env, n, tmp_path), tries + 1
         yield Compose(services, port, secrets_env)
