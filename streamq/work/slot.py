@@ -49,6 +49,8 @@ class SlotWorker(LaneWorker, Protocol):
     fatal: str | None
     #: tokens a stopping worker could not hand back
     undrained: int
+    #: a slot stopped retrying Redis while the worker stopped (it is unreachable)
+    gave_up: bool
 
     @property
     def shards(self) -> list[QueueKeys]: ...
@@ -241,6 +243,7 @@ class Slot:
                       len(settled))
             with w.leases.lock:
                 w.undrained += len(settled)
+                w.gave_up = True
             return True
         w.unreachable(e)
         log.warning("redis unavailable (%s: %s); retrying in %.2f s", type(e).__name__, e,

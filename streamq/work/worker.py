@@ -121,6 +121,9 @@ class Worker:
         self.info_ttl_ms = int(o.heartbeat_s * 3000) + 60_000
         #: tokens a stopping worker could not hand back (Redis unreachable)
         self.undrained = 0
+        #: a slot gave up on Redis while stopping: the last beats and the deregistration
+        #: are not tried (each would spend redis-py's retries on a Redis just given up on)
+        self.gave_up = False
         self.id = o.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         #: OpenTelemetry spans per sub-request (streamq.tracing); None when off
         self.tracer = worker_tracer(o.tracing, self.id)
@@ -297,7 +300,8 @@ class Worker:
             if self.stopping.is_set():
                 for t in slots:
                     t.join(self.heartbeat_s / len(slots))
-            self._beat()
+            if not self.gave_up:
+                self._beat()
 
     def _stopped(self, loop_thread: threading.Thread | None) -> None:
         """The last beats, then close; ConnectionFailed when the worker stopped for good
@@ -305,7 +309,8 @@ class Worker:
         # the slots are done: what they did since the last counted beat goes out now
         # (a batch whose beat failed is sent again first, so up to two more beats)
         for _ in range(3):
-            if self.fatal is not None or not self.activity.unsent() or not self._beat():
+            if (self.fatal is not None or self.gave_up or not self.activity.unsent()
+                    or not self._beat()):
                 break
         self._close(loop_thread)
         log.info("worker %s stopped after %d sub-requests", self.id, self.stats.processed)
@@ -322,11 +327,15 @@ class Worker:
             self.loop.call_soon_threadsafe(self.loop.stop)
             loop_thread.join()
             self.loop.close()
-        try:
-            for qk in self.shards:
-                self.scripts.unregister(qk, self.id)
-        except Exception as e:  # Redis down or refusing: the entries expire on their own
-            log.warning("could not deregister: %s", e)
+        if self.gave_up:
+            log.warning("not deregistering (Redis unreachable): the reaper counts this "
+                        "worker gone once its heartbeat lapses")
+        else:
+            try:
+                for qk in self.shards:
+                    self.scripts.unregister(qk, self.id)
+            except Exception as e:  # Redis down or refusing: the entries expire on their own
+                log.warning("could not deregister: %s", e)
         path = self.options.id_path
         if path is not None:
             path.unlink(missing_ok=True)
