@@ -6,11 +6,12 @@ holds its own replies. No part reads another's replies, and none counts position
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamq.base.entry_fields import Batch
 from streamq.base.keys import QueueKeys
+from streamq.base.members import token_job
 from streamq.base.replies import Call, JobReply
 
 #: a job an acknowledgement completed, its reply and the shard it lives on
@@ -89,3 +90,19 @@ class Carried:
     def held(self, lane_acks: list[Any]) -> bool:
         """Whether anything is left to hand back (``lane_acks``: the lane's results)."""
         return bool(self.settled or self.finishes or self.acks or lane_acks)
+
+
+def finishing(settled: list[tuple[str, str]], finishes: list[Finish], trip: RoundTrip,
+              finish_call: Callable[[list[tuple[str, JobReply]], QueueKeys], Call]
+              ) -> list[tuple[str, str]]:
+    """Add the calls that finish ``finishes`` in their shards to ``trip`` (``finish_call``:
+    the queue's call finishing jobs of one shard); return ``settled`` without the drops
+    they make needless."""
+    # finishing a job removes its tokens (now, or when it was finished before):
+    # a token of a job finished here needs no drop of its own
+    done = {job for job, _, _ in finishes}
+    by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
+    for job, reply, qk in finishes:
+        by_shard.setdefault(qk, []).append((job, reply))
+    trip.calls([finish_call(jobs, qk) for qk, jobs in by_shard.items()])
+    return [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]

@@ -23,15 +23,15 @@ from streamq.base import config, hooks
 from streamq.base.entry_fields import Batch, LaneEntry, batch_ids
 from streamq.base.governor import next_claim, next_read
 from streamq.base.keys import QueueKeys
-from streamq.base.members import token_job
-from streamq.base.replies import Call
+from streamq.base.replies import Call, SettleReply
 from streamq.model.scripts import JobReply
 from streamq.producer.rates import RATE_DUE, parse_due
 from streamq.services.shards import most_urgent_shard
 from streamq.storage.connection import is_access_error, is_transient
+from streamq.work.claim_probe import NOTHING, ClaimProbe
 from streamq.work.job_work import JobWork
 from streamq.work.lane_work import LANE_DUE, LaneWork, LaneWorker
-from streamq.work.round_trip import Carried, Finish, RoundTrip
+from streamq.work.round_trip import Carried, Finish, Part, RoundTrip, finishing
 
 if TYPE_CHECKING:
     from streamq.services.wakers import Wakers
@@ -112,6 +112,8 @@ class Slot:
         self.jobs = JobWork(worker, self)
         #: the last lane read filled a batch, or found a lane it did not cover
         self._lane_more = False
+        #: whether the next round sends its settle (:mod:`streamq.work.claim_probe`)
+        self.probe = ClaimProbe()
         #: the last settle acknowledged small jobs (the after_ack fault point)
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
@@ -290,8 +292,10 @@ class Slot:
         job_acks = trip.calls([w.scripts.ack_call(jk, done) for jk, done in acks])
         sent, released = len(finishes), [t for t, _ in settled]
         if finishes:
-            settled = self._finishing(settled, finishes, trip)
-        mine = trip.calls(self._settle_calls(old, new, claim, settled))
+            settled = finishing(settled, finishes, trip, w.q.finish_many_call)
+        # a slot holding nothing may read whether a settle could do anything instead
+        skip = claim > 0 and not settled and new is old and self.probe.skips(new)
+        mine = trip.calls([] if skip else self._settle_calls(old, new, claim, settled))
         # one read per job (a second would be lost); none when the claim is made in
         # another shard (a followed job's token is not claimed back from there)
         follow = list(dict.fromkeys(follow)) if new is old else []
@@ -300,13 +304,14 @@ class Slot:
                               if claim > 0 and len(w.shards) > 1 else [])
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
+        probe = trip.commands([self.probe.command(new)] if claim > 0 else [])
         trip.send()
         self._calls += 1
         self._lane_acked = bool(lane_acks)
         if lane_acks:
             self.lane.acked(lane_acks.replies)
             del self.lane.acks[: lane_acks.sent]
-        reply = w.scripts.parse_settle(mine.replies[-1])
+        reply = self._settle_reply(mine, probe, new, claim)
         self.paused = reply.paused
         lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, reply.paused)
                                   if lane_reads else ([], False))
@@ -322,6 +327,19 @@ class Slot:
         if peeks:
             self.next_qk, self._ready_seen = most_urgent_shard(w.shards, self.qk, peeks.replies)
         return claimed, reply.due, self.jobs.kept_reads(follow, ahead.replies, claimed), lanes
+
+    def _settle_reply(self, mine: Part, probe: Part, qk: QueueKeys, claim: int) -> SettleReply:
+        """The round's settle reply: the settle's; when the read went instead
+        (:mod:`streamq.work.claim_probe`), nothing, unless the read found something
+        for a settle: then it goes now, in one more round trip."""
+        if self.probe.settle_now(qk, mine, probe):
+            trip = RoundTrip(self.w.scripts)
+            mine = trip.calls(self._settle_calls(qk, qk, claim, []))
+            probe = trip.commands([self.probe.command(qk)])
+            trip.send()
+            self._calls += 1
+            self.probe.settle_now(qk, mine, probe)
+        return self.w.scripts.parse_settle(mine.replies[-1]) if mine else NOTHING
 
     def _settle_calls(self, old: QueueKeys, new: QueueKeys, claim: int,
                       settled: list[tuple[str, str]]) -> list[Call]:
@@ -348,19 +366,6 @@ class Slot:
         self.w.outcomes.acked(acks, replies, acked)
         self.w.leases.landed(self.hold, batch_ids(acks))
         finishes.extend((job, r, shard) for job, r in acked)
-
-    def _finishing(self, settled: list[tuple[str, str]], finishes: list[Finish],
-                   trip: RoundTrip) -> list[tuple[str, str]]:
-        """Add the calls that finish ``finishes`` in their shards to ``trip``; return
-        ``settled`` without the drops they make needless."""
-        # finishing a job removes its tokens (now, or when it was finished before):
-        # a token of a job finished here needs no drop of its own
-        done = {job for job, _, _ in finishes}
-        by_shard: dict[QueueKeys, list[tuple[str, JobReply]]] = {}
-        for job, reply, qk in finishes:
-            by_shard.setdefault(qk, []).append((job, reply))
-        trip.calls([self.w.q.finish_many_call(jobs, qk) for qk, jobs in by_shard.items()])
-        return [(t, m) for t, m in settled if m != "d" or token_job(t) not in done]
 
     def promote(self, jobs: list[str]) -> None:
         """Promote the due retries of ``jobs``: small jobs' lanes, rate-limited jobs

@@ -1,0 +1,56 @@
+"""When a slot that holds nothing skips its settle (streamq/work/claim_probe.py): no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamq.base.keys import QueueKeys
+from streamq.work.claim_probe import ClaimProbe
+from streamq.work.round_trip import Part
+
+QK, OTHER = QueueKeys("q"), QueueKeys("q", "q~1")
+
+
+def _part(*replies: Any) -> Part:
+    p = Part(len(replies))
+    p.replies = list(replies)
+    return p
+
+
+def test_the_first_settle_is_always_sent() -> None:
+    assert not ClaimProbe().skips(QK)
+
+
+def test_a_settle_is_skipped_only_after_a_read_found_nothing_on_that_shard() -> None:
+    p = ClaimProbe()
+    # a round that sent its settle, and the read after it found nothing
+    assert p.settle_now(QK, _part(["settle reply"]), _part(0)) is False
+    assert p.skips(QK) and not p.skips(OTHER)
+    # the read found a ready token, a retry or a pause while the settle was skipped:
+    # the settle goes now, and the next round sends it again
+    assert p.settle_now(QK, _part(), _part(1)) is True
+    assert not p.skips(QK)
+
+
+def test_a_read_that_found_something_with_the_settle_sent_sends_no_second() -> None:
+    p = ClaimProbe()
+    assert p.settle_now(QK, _part(["settle reply"]), _part(2)) is False
+    assert not p.skips(QK)
+
+
+def test_an_error_reply_counts_as_found() -> None:
+    p = ClaimProbe()
+    p.settle_now(QK, _part(["settle reply"]), _part(0))
+    assert p.settle_now(QK, _part(), _part(RuntimeError("LOADING"))) is True
+    assert not p.skips(QK)
+
+
+def test_a_round_without_the_read_forgets() -> None:
+    p = ClaimProbe()
+    p.settle_now(QK, _part(["settle reply"]), _part(0))
+    assert p.settle_now(QK, _part(["settle reply"]), _part()) is False  # (claimed nothing)
+    assert not p.skips(QK)
+
+
+def test_the_read_names_the_shards_ready_retries_and_pause() -> None:
+    assert ClaimProbe.command(QK) == ("EXISTS", QK.ready, QK.retries, QK.paused)
