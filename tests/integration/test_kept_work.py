@@ -129,10 +129,10 @@ def test_results_computed_before_a_failure_whose_report_was_lost_are_kept(
 def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lost(
     lane: str, r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
 ) -> None:
-    # Given a worker whose results are acknowledged with its slot's next settle (small
-    # jobs; the first full batch of a big job, read ahead), and whose settles are all
-    # lost on the way to Redis from its first handler run on, while a reaper hands
-    # entries idle past min_idle to other workers
+    # Given a worker whose results are acknowledged in its slot's next round trip (small
+    # jobs, by lane_ack; the first full batch of a big job, read ahead, with the settle),
+    # and whose round trips carrying them are all lost on the way to Redis from its first
+    # handler run on, while a reaper hands entries idle past min_idle to other workers
     q = Queue(queue_name, redis_url)
     payloads = [f"p{i}" for i in range(3 if lane == "small" else 20)]
     jobs = _jobs(q, lane, payloads)
@@ -142,7 +142,8 @@ def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lo
     def handler(p: str) -> str:
         runs[p] += 1
         if not armed.is_set():
-            proxy.lose_requests_to(q.scripts.function("settle").encode() + b"\r\n", n=10**6)
+            carrier = "lane_ack" if lane == "small" else "settle"
+            proxy.lose_requests_to(q.scripts.function(carrier).encode() + b"\r\n", n=10**6)
             armed.set()
         return p.upper()
 
@@ -150,15 +151,15 @@ def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lo
             serving(queue_name, handler, proxy.url):
         try:
             assert armed.wait(30)
-            # When the settles are lost for several times min_idle (the heartbeat gets
-            # through)
-            wait_until(lambda: proxy.lost >= 8, 60, "settles lost")
+            # When those round trips are lost for several times min_idle (the heartbeat
+            # gets through)
+            wait_until(lambda: proxy.lost >= 8, 60, "round trips lost")
             threading.Event().wait(4 * MIN_IDLE_S)
         finally:
             proxy.stop_losing()
         states = [q.wait(job.id, timeout=60).state for job in jobs]
     # Then the reaper took nothing from the live worker: each sub-request ran once, and
-    # its result was acknowledged once the settle went through
+    # its result was acknowledged once the round trip went through
     assert runs == Counter(payloads)
     assert reclaimed == [0]
     assert states == [JobState.SUCCEEDED] * len(jobs)
