@@ -113,7 +113,7 @@ class Slot:
         #: the last lane read filled a batch, or found a lane it did not cover
         self._lane_more = False
         #: whether the next round sends its settle (:mod:`streamq.work.claim_probe`)
-        self.probe = ClaimProbe()
+        self.probe = ClaimProbe(worker.id, index)
         #: the last settle acknowledged small jobs (the after_ack fault point)
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
@@ -304,7 +304,7 @@ class Slot:
                               if claim > 0 and len(w.shards) > 1 else [])
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
-        probe = trip.commands([self.probe.command(new)] if claim > 0 else [])
+        probe = trip.commands(self.probe.commands(new) if claim > 0 else [])
         trip.send()
         self._calls += 1
         self._lane_acked = bool(lane_acks)
@@ -335,7 +335,7 @@ class Slot:
         if self.probe.settle_now(qk, mine, probe):
             trip = RoundTrip(self.w.scripts)
             mine = trip.calls(self._settle_calls(qk, qk, claim, []))
-            probe = trip.commands([self.probe.command(qk)])
+            probe = trip.commands(self.probe.commands(qk))
             trip.send()
             self._calls += 1
             self.probe.settle_now(qk, mine, probe)

@@ -96,3 +96,29 @@ def test_quiet_slots_still_claim_a_job_retry_a_small_job_and_note_a_pause(
     q.resume()
     assert q.wait(held.id, timeout=30).state is JobState.SUCCEEDED
     q.close()
+
+
+@pytest.mark.cluster_too
+def test_a_quiet_slot_whose_memo_was_lost_is_known_to_a_pause_again(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
+    # Given quiet slots whose settle memos were lost with their worker's hash (its beats
+    # failed past its lifetime, or a Redis restart lost it): Queue.pause knows a slot
+    # only by its memo
+    q = Queue(queue_name, redis_url)
+    w: Worker = workers(queue_name, lambda p: p, concurrency=2)
+    for job in q.submit_many([[i] for i in range(10)]):
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    time.sleep(0.5)
+    qk = q.shards[0]
+    memos = [f"settle:{w.id}/{i}" for i in range(w.slots)]
+    assert r.hdel(qk.worker(w.id), *memos) == w.slots
+    # When the slots go on serving small jobs only
+    for job in q.submit_many([[i] for i in range(10)]):
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    time.sleep(0.5)
+    # Then each has written its memo again, and a pause waits for every one of them
+    assert all(r.hexists(qk.worker(w.id), m) for m in memos)
+    report = q.pause(timeout=10)
+    assert report.complete and len(report.acknowledged) == w.slots, report
+    q.resume()
+    q.close()

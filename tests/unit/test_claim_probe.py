@@ -18,39 +18,48 @@ def _part(*replies: Any) -> Part:
 
 
 def test_the_first_settle_is_always_sent() -> None:
-    assert not ClaimProbe().skips(QK)
+    assert not ClaimProbe("w1", 0).skips(QK)
 
 
 def test_a_settle_is_skipped_only_after_a_read_found_nothing_on_that_shard() -> None:
-    p = ClaimProbe()
+    p = ClaimProbe("w1", 0)
     # a round that sent its settle, and the read after it found nothing
-    assert p.settle_now(QK, _part(["settle reply"]), _part(0)) is False
+    assert p.settle_now(QK, _part(["settle reply"]), _part(0, 1)) is False
     assert p.skips(QK) and not p.skips(OTHER)
     # the read found a ready token, a retry or a pause while the settle was skipped:
     # the settle goes now, and the next round sends it again
-    assert p.settle_now(QK, _part(), _part(1)) is True
+    assert p.settle_now(QK, _part(), _part(1, 1)) is True
     assert not p.skips(QK)
 
 
 def test_a_read_that_found_something_with_the_settle_sent_sends_no_second() -> None:
-    p = ClaimProbe()
-    assert p.settle_now(QK, _part(["settle reply"]), _part(2)) is False
+    p = ClaimProbe("w1", 0)
+    assert p.settle_now(QK, _part(["settle reply"]), _part(2, 1)) is False
     assert not p.skips(QK)
 
 
 def test_an_error_reply_counts_as_found() -> None:
-    p = ClaimProbe()
-    p.settle_now(QK, _part(["settle reply"]), _part(0))
-    assert p.settle_now(QK, _part(), _part(RuntimeError("LOADING"))) is True
+    p = ClaimProbe("w1", 0)
+    p.settle_now(QK, _part(["settle reply"]), _part(0, 1))
+    assert p.settle_now(QK, _part(), _part(RuntimeError("LOADING"), 1)) is True
+    assert not p.skips(QK)
+
+
+def test_a_missing_memo_sends_the_settle_again() -> None:
+    # (the worker's hash lost the slot's memo: Queue.pause would not know the slot)
+    p = ClaimProbe("w1", 0)
+    p.settle_now(QK, _part(["settle reply"]), _part(0, 1))
+    assert p.settle_now(QK, _part(), _part(0, 0)) is True
     assert not p.skips(QK)
 
 
 def test_a_round_without_the_read_forgets() -> None:
-    p = ClaimProbe()
-    p.settle_now(QK, _part(["settle reply"]), _part(0))
+    p = ClaimProbe("w1", 0)
+    p.settle_now(QK, _part(["settle reply"]), _part(0, 1))
     assert p.settle_now(QK, _part(["settle reply"]), _part()) is False  # (claimed nothing)
     assert not p.skips(QK)
 
 
-def test_the_read_names_the_shards_ready_retries_and_pause() -> None:
-    assert ClaimProbe.command(QK) == ("EXISTS", QK.ready, QK.retries, QK.paused)
+def test_the_read_names_the_shards_ready_retries_pause_and_the_slots_memo() -> None:
+    assert ClaimProbe("w1", 2).commands(QK) == [
+        ("EXISTS", QK.ready, QK.retries, QK.paused), ("HEXISTS", QK.worker("w1"), "settle:w1/2")]
