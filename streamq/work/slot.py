@@ -13,7 +13,6 @@ retry is due.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -380,24 +379,3 @@ class Slot:
             w.scripts.run_many([w.scripts.unpark_call(self.qk, job, n) for job, n in rated])
         self.jobs.promote([j for j in jobs if not j.startswith((LANE_DUE, RATE_DUE))])
 
-
-def slot_threads(worker: SlotWorker) -> list[threading.Thread]:
-    """One thread per slot of ``worker`` (not started)."""
-
-    def serve(slot: Slot) -> None:
-        try:
-            slot.run()
-        except BaseException:
-            # a slot loop that ends by an error (a defect) would leave its tokens leased
-            # by the live heartbeat: the worker stops instead, so they are handed back
-            log.exception("worker slot %d stopped by an unexpected error; the worker stops",
-                          slot.index)
-            if worker.fatal is None:
-                worker.fatal = f"worker slot {slot.index} stopped by an unexpected error"
-            worker.stopping.set()
-        finally:
-            worker.watchdog.stop()  # the slot's handler thread, if it made one
-
-    return [threading.Thread(target=serve, args=(Slot(worker, i),), name=f"streamq-slot-{i}",
-                             daemon=True)
-            for i in range(worker.slots)]

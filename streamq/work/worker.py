@@ -59,7 +59,7 @@ from streamq.work.async_entries import AsyncEntries
 from streamq.work.entries import EntryRunner
 from streamq.work.leases import LeaseKeeper
 from streamq.work.outcomes import Outcomes
-from streamq.work.slot import slot_threads
+from streamq.work.slot_threads import slot_threads
 
 if TYPE_CHECKING:
     pass
