@@ -113,6 +113,13 @@ class Slot:
         self._lane_more = False
         #: whether the next round sends its settle (:mod:`streamq.work.claim_probe`)
         self.probe = ClaimProbe(worker.id, index)
+        #: a claiming settle's reply did not come back: it is sent again (its number
+        #: kept, it returns the first reply) before the slot stops, so what it may have
+        #: claimed goes back to the queue
+        self._unanswered = False
+        #: the error of a round's second round trip, raised once the round served what
+        #: the first one read (:meth:`_settle_reply`)
+        self._late: Exception | None = None
         #: the last settle acknowledged small jobs (the after_ack fault point)
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
@@ -132,18 +139,22 @@ class Slot:
         gov = w.governor
         while True:
             stopping = w.stopping.is_set()
-            if stopping and not r.held(self.lane.acks):
+            held = r.held(self.lane.acks) or self._unanswered
+            if stopping and not held:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
                 stop_seen = time.monotonic()
             # a slot the governor does not let serve settles what it holds, then waits
             serving = stopping or gov is None or gov.serves(self.index)
-            if gov is not None and not serving and not r.held(self.lane.acks):
+            if gov is not None and not serving and not held:
                 gov.wait(self.index, w.stopping)
                 gov.tick()  # the serving slots may all be inside slow handlers
                 continue
             try:
+                self._late = None
                 self.round(r, stopping, serving)
+                if self._late is not None:
+                    raise self._late
             except Exception as e:
                 if self._failed(e, stopping, stop_seen, r.settled):
                     return
@@ -181,8 +192,8 @@ class Slot:
         if not claimed and not lanes:
             if w.governor is not None:
                 w.governor.emptied()
-            if not due and not self._ready_seen and not self._lane_more:
-                self.idle()
+            if not (due or self._ready_seen or self._lane_more or self._late):
+                self.idle()  # (not after a lost settle: it is sent again at once)
             return
         if claimed:
             hooks.at("after_claim")
@@ -304,18 +315,19 @@ class Slot:
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
         probe = trip.commands(self.probe.commands(new) if claim > 0 else [])
+        self._unanswered = self._unanswered or (bool(mine) and claim > 0)
         trip.send()
         self._calls += 1
         self._lane_acked = bool(lane_acks)
         if lane_acks:
             self.lane.acked(lane_acks.replies)
             del self.lane.acks[: lane_acks.sent]
+        del finishes[:sent]
+        self._acked(acks, job_acks.replies, finishes, old)
         reply = self._settle_reply(mine, probe, new, claim)
         self.paused = reply.paused
         lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, reply.paused)
                                   if lane_reads else ([], False))
-        del finishes[:sent]
-        self._acked(acks, job_acks.replies, finishes, old)
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:
             self._claimed_prio = int(min(float(sc) for _, sc in reply.claimed) // 1e12)
@@ -329,15 +341,22 @@ class Slot:
 
     def _settle_reply(self, mine: Part, probe: Part, qk: QueueKeys, claim: int) -> SettleReply:
         """The round's settle reply: the settle's; when the read went instead
-        (:mod:`streamq.work.claim_probe`), nothing, unless the read found something
-        for a settle: then it goes now, in one more round trip."""
+        (:mod:`streamq.work.claim_probe`), nothing, unless it found work for a settle:
+        that goes now, in a second round trip (failing, nothing: see :attr:`_late`)."""
         if self.probe.settle_now(qk, mine, probe):
             trip = RoundTrip(self.w.scripts)
             mine = trip.calls(self._settle_calls(qk, qk, claim, []))
             probe = trip.commands(self.probe.commands(qk))
-            trip.send()
+            self._unanswered = True
+            try:
+                trip.send()
+            except Exception as e:  # (the probe knows nothing: the next round settles)
+                self._late = e
+                return NOTHING
             self._calls += 1
             self.probe.settle_now(qk, mine, probe)
+        if mine:
+            self._unanswered = False
         return self.w.scripts.parse_settle(mine.replies[-1]) if mine else NOTHING
 
     def _settle_calls(self, old: QueueKeys, new: QueueKeys, claim: int,

@@ -1,0 +1,159 @@
+"""A settle whose reply is lost (the client's own resends run out) leaves nothing behind.
+
+A quiet slot (:mod:`streamq.work.claim_probe`) reads the small-job lanes and
+whether a settle could do anything in one round trip, and sends the settle in a
+second round trip when the read found work for it. The entries the first round
+trip read are the slot's whatever becomes of the second. And a settle that may
+have claimed tokens before its reply was lost is sent again before its worker
+stops, so the tokens go back to the queue at once instead of waiting for their
+lease to expire. Each scenario runs a real worker behind a proxy that drops the
+settle's replies, against the suite's redis-server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from conftest import settled_completions, wait_until
+from proxy import ReplyDropProxy
+
+from streamq import JobState, Queue, Worker
+from streamq.reaping.reaper import Reaper
+
+#: the reaper's min_idle here: longer than the client's resends of one round trip
+#: (about 1.6 s), short enough that entries left to it show within the test
+MIN_IDLE_S = 5.0
+#: replies of one request the client gives up after (its first send and five resends)
+RESENDS_RUN_OUT = 6
+
+
+@contextmanager
+def reaping(queue: str, url: str) -> Iterator[list[int]]:
+    """The reaper's passes in a thread until the block ends; the list holds the
+    entries they handed to other workers."""
+    reaper = Reaper(queue, url, min_idle_s=MIN_IDLE_S)
+    stop, reclaimed = threading.Event(), [0]
+
+    def passes() -> None:
+        while not stop.wait(0.2):
+            reclaimed[0] += reaper.run_once().reclaimed
+
+    t = threading.Thread(target=passes, daemon=True)
+    t.start()
+    try:
+        yield reclaimed
+    finally:
+        stop.set()
+        t.join(30)
+        reaper.q.close()
+
+
+def _start(queue: str, handler: Any, url: str) -> tuple[Worker, threading.Thread]:
+    w = Worker(queue, handler, url, concurrency=1, heartbeat_s=0.2, idle_wait_s=0.2)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    return w, t
+
+
+def _stop(w: Worker, t: threading.Thread) -> None:
+    w.stop()
+    t.join(30)
+    assert not t.is_alive(), "the worker did not stop"
+
+
+def test_lane_entries_read_before_a_lost_second_round_trip_are_served(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a quiet slot (it served small jobs only) running a small job's handler that
+    # waits, while three more small jobs and a job of its own stream are submitted,
+    # and a proxy that drops the settle's replies until the client's resends run out
+    q = Queue(queue_name, redis_url)
+    runs: Counter[str] = Counter()
+    entered, gate = threading.Event(), threading.Event()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        if p == "gate":
+            entered.set()
+            assert gate.wait(30)
+        return p.upper()
+
+    w, t = _start(queue_name, handler, proxy.url)
+    try:
+        warm = q.submit(["warm"])
+        assert q.wait(warm.id, timeout=30).state is JobState.SUCCEEDED
+        gated = q.submit(["gate"])
+        assert entered.wait(30)
+        small = [q.submit([p]) for p in ("a", "b", "c")]
+        own = q.submit(["x", "y", "z"])
+        proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
+        # When the handler returns: the slot's next round trip reads the three small
+        # jobs and finds the ready token, and the settle sent after it fails
+        with reaping(queue_name, redis_url) as reclaimed:
+            gate.set()
+            states = [q.wait(j.id, timeout=60).state for j in [gated, *small, own]]
+        # Then the small jobs read before the failure were served by the slot, not
+        # left to the reaper; each sub-request ran once, each job completed once
+        assert proxy.pending_drops() == 0 and proxy.dropped == RESENDS_RUN_OUT
+        assert reclaimed == [0]
+        assert states == [JobState.SUCCEEDED] * 5
+        assert runs == Counter(["warm", "gate", "a", "b", "c", "x", "y", "z"])
+        assert q.results(own.id) == {0: "X", 1: "Y", 2: "Z"}
+        assert w.fatal is None
+    finally:
+        gate.set()
+        _stop(w, t)
+    assert settled_completions(r, queue_name) == {j.id: 1 for j in [warm, gated, *small, own]}
+    q.close()
+
+
+def test_tokens_a_lost_settle_claimed_go_back_when_the_worker_stops(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a job of its own stream, and a worker whose first settle claims its token
+    # while every reply of that settle is dropped; the worker is told to stop as the
+    # last one is
+    q = Queue(queue_name, redis_url)
+    job = q.submit(["x", "y"])
+    qk = q.shards[0]
+    token = [m.decode() for m in r.zrange(qk.ready, 0, -1)]
+    assert len(token) == 1
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        return p
+
+    proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
+    box: list[Worker] = []
+
+    def on_drop(_: bytes) -> None:
+        if proxy.dropped == RESENDS_RUN_OUT:
+            box[0].stop()
+
+    proxy.on_drop = on_drop
+    w, t = _start(queue_name, handler, proxy.url)
+    box.append(w)
+    wait_until(lambda: proxy.dropped == RESENDS_RUN_OUT, 30, "the settle's replies dropped")
+    # When the worker stops
+    t.join(30)
+    assert not t.is_alive(), "the worker did not stop"
+    # Then the token its lost settle claimed is back in ready, leased to nobody, and
+    # the job's entries never ran
+    assert r.zscore(qk.ready, token[0]) is not None
+    assert r.zscore(qk.leased, token[0]) is None
+    assert runs == Counter()
+    assert w.undrained == 0
+    # And another worker runs the job at once
+    w2, t2 = _start(queue_name, handler, redis_url)
+    try:
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    finally:
+        _stop(w2, t2)
+    assert runs == Counter(["x", "y"])
+    q.close()
