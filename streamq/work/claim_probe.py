@@ -15,9 +15,9 @@ While a retry waits (its due time is the settle's to judge, by Redis's clock)
 or tokens are ready, every round sends its settle with the read, as it would
 without one. A settle also leaves the slot's memo (``settle:<owner>``) in its worker's hash,
 by which ``Queue.pause`` knows the slot and waits for its note: a slot's first
-settle is always sent, and the read also asks whether the memo is there, so a
-memo lost with the hash (beats failing past its lifetime, a Redis restart that
-lost data) is written again by the next round's settle.
+settle is always sent, and the read of a round that skips it also asks whether the
+memo is there, so a memo lost with the hash (beats failing past its lifetime, a
+Redis restart that lost data) is written again by the next round's settle.
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ class ClaimProbe:
         #: the shard whose last read found no ready token, retry or pause (None: none)
         self._quiet: QueueKeys | None = None
 
-    def commands(self, qk: QueueKeys) -> list[tuple[Any, ...]]:
-        """The read: how many of the shard's ready tokens, retries and pause exist, and
+    def commands(self, qk: QueueKeys, memo: bool) -> list[tuple[Any, ...]]:
+        """The read: how many of the shard's ready tokens, retries and pause exist, and,
+        with ``memo`` (a round sending no settle: one that does writes the memo),
         whether the slot's settle memo is in its worker's hash there."""
-        return [("EXISTS", qk.ready, qk.retries, qk.paused),
-                ("HEXISTS", qk.worker(self._worker), self._memo)]
+        exists = ("EXISTS", qk.ready, qk.retries, qk.paused)
+        return [exists, ("HEXISTS", qk.worker(self._worker), self._memo)] if memo else [exists]
 
     def skips(self, qk: QueueKeys) -> bool:
         """Whether a round that claims from ``qk`` and holds nothing sends the read
@@ -64,8 +65,8 @@ class ClaimProbe:
         if not read:
             self._quiet = None  # (a round that claims nothing sends no read)
             return False
-        found_any, memo = read.replies
-        found = (isinstance(found_any, Exception) or isinstance(memo, Exception)
-                 or int(found_any) > 0 or int(memo) == 0)
+        found_any, *memo = read.replies
+        found = any(isinstance(r, Exception) for r in read.replies) or int(found_any) > 0 \
+            or (bool(memo) and int(memo[0]) == 0)
         self._quiet = None if found else qk
         return found and not settle

@@ -314,7 +314,7 @@ class Slot:
                               if claim > 0 and len(w.shards) > 1 else [])
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
-        probe = trip.commands(self.probe.commands(new) if claim > 0 else [])
+        probe = trip.commands(self.probe.commands(new, memo=skip) if claim > 0 else [])
         self._unanswered = self._unanswered or (bool(mine) and claim > 0)
         trip.send()
         self._calls += 1
@@ -346,7 +346,7 @@ class Slot:
         if self.probe.settle_now(qk, mine, probe):
             trip = RoundTrip(self.w.scripts)
             mine = trip.calls(self._settle_calls(qk, qk, claim, []))
-            probe = trip.commands(self.probe.commands(qk))
+            probe = trip.commands(self.probe.commands(qk, memo=False))
             self._unanswered = True
             try:
                 trip.send()
