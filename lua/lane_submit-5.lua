@@ -30,18 +30,29 @@ local group, member, cap = ARGV[1], ARGV[2], tonumber(ARGV[4])
 --- @include "includes/chunked"
 --- @include "includes/int_text"
 
-local nowMs = now_ms()
--- a lane stream exists exactly while it is registered (lane_drop removes both in
--- one call; lane_promote makes both)
-if rcall("EXISTS", laneKey) == 0 then
+-- a job's entry; the lane stream and its group are made at the first entry that finds
+-- none (XADD NOMKSTREAM adds nothing then). A lane stream exists exactly while it
+-- is registered (lane_drop removes both in one call; lane_promote makes both)
+local function lane_add(j, kind, payload, ctx)
+  local id
+  if ctx then
+    id = rcall("XADD", laneKey, "NOMKSTREAM", "*", "j", j, "t", kind, "p", payload, "c", ctx)
+  else
+    id = rcall("XADD", laneKey, "NOMKSTREAM", "*", "j", j, "t", kind, "p", payload)
+  end
+  if id then return end
   rcall("XGROUP", "CREATE", laneKey, group, "0", "MKSTREAM")
   rcall("ZADD", lanesKey, ARGV[3], member)
+  lane_add(j, kind, payload, ctx)
 end
+
+local nowMs = now_ms()
 local out, added = {nowMs}, 0
 local now = int_text(nowMs)  -- once for every job (includes/int_text)
 local created = ',"created":' .. now .. '}'
 -- the records read with one command (a job recorded before is left alone), the new
--- records and registry entries written with one command each
+-- records and registry entries written with one command each; one job alone (a
+-- submit one at a time) is recorded by HSETNX, which tells whether it was before
 local last, ctx = #ARGV, nil
 if (last - 4) % 4 == 1 then
   ctx = ARGV[last]
@@ -49,7 +60,13 @@ if (last - 4) % 4 == 1 then
 end
 local ids = {}
 for j = 5, last, 4 do ids[#ids + 1] = ARGV[j] end
-local known = chunked_hmget(ljobsKey, ids)
+local one = #ids == 1
+local known
+if one then
+  known = {rcall("HSETNX", ljobsKey, ids[1], string.sub(ARGV[6], 1, -2) .. created) == 0}
+else
+  known = chunked_hmget(ljobsKey, ids)
+end
 local records, registry, seen = {}, {}, {}
 for n, j in ipairs(ids) do
   local at = 5 + (n - 1) * 4
@@ -61,21 +78,20 @@ for n, j in ipairs(ids) do
     records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
     registry[#registry + 1] = now
     registry[#registry + 1] = j
-    if ctx then
-      rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3], "c", ctx)
-    else
-      rcall("XADD", laneKey, "*", "j", j, "t", ARGV[at + 2], "p", ARGV[at + 3])
-    end
+    lane_add(j, ARGV[at + 2], ARGV[at + 3], ctx)
     added = added + 1
     out[#out + 1] = 1
   end
 end
-chunked("HSET", ljobsKey, records)
+if not one then chunked("HSET", ljobsKey, records) end
 chunked("ZADD", lactiveKey, registry)
+-- a wake-up signal per job submitted now, up to `cap` waiting (one LPUSH a 500)
 local have = rcall("LLEN", wakeKey)
 local want = have + added
 if want > cap then want = cap end
-for _ = have + 1, want do
-  rcall("LPUSH", wakeKey, "1")
+if want > have then
+  local signals = {}
+  for k = 1, want - have do signals[k] = "1" end
+  chunked("LPUSH", wakeKey, signals)
 end
 return out

@@ -179,6 +179,46 @@ def test_a_lane_submit_sent_twice_enqueues_once(
     q.close()
 
 
+@pytest.mark.cluster_too
+def test_a_lane_submit_makes_its_lane_at_the_first_entry_and_signals_up_to_the_cap(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    from streamq.base.config import GROUP, WAKE_CAP
+
+    q = Queue(queue_name, redis_url)
+    qk = q.shards[0]
+    stream = qk.lane(7, "c1")
+    rec = lane.record(qk.tag, 7, "c1", q.retention_ms, 3)
+
+    def submit(*jobs: str) -> list[int]:
+        call = q.scripts.lane_submit_call(qk, 7, "c1", [(j, rec, b"j", b"1") for j in jobs])
+        return list(q.scripts.run(call.name, call.keys, call.args)[1:])
+
+    # Given a lane with no stream yet: one job makes it, its group and its registration
+    assert submit("a") == [1]
+    assert r.xlen(stream) == 1 and r.zscore(qk.lanes, "7|c1") == 7
+    assert [g["name"] for g in r.xinfo_groups(stream)] == [GROUP.encode()]
+    assert r.llen(qk.wake) == 1
+    # When a batch repeats a job, names one twice and adds new ones, past the cap
+    batch = ["a", *[f"n{i}" for i in range(WAKE_CAP + 10)], "n0"]
+    got = submit(*batch)
+    # Then only the new jobs are recorded, enqueued and registered, once each, and the
+    # wake list holds at most the cap of signals
+    assert got == [0] + [1] * (WAKE_CAP + 10) + [0]
+    assert r.xlen(stream) == WAKE_CAP + 11 and r.zcard(qk.lactive) == WAKE_CAP + 11
+    assert r.hlen(qk.ljobs) == WAKE_CAP + 11
+    assert r.llen(qk.wake) == WAKE_CAP
+    # And a call that adds nothing makes no lane: after the reaper dropped it (here: its
+    # stream and registration deleted), a resend of known jobs leaves it gone
+    r.delete(stream)
+    r.zrem(qk.lanes, "7|c1")
+    r.delete(qk.wake)
+    assert submit("a", "n1") == [0, 0] and submit("n2") == [0]
+    assert not r.exists(stream) and r.zscore(qk.lanes, "7|c1") is None
+    assert r.llen(qk.wake) == 0
+    q.close()
+
+
 def test_a_lane_ack_or_failure_sent_twice_counts_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
