@@ -6,8 +6,12 @@
 local function signal_ready(readyKey, wakeKey, cap)
   local want = rcall("ZCARD", readyKey)
   if want > cap then want = cap end
-  local have = rcall("LLEN", wakeKey)
-  for _ = have + 1, want do
-    rcall("LPUSH", wakeKey, "1")
+  local missing = want - rcall("LLEN", wakeKey)
+  while missing > 0 do  -- one LPUSH of the missing signals (of at most 500)
+    local n = math.min(missing, 500)
+    local signals = {}
+    for k = 1, n do signals[k] = "1" end
+    rcall("LPUSH", wakeKey, unpack(signals))
+    missing = missing - n
   end
 end

@@ -360,3 +360,25 @@ def test_the_guard_refuses_keys_not_of_their_declared_kind_and_tag(r: redis.Redi
     r.fcall(unregister, 2, qk.workers, qk.worker("w-1"), "w-1")
     with pytest.raises(redis.ResponseError, match=re.escape("KEYS[2] is not ARGV[1]'s key")):
         r.fcall(unregister, 2, qk.workers, qk.worker("w-1"), "w-2")
+
+
+@pytest.mark.cluster_too
+def test_ready_tokens_are_signalled_on_the_wake_list_up_to_its_cap(
+        r: redis.Redis, redis_url: str) -> None:
+    # (includes/signal_ready: as many signals as ready tokens, at most the cap)
+    from streamq.base.config import WAKE_CAP
+
+    q = Queue("wake-signals", redis_url)
+    qk = q.shards[0]
+    # Given no worker: a job of 3 tokens, then one of 100
+    q.submit(list(range(10)), job_id="three", concurrency=3)
+    assert r.zcard(qk.ready) == 3 and r.llen(qk.wake) == 3
+    q.submit(list(range(200)), job_id="hundred", concurrency=100)
+    # Then the wake list holds a signal per ready token, up to the cap
+    assert r.zcard(qk.ready) == 103 and r.llen(qk.wake) == WAKE_CAP
+    # And a list emptied (workers woke and took no token) is filled again by the next
+    # job registered, never past the cap
+    r.delete(qk.wake)
+    q.submit(list(range(3)), job_id="more", concurrency=2)
+    assert r.llen(qk.wake) == WAKE_CAP
+    q.close()
