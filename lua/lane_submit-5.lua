@@ -78,7 +78,14 @@ for n, j in ipairs(ids) do
     records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
     registry[#registry + 1] = now
     registry[#registry + 1] = j
-    lane_add(j, ARGV[at + 2], ARGV[at + 3], ctx)
+    local ok, err = pcall(lane_add, j, ARGV[at + 2], ARGV[at + 3], ctx)
+    if not ok then
+      -- (the entry could not be added: the record HSETNX wrote goes too, so a resend
+      -- meets the same error instead of a job recorded with no entry)
+      if one then rcall("HDEL", ljobsKey, j) end
+      if type(err) == "table" then return err end
+      return redis.error_reply(tostring(err))
+    end
     added = added + 1
     out[#out + 1] = 1
   end

@@ -26,30 +26,22 @@ from streamq.base.replies import Call, SettleReply
 from streamq.model.scripts import JobReply
 from streamq.producer.rates import RATE_DUE, parse_due
 from streamq.services.shards import most_urgent_shard
-from streamq.storage.connection import is_access_error, is_transient
 from streamq.work.claim_probe import NOTHING, ClaimProbe
 from streamq.work.job_work import JobWork
 from streamq.work.lane_work import LANE_DUE, LaneWork, LaneWorker
 from streamq.work.round_trip import Carried, Finish, Part, RoundTrip, finishing
+from streamq.work.slot_failures import FailingWorker, Failures
 
 if TYPE_CHECKING:
     from streamq.services.wakers import Wakers
 
 log = logging.getLogger("streamq.worker")
 
-#: first and longest pause after a transient Redis error in a slot, seconds
-_PAUSE_FIRST_S, _PAUSE_MAX_S = 0.25, 2.0
-
-
-class SlotWorker(LaneWorker, Protocol):
+class SlotWorker(LaneWorker, FailingWorker, Protocol):
     """What a slot reads of its worker (the settings it serves with, the parts it
     shares with the other slots) and the two counts it writes."""
 
     fatal: str | None
-    #: tokens a stopping worker could not hand back
-    undrained: int
-    #: a slot stopped retrying Redis while the worker stopped (it is unreachable)
-    gave_up: bool
 
     @property
     def shards(self) -> list[QueueKeys]: ...
@@ -69,8 +61,6 @@ class SlotWorker(LaneWorker, Protocol):
     def idle_wait_s(self) -> float: ...
     @property
     def wakers(self) -> Wakers: ...
-
-    def fatal_error(self, e: BaseException) -> None: ...
 
 
 class Slot:
@@ -113,10 +103,10 @@ class Slot:
         self._lane_more = False
         #: whether the next round sends its settle (:mod:`streamq.work.claim_probe`)
         self.probe = ClaimProbe(worker.id, index)
-        #: a claiming settle's reply did not come back: it is sent again (its number
-        #: kept, it returns the first reply) before the slot stops, so what it may have
-        #: claimed goes back to the queue
-        self._unanswered = False
+        #: the shard of a claiming settle whose reply did not come back: the next
+        #: settle goes there (its number kept, it returns the first reply), before the
+        #: slot stops too, so what it may have claimed is learnt and goes back
+        self._unanswered: QueueKeys | None = None
         #: the error of a round's second round trip, raised once the round served what
         #: the first one read (:meth:`_settle_reply`)
         self._late: Exception | None = None
@@ -127,9 +117,8 @@ class Slot:
         #: the last settle found the queue paused: claim nothing, read nothing ahead,
         #: wait on the wake list until it is resumed
         self.paused = False
-        #: the pause before the next try after a transient error (doubles, reset by a
-        #: settle that went through)
-        self._pause = _PAUSE_FIRST_S
+        #: what the slot does after a round that failed
+        self.failures = Failures(worker, worker.leases.lock)
 
     def run(self) -> None:
         """Round after round until the worker stops and nothing is left to hand back."""
@@ -139,7 +128,7 @@ class Slot:
         gov = w.governor
         while True:
             stopping = w.stopping.is_set()
-            held = r.held(self.lane.acks) or self._unanswered
+            held = r.held(self.lane.acks) or self._unanswered is not None
             if stopping and not held:
                 return  # nothing to hand back
             if stopping and stop_seen is None:
@@ -156,7 +145,7 @@ class Slot:
                 if self._late is not None:
                     raise self._late
             except Exception as e:
-                if self._failed(e, stopping, stop_seen, r.settled):
+                if self.failures.failed(e, stopping, stop_seen, len(r.settled)):
                     return
 
     def round(self, r: Carried, stopping: bool, serving: bool) -> None:
@@ -177,7 +166,7 @@ class Slot:
         if r.acks or self._lane_acked:
             r.acks = []
             hooks.at("after_ack")
-        self._pause = _PAUSE_FIRST_S
+        self.failures.ok()
         # until the work is done, a failure releases the tokens on the next settle
         r.settled = [(t, "r") for t in claimed]
         if stopping or not serving:
@@ -236,34 +225,6 @@ class Slot:
         if w.governor is not None:
             w.governor.tick()
 
-    def _failed(self, e: Exception, stopping: bool, stop_seen: float | None,
-                settled: list[tuple[str, str]]) -> bool:
-        """After a round's error (called in its ``except``): stop for good on refused
-        access, pause 1 s after an unexpected one, back off on a transient one; True
-        when the slot gives up (still failing ``stop_retry_s`` after the stop began)."""
-        w = self.w
-        if is_access_error(e):
-            w.fatal_error(e)
-            return False
-        if not is_transient(e):
-            log.exception("unexpected error in a worker slot; its tokens are released")
-            w.pause(stopping, 1.0)
-            return False
-        if stop_seen is not None and time.monotonic() - stop_seen >= w.stop_retry_s:
-            log.error("redis unavailable while stopping (%s): leaving %d token(s) to "
-                      "expire; the reaper hands their entries to other workers", e,
-                      len(settled))
-            with w.leases.lock:
-                w.undrained += len(settled)
-                w.gave_up = True
-            return True
-        w.unreachable(e)
-        log.warning("redis unavailable (%s: %s); retrying in %.2f s", type(e).__name__, e,
-                    self._pause)
-        w.pause(stopping, self._pause)
-        self._pause = min(_PAUSE_MAX_S, self._pause * 2)
-        return False
-
     def idle(self) -> None:
         """Nothing claimed: block on the wake list, at most until the next retry is due
         (with several shards, until a waker hears of work on any of them)."""
@@ -296,7 +257,8 @@ class Slot:
         at once, as a drain does. The lane's waiting acknowledgements go first.
         """
         w = self.w
-        old, new = self.qk, (self.next_qk if claim > 0 else self.qk)
+        # (a claiming settle whose reply was lost is sent again to its shard)
+        old, new = self.qk, self._unanswered or (self.next_qk if claim > 0 else self.qk)
         trip = RoundTrip(w.scripts)
         lane_acks = trip.calls(list(self.lane.acks))
         job_acks = trip.calls([w.scripts.ack_call(jk, done) for jk, done in acks])
@@ -304,7 +266,8 @@ class Slot:
         if finishes:
             settled = finishing(settled, finishes, trip, w.q.finish_many_call)
         # a slot holding nothing may read whether a settle could do anything instead
-        skip = claim > 0 and not settled and new is old and self.probe.skips(new)
+        skip = (claim > 0 and not settled and new is old and self._unanswered is None
+                and self.probe.skips(new))
         mine = trip.calls([] if skip else self._settle_calls(old, new, claim, settled))
         # one read per job (a second would be lost); none when the claim is made in
         # another shard (a followed job's token is not claimed back from there)
@@ -315,7 +278,8 @@ class Slot:
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
         probe = trip.commands(self.probe.commands(new, memo=skip) if claim > 0 else [])
-        self._unanswered = self._unanswered or (bool(mine) and claim > 0)
+        if mine and claim > 0:
+            self._unanswered = new
         trip.send()
         self._calls += 1
         self._lane_acked = bool(lane_acks)
@@ -326,7 +290,9 @@ class Slot:
         self._acked(acks, job_acks.replies, finishes, old)
         reply = self._settle_reply(mine, probe, new, claim)
         self.paused = reply.paused
-        lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, reply.paused)
+        # (read before a settle that failed, which may have noted a pause: handed back)
+        lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n,
+                                                  reply.paused or self._late is not None)
                                   if lane_reads else ([], False))
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:
@@ -347,7 +313,7 @@ class Slot:
             trip = RoundTrip(self.w.scripts)
             mine = trip.calls(self._settle_calls(qk, qk, claim, []))
             probe = trip.commands(self.probe.commands(qk, memo=False))
-            self._unanswered = True
+            self._unanswered = qk
             try:
                 trip.send()
             except Exception as e:  # (the probe knows nothing: the next round settles)
@@ -356,7 +322,7 @@ class Slot:
             self._calls += 1
             self.probe.settle_now(qk, mine, probe)
         if mine:
-            self._unanswered = False
+            self._unanswered = None
         return self.w.scripts.parse_settle(mine.replies[-1]) if mine else NOTHING
 
     def _settle_calls(self, old: QueueKeys, new: QueueKeys, claim: int,

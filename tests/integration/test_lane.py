@@ -219,6 +219,29 @@ def test_a_lane_submit_makes_its_lane_at_the_first_entry_and_signals_up_to_the_c
     q.close()
 
 
+@pytest.mark.cluster_too
+def test_a_lane_submit_whose_entry_cannot_be_added_leaves_no_record(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a lane key that is not a stream (written by something else)
+    q = Queue(queue_name, redis_url)
+    qk = q.shards[0]
+    stream = qk.lane(50, "default")
+    r.set(stream, "not a stream")
+    rec = lane.record(qk.tag, 50, "default", q.retention_ms, 3)
+    call = q.scripts.lane_submit_call(qk, 50, "default", [("j1", rec, b"j", b"1")])
+    # When one job is submitted there, the call fails with Redis's error, and leaves no
+    # record of the job (a resend must not find it "recorded before")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.scripts.run(call.name, call.keys, call.args)
+    assert r.hget(qk.ljobs, "j1") is None and r.zcard(qk.lactive) == 0
+    # And once the key is mended, the resend submits it
+    r.delete(stream)
+    assert q.scripts.run(call.name, call.keys, call.args)[1:] == [1]
+    assert r.xlen(stream) == 1 and r.zcard(qk.lactive) == 1
+    q.close()
+
+
 def test_a_lane_ack_or_failure_sent_twice_counts_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:

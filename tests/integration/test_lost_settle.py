@@ -13,6 +13,7 @@ settle's replies, against the suite's redis-server.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,6 +67,66 @@ def _stop(w: Worker, t: threading.Thread) -> None:
     assert not t.is_alive(), "the worker did not stop"
 
 
+def _stopped_as_a_claim_is_lost(queue: str, handler: Any, proxy: ReplyDropProxy,
+                                marker: bytes) -> Worker:
+    """A worker of one slot through ``proxy``, whose settle calls matching ``marker``
+    lose every reply until the client's resends run out, told to stop as the last one
+    is lost; returned once it stopped."""
+    proxy.drop_reply_to(marker, n=RESENDS_RUN_OUT)
+    box: list[Worker] = []
+
+    def on_drop(_: bytes) -> None:
+        if proxy.dropped == RESENDS_RUN_OUT:
+            box[0].stop()
+
+    proxy.on_drop = on_drop
+    w, t = _start(queue, handler, proxy.url)
+    box.append(w)
+    wait_until(lambda: proxy.dropped == RESENDS_RUN_OUT, 30, "the settle's replies dropped")
+    t.join(30)
+    assert not t.is_alive(), "the worker did not stop"
+    return w
+
+
+def _assert_given_back(r: redis.Redis, q: Queue, qk: Any, token: str, handler: Any,
+                       url: str, stopped: Worker) -> None:
+    """``token`` is ready on shard ``qk`` and leased to nobody, ``stopped`` left nothing
+    undrained, and a worker started now runs every job of the queue."""
+    assert r.zscore(qk.ready, token) is not None
+    assert r.zscore(qk.leased, token) is None
+    assert stopped.undrained == 0
+    w, t = _start(q.name, handler, url)
+    try:
+        wait_until(lambda: all(r.zcard(k.active) == 0 for k in q.shards), 30,
+                   "the jobs done")
+    finally:
+        _stop(w, t)
+
+
+class _Gated:
+    """A handler (results upper-cased) whose run of "gate" waits for :attr:`gate`."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[str] = Counter()
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def __call__(self, p: str) -> str:
+        self.runs[p] += 1
+        if p == "gate":
+            self.entered.set()
+            assert self.gate.wait(30)
+        return p.upper()
+
+    def hold(self, q: Queue) -> tuple[Any, Any]:
+        """A quiet slot (it served a small job, and idled since), then running the
+        gate's handler: the two jobs."""
+        warm = q.submit(["warm"])
+        assert q.wait(warm.id, timeout=30).state is JobState.SUCCEEDED
+        gated = q.submit(["gate"])
+        assert self.entered.wait(30)
+        return warm, gated
+
+
 def test_lane_entries_read_before_a_lost_second_round_trip_are_served(
     r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
 ) -> None:
@@ -73,22 +134,11 @@ def test_lane_entries_read_before_a_lost_second_round_trip_are_served(
     # waits, while three more small jobs and a job of its own stream are submitted,
     # and a proxy that drops the settle's replies until the client's resends run out
     q = Queue(queue_name, redis_url)
-    runs: Counter[str] = Counter()
-    entered, gate = threading.Event(), threading.Event()
-
-    def handler(p: str) -> str:
-        runs[p] += 1
-        if p == "gate":
-            entered.set()
-            assert gate.wait(30)
-        return p.upper()
-
-    w, t = _start(queue_name, handler, proxy.url)
+    h = _Gated()
+    runs, gate = h.runs, h.gate
+    w, t = _start(queue_name, h, proxy.url)
     try:
-        warm = q.submit(["warm"])
-        assert q.wait(warm.id, timeout=30).state is JobState.SUCCEEDED
-        gated = q.submit(["gate"])
-        assert entered.wait(30)
+        warm, gated = h.hold(q)
         small = [q.submit([p]) for p in ("a", "b", "c")]
         own = q.submit(["x", "y", "z"])
         proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
@@ -129,31 +179,75 @@ def test_tokens_a_lost_settle_claimed_go_back_when_the_worker_stops(
         runs[p] += 1
         return p
 
-    proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
-    box: list[Worker] = []
-
-    def on_drop(_: bytes) -> None:
-        if proxy.dropped == RESENDS_RUN_OUT:
-            box[0].stop()
-
-    proxy.on_drop = on_drop
-    w, t = _start(queue_name, handler, proxy.url)
-    box.append(w)
-    wait_until(lambda: proxy.dropped == RESENDS_RUN_OUT, 30, "the settle's replies dropped")
-    # When the worker stops
-    t.join(30)
-    assert not t.is_alive(), "the worker did not stop"
+    # When the worker stops (as the last reply of its claiming settle is dropped)
+    w = _stopped_as_a_claim_is_lost(queue_name, handler, proxy,
+                                    q.scripts.function("settle").encode() + b"\r\n")
     # Then the token its lost settle claimed is back in ready, leased to nobody, and
-    # the job's entries never ran
-    assert r.zscore(qk.ready, token[0]) is not None
-    assert r.zscore(qk.leased, token[0]) is None
-    assert runs == Counter()
-    assert w.undrained == 0
-    # And another worker runs the job at once
-    w2, t2 = _start(queue_name, handler, redis_url)
+    # the job's entries never ran; another worker runs the job at once
+    _assert_given_back(r, q, qk, token[0], handler, redis_url, w)
+    assert runs == Counter(["x", "y"]) and job.status().state is JobState.SUCCEEDED
+    q.close()
+
+
+def test_small_jobs_read_before_a_lost_settle_that_noted_a_pause_do_not_start(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a quiet slot running a small job's handler that waits while three more small
+    # jobs are submitted and the queue is paused, and a proxy that drops the settle's
+    # replies until the client's resends run out
+    q = Queue(queue_name, redis_url)
+    h = _Gated()
+    runs, gate = h.runs, h.gate
+    w, t = _start(queue_name, h, proxy.url)
     try:
-        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+        h.hold(q)
+        small = [q.submit([p]) for p in ("a", "b", "c")]
+        q.pause(wait=False)
+        proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
+        # When the handler returns: the next round trip reads the small jobs and finds
+        # the pause, and the settle that notes it (sent after) loses its reply
+        gate.set()
+        report = q.pause(timeout=20)
+        assert report.complete, report
+        wait_until(lambda: proxy.dropped == RESENDS_RUN_OUT, 30, "the settle's replies dropped")
+        time.sleep(1.0)
+        # Then none of the small jobs started while the queue was paused
+        assert runs == Counter(["warm", "gate"])
+        # And once resumed each runs once
+        q.resume()
+        assert [q.wait(j.id, timeout=30).state for j in small] == [JobState.SUCCEEDED] * 3
+        assert runs == Counter(["warm", "gate", "a", "b", "c"])
+        assert w.fatal is None
     finally:
-        _stop(w2, t2)
-    assert runs == Counter(["x", "y"])
+        gate.set()
+        _stop(w, t)
+    q.close()
+
+
+def test_a_lost_claim_on_another_shard_is_learnt_there_before_the_worker_stops(
+    r: redis.Redis, proxy: ReplyDropProxy, redis_url: str, queue_name: str,
+) -> None:
+    # Given a queue of two shards and a job on the second, which a worker's only slot
+    # (its home shard the first) claims after a peek found it there, while every reply
+    # of that settle is dropped; the worker is told to stop as the last one is
+    q = Queue(queue_name, redis_url, shards=2)
+    home, other = q.shards
+    job_id = next(f"j{i}" for i in range(1000) if q.shard_for(f"j{i}") is other)
+    job = q.submit(["x", "y"], job_id=job_id)
+    token = [m.decode() for m in r.zrange(other.ready, 0, -1)]
+    assert len(token) == 1
+    runs: Counter[str] = Counter()
+
+    def handler(p: str) -> str:
+        runs[p] += 1
+        return p
+
+    fn = q.scripts.function("settle")
+    marker = f"{fn}\r\n$2\r\n11\r\n${len(other.ready)}\r\n{other.ready}\r\n".encode()
+    # When the worker stops
+    w = _stopped_as_a_claim_is_lost(queue_name, handler, proxy, marker)
+    # Then the settle was sent again to that shard, and the token it claimed is back
+    # in ready there, leased to nobody; another worker runs the job at once
+    _assert_given_back(r, q, other, token[0], handler, redis_url, w)
+    assert runs == Counter(["x", "y"]) and job.status().state is JobState.SUCCEEDED
     q.close()
