@@ -13,7 +13,8 @@
   A call may be sent twice (a client that lost the reply resends it): the
   slot numbers its calls, and the reply of its last call is kept in the
   worker's description hash; a call with the number of the last one changes
-  nothing and returns that reply again.
+  nothing and returns that reply again, less the claimed tokens the slot no
+  longer owns.
 
   Input:
     KEYS[1]  ready    sq:{<queue>}:ready        ZSET token -> score
@@ -65,7 +66,18 @@ local memo = rcall("HGET", workerKey, memoField)
 if memo then
   local sep = string.find(memo, "\n", 1, true)
   if sep and string.sub(memo, 1, sep - 1) == seq then
-    return cjson.decode(string.sub(memo, sep + 1))
+    -- what the first call claimed, less the tokens this slot lost since (a lease that
+    -- ran out, returned and claimed by another slot): never two holders of one token
+    local reply = cjson.decode(string.sub(memo, sep + 1))
+    local claimed, still = reply[1], {}
+    for j = 1, #claimed, 2 do
+      if rcall("HGET", ownersKey, claimed[j]) == owner then
+        still[#still + 1] = claimed[j]
+        still[#still + 1] = claimed[j + 1]
+      end
+    end
+    reply[1] = still
+    return reply
   end
 end
 

@@ -145,7 +145,9 @@ class Slot:
                 if self._late is not None:
                     raise self._late
             except Exception as e:
-                if self.failures.failed(e, stopping, stop_seen, len(r.settled)):
+                # (a lost claim may hold up to claim_n more)
+                holding = len(r.settled) + (self.claim_n if self._unanswered else 0)
+                if self.failures.failed(e, stopping, stop_seen, holding):
                     return
 
     def round(self, r: Carried, stopping: bool, serving: bool) -> None:

@@ -83,8 +83,8 @@ class Failures:
     def _give_up(self, e: Exception, holding: int, unreachable: bool) -> bool:
         w = self.w
         what = "redis unavailable" if unreachable else "redis refused or failed"
-        log.error("%s while stopping (%s): leaving %d token(s) to expire; the reaper hands "
-                  "their entries to other workers", what, e, holding)
+        log.error("%s while stopping (%s): leaving up to %d token(s) to expire; the reaper "
+                  "hands their entries to other workers", what, e, holding)
         with self._lock:
             w.undrained += holding
             w.gave_up = w.gave_up or unreachable

@@ -318,8 +318,9 @@ class Worker:
             raise ConnectionFailed(self.fatal)
         if self.undrained:
             raise ConnectionFailed(
-                f"Redis unreachable for {self.stop_retry_s:g} s while stopping: "
-                f"{self.undrained} token(s) left to expire (nothing is lost: the reaper hands "
+                f"Redis {'unreachable' if self.gave_up else 'failing'} for "
+                f"{self.stop_retry_s:g} s while stopping: "
+                f"up to {self.undrained} token(s) left to expire (nothing is lost: the reaper hands "
                 "their entries to other workers)")
 
     def _close(self, loop_thread: threading.Thread | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -420,8 +421,11 @@ def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
         _, err = worker.communicate(timeout=30)
         assert worker.returncode == 3
         lines = err.decode().strip().splitlines()
-        assert "Redis unreachable for 2 s while stopping: 1 token(s) left to expire" in lines[-1]
-        gave_up = next(i for i, line in enumerate(lines) if "leaving 1 token(s) to expire" in line)
+        # (up to: a claim whose reply was lost may hold more than the slot knows of)
+        assert re.search(r"Redis unreachable for 2 s while stopping: up to [12] token\(s\) left "
+                         "to expire", lines[-1]), lines[-1]
+        gave_up = next(i for i, line in enumerate(lines)
+                       if re.search(r"leaving up to [12] token\(s\) to expire", line))
         after = lines[gave_up + 1:]
         assert not [line for line in after if "could not" in line], after
         assert len([line for line in after if "heartbeat failed" in line]) <= 1, after

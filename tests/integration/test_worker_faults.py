@@ -194,6 +194,33 @@ def test_a_settle_sent_again_never_releases_a_token_claimed_since(
     q.close()
 
 
+def test_a_settle_sent_again_reports_no_token_the_slot_lost_since(
+    r: redis.Redis, redis_url: str, queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
+    # Given slot 0 whose claim of a job's only token lost its reply, and the token's
+    # lease ran out since: returned to ready (as reap_leases does), then claimed by
+    # slot 1
+    q = Queue(queue_name, redis_url)
+    q.submit([1])
+    qk, s = QueueKeys(queue_name), q.scripts
+    ((tok, _),) = s.settle(qk, "w", 0, "a1", 60_000, 1).claimed
+    score = r.hget(qk.tokens, tok)
+    r.hdel(qk.owners, tok)
+    r.zrem(qk.leased, tok)
+    r.zadd(qk.ready, {tok: float(score or 0)})
+    assert [t for t, _ in s.settle(qk, "w", 1, "b1", 60_000, 1).claimed] == [tok]
+    # When slot 0 sends its claim again (the same number: it learns what it claimed)
+    again = s.settle(qk, "w", 0, "a1", 60_000, 1)
+    # Then the token is not reported as slot 0's: it is slot 1's, and only one slot
+    # runs its job's entries
+    assert again.claimed == []
+    assert r.hget(qk.owners, tok) == b"w/1"
+    q.close()
+
+
 # -- Redis down, or refusing for a while ------------------------------------------------
 
 
