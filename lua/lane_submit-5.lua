@@ -29,6 +29,7 @@ local group, member, cap = ARGV[1], ARGV[2], tonumber(ARGV[4])
 --- @include "includes/now_ms"
 --- @include "includes/chunked"
 --- @include "includes/int_text"
+--- @include "includes/push_signals"
 
 -- a job's entry; the lane stream and its group are made at the first entry that finds
 -- none (XADD NOMKSTREAM adds nothing then). A lane stream exists exactly while it
@@ -74,8 +75,10 @@ for n, j in ipairs(ids) do
     out[#out + 1] = 0
   else
     seen[j] = true
-    records[#records + 1] = j
-    records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
+    if not one then
+      records[#records + 1] = j
+      records[#records + 1] = string.sub(ARGV[at + 1], 1, -2) .. created
+    end
     registry[#registry + 1] = now
     registry[#registry + 1] = j
     local ok, err = pcall(lane_add, j, ARGV[at + 2], ARGV[at + 3], ctx)
@@ -90,15 +93,9 @@ for n, j in ipairs(ids) do
     out[#out + 1] = 1
   end
 end
-if not one then chunked("HSET", ljobsKey, records) end
+chunked("HSET", ljobsKey, records)
 chunked("ZADD", lactiveKey, registry)
--- a wake-up signal per job submitted now, up to `cap` waiting (one LPUSH a 500)
+-- a wake-up signal per job submitted now, up to `cap` waiting
 local have = rcall("LLEN", wakeKey)
-local want = have + added
-if want > cap then want = cap end
-if want > have then
-  local signals = {}
-  for k = 1, want - have do signals[k] = "1" end
-  chunked("LPUSH", wakeKey, signals)
-end
+push_signals(wakeKey, math.min(have + added, cap) - have)
 return out

@@ -15,8 +15,11 @@
 ]]
 local rcall = redis.call
 local pausedKey, wakeKey = KEYS[1], KEYS[2]
+
+--- @include "includes/push_signals"
+
 if rcall("SET", pausedKey, ARGV[1], "NX") then
   -- idle slots settle at once and see it
-  for _ = rcall("LLEN", wakeKey) + 1, tonumber(ARGV[2]) do rcall("LPUSH", wakeKey, "1") end
+  push_signals(wakeKey, tonumber(ARGV[2]) - rcall("LLEN", wakeKey))
 end
 return rcall("GET", pausedKey)

@@ -12,8 +12,11 @@
 ]]
 local rcall = redis.call
 local pausedKey, wakeKey = KEYS[1], KEYS[2]
+
+--- @include "includes/push_signals"
+
 local was = rcall("DEL", pausedKey)
 if was == 1 then
-  for _ = rcall("LLEN", wakeKey) + 1, tonumber(ARGV[1]) do rcall("LPUSH", wakeKey, "1") end
+  push_signals(wakeKey, tonumber(ARGV[1]) - rcall("LLEN", wakeKey))
 end
 return was

@@ -6,6 +6,7 @@ before every test, so never point it at a server holding data you need).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -158,6 +159,29 @@ def wait_stalled(r: Any, streams: list[str], idle_s: float, timeout: float = 60)
         return min(idle) >= idle_s * 1000
 
     wait_until(stalled, timeout, f"the entries pending in {streams} to be idle {idle_s} s")
+
+
+@contextlib.contextmanager
+def reaping(queue: str, url: str, min_idle_s: float) -> Iterator[list[int]]:
+    """A reaper's passes (every 0.2 s, ``min_idle_s``) in a thread until the block ends;
+    the list holds the entries its passes handed to other workers."""
+    from streamq.reaping.reaper import Reaper
+
+    reaper = Reaper(queue, url, min_idle_s=min_idle_s)
+    stop, reclaimed = threading.Event(), [0]
+
+    def passes() -> None:
+        while not stop.wait(0.2):
+            reclaimed[0] += reaper.run_once().reclaimed
+
+    t = threading.Thread(target=passes, daemon=True)
+    t.start()
+    try:
+        yield reclaimed
+    finally:
+        stop.set()
+        t.join(30)
+        reaper.q.close()
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import settled_completions, wait_until
+from conftest import reaping, settled_completions, wait_until
 from proxy import ReplyDropProxy
 
 from streamq import JobState, Queue, Worker
@@ -32,7 +32,6 @@ from streamq.base import cancels
 from streamq.base.config import GROUP
 from streamq.base.keys import JobKeys
 from streamq.errors import NonRetryable
-from streamq.reaping.reaper import Reaper
 from streamq.storage import functions
 
 #: the reaper's min_idle in these tests: short, so a re-run would show within the test
@@ -53,27 +52,6 @@ def serving(queue: str, handler: Callable[[Any], Any], url: str, **kw: Any
         w.stop()
         t.join(30)
         assert not t.is_alive(), "the worker did not stop"
-
-
-@contextmanager
-def reaping(queue: str, url: str) -> Iterator[list[int]]:
-    """The reaper's passes (min_idle MIN_IDLE_S) in a thread until the block ends; the
-    list holds the entries its passes handed to other workers."""
-    reaper = Reaper(queue, url, min_idle_s=MIN_IDLE_S)
-    stop, reclaimed = threading.Event(), [0]
-
-    def passes() -> None:
-        while not stop.wait(0.2):
-            reclaimed[0] += reaper.run_once().reclaimed
-
-    t = threading.Thread(target=passes, daemon=True)
-    t.start()
-    try:
-        yield reclaimed
-    finally:
-        stop.set()
-        t.join(30)
-        reaper.q.close()
 
 
 def _jobs(q: Queue, lane: str, payloads: list[str]) -> list[Any]:
@@ -104,7 +82,7 @@ def test_results_computed_before_a_failure_whose_report_was_lost_are_kept(
     script = "lane_fail" if lane == "small" else "fail"
     proxy.drop_reply_to(q.scripts.function(script).encode() + b"\r\n", n=8)
     # When the worker runs them while a reaper hands entries idle past min_idle on
-    with reaping(queue_name, redis_url) as reclaimed, \
+    with reaping(queue_name, redis_url, MIN_IDLE_S) as reclaimed, \
             serving(queue_name, handler, proxy.url):
         states = [q.wait(job.id, timeout=60).state for job in jobs]
     # Then the results computed before the failure were acknowledged by the worker
@@ -147,7 +125,7 @@ def test_results_waiting_for_their_acknowledgement_are_kept_fresh_while_it_is_lo
             armed.set()
         return p.upper()
 
-    with reaping(queue_name, redis_url) as reclaimed, \
+    with reaping(queue_name, redis_url, MIN_IDLE_S) as reclaimed, \
             serving(queue_name, handler, proxy.url):
         try:
             assert armed.wait(30)

@@ -56,6 +56,15 @@ def assert_each_done_once(q: Queue, r: redis.Redis, jobs: list[str], n_of: Any) 
     assert r.zcard(QueueKeys(q.name).lactive) == 0
 
 
+def _lane_submit(q: Queue, priority: int, client: str, *jobs: str) -> list[int]:
+    """One ``lane_submit`` call of ``jobs`` (each payload ``1``) into the lane of
+    (``priority``, ``client``) of the queue's first shard; its code per job."""
+    qk = q.shards[0]
+    rec = lane.record(qk.tag, priority, client, q.retention_ms, 3)
+    call = q.scripts.lane_submit_call(qk, priority, client, [(j, rec, b"j", b"1") for j in jobs])
+    return list(q.scripts.run(call.name, call.keys, call.args)[1:])
+
+
 @pytest.mark.cluster_too
 def test_a_one_entry_job_rides_the_lane_and_keeps_its_promises(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
@@ -165,16 +174,11 @@ def test_a_lane_submit_sent_twice_enqueues_once(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     # Given a lane submit whose reply was lost, so the client sends it again
-    from streamq.producer import lane
-
     q = Queue(queue_name, redis_url)
     qk = q.shards[0]
-    rec = lane.record(qk.tag, 50, "default", q.retention_ms, 3)
-    call = q.scripts.lane_submit_call(qk, 50, "default", [("j1", rec, b"j", b"1")])
-    first = q.scripts.run(call.name, call.keys, call.args)
-    again = q.scripts.run(call.name, call.keys, call.args)
+    first, again = _lane_submit(q, 50, "default", "j1"), _lane_submit(q, 50, "default", "j1")
     # Then the job is recorded and enqueued once
-    assert (first[1:], again[1:]) == ([1], [0])
+    assert (first, again) == ([1], [0])
     assert r.xlen(qk.lane(50, "default")) == 1 and r.zcard(qk.lactive) == 1
     q.close()
 
@@ -188,11 +192,9 @@ def test_a_lane_submit_makes_its_lane_at_the_first_entry_and_signals_up_to_the_c
     q = Queue(queue_name, redis_url)
     qk = q.shards[0]
     stream = qk.lane(7, "c1")
-    rec = lane.record(qk.tag, 7, "c1", q.retention_ms, 3)
 
     def submit(*jobs: str) -> list[int]:
-        call = q.scripts.lane_submit_call(qk, 7, "c1", [(j, rec, b"j", b"1") for j in jobs])
-        return list(q.scripts.run(call.name, call.keys, call.args)[1:])
+        return _lane_submit(q, 7, "c1", *jobs)
 
     # Given a lane with no stream yet: one job makes it, its group and its registration
     assert submit("a") == [1]
@@ -228,16 +230,14 @@ def test_a_lane_submit_whose_entry_cannot_be_added_leaves_no_record(
     qk = q.shards[0]
     stream = qk.lane(50, "default")
     r.set(stream, "not a stream")
-    rec = lane.record(qk.tag, 50, "default", q.retention_ms, 3)
-    call = q.scripts.lane_submit_call(qk, 50, "default", [("j1", rec, b"j", b"1")])
     # When one job is submitted there, the call fails with Redis's error, and leaves no
     # record of the job (a resend must not find it "recorded before")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        q.scripts.run(call.name, call.keys, call.args)
+        _lane_submit(q, 50, "default", "j1")
     assert r.hget(qk.ljobs, "j1") is None and r.zcard(qk.lactive) == 0
     # And once the key is mended, the resend submits it
     r.delete(stream)
-    assert q.scripts.run(call.name, call.keys, call.args)[1:] == [1]
+    assert _lane_submit(q, 50, "default", "j1") == [1]
     assert r.xlen(stream) == 1 and r.zcard(qk.lactive) == 1
     q.close()
 

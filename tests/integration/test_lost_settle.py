@@ -20,38 +20,16 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
-from conftest import settled_completions, wait_until
+from conftest import reaping, settled_completions, wait_until
 from proxy import ReplyDropProxy
 
 from streamq import JobState, Queue, Worker
-from streamq.reaping.reaper import Reaper
 
 #: the reaper's min_idle here: longer than the client's resends of one round trip
 #: (about 1.6 s), short enough that entries left to it show within the test
 MIN_IDLE_S = 5.0
 #: replies of one request the client gives up after (its first send and five resends)
 RESENDS_RUN_OUT = 6
-
-
-@contextmanager
-def reaping(queue: str, url: str) -> Iterator[list[int]]:
-    """The reaper's passes in a thread until the block ends; the list holds the
-    entries they handed to other workers."""
-    reaper = Reaper(queue, url, min_idle_s=MIN_IDLE_S)
-    stop, reclaimed = threading.Event(), [0]
-
-    def passes() -> None:
-        while not stop.wait(0.2):
-            reclaimed[0] += reaper.run_once().reclaimed
-
-    t = threading.Thread(target=passes, daemon=True)
-    t.start()
-    try:
-        yield reclaimed
-    finally:
-        stop.set()
-        t.join(30)
-        reaper.q.close()
 
 
 def _start(queue: str, handler: Any, url: str) -> tuple[Worker, threading.Thread]:
@@ -117,14 +95,23 @@ class _Gated:
             assert self.gate.wait(30)
         return p.upper()
 
-    def hold(self, q: Queue) -> tuple[Any, Any]:
-        """A quiet slot (it served a small job, and idled since), then running the
-        gate's handler: the two jobs."""
+
+
+@contextmanager
+def _held_quiet_slot(q: Queue, h: _Gated, url: str) -> Iterator[tuple[Worker, Any, Any]]:
+    """A worker of one slot at ``url`` running ``h``, its slot quiet (it served a small
+    job and idled since), then running the gate's handler; yields the worker and those
+    two jobs, and stops the worker after (the gate opened)."""
+    w, t = _start(q.name, h, url)
+    try:
         warm = q.submit(["warm"])
         assert q.wait(warm.id, timeout=30).state is JobState.SUCCEEDED
         gated = q.submit(["gate"])
-        assert self.entered.wait(30)
-        return warm, gated
+        assert h.entered.wait(30)
+        yield w, warm, gated
+    finally:
+        h.gate.set()
+        _stop(w, t)
 
 
 def test_lane_entries_read_before_a_lost_second_round_trip_are_served(
@@ -133,31 +120,24 @@ def test_lane_entries_read_before_a_lost_second_round_trip_are_served(
     # Given a quiet slot (it served small jobs only) running a small job's handler that
     # waits, while three more small jobs and a job of its own stream are submitted,
     # and a proxy that drops the settle's replies until the client's resends run out
-    q = Queue(queue_name, redis_url)
-    h = _Gated()
-    runs, gate = h.runs, h.gate
-    w, t = _start(queue_name, h, proxy.url)
-    try:
-        warm, gated = h.hold(q)
+    q, h = Queue(queue_name, redis_url), _Gated()
+    with _held_quiet_slot(q, h, proxy.url) as (w, warm, gated):
         small = [q.submit([p]) for p in ("a", "b", "c")]
         own = q.submit(["x", "y", "z"])
         proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
         # When the handler returns: the slot's next round trip reads the three small
         # jobs and finds the ready token, and the settle sent after it fails
-        with reaping(queue_name, redis_url) as reclaimed:
-            gate.set()
+        with reaping(queue_name, redis_url, MIN_IDLE_S) as reclaimed:
+            h.gate.set()
             states = [q.wait(j.id, timeout=60).state for j in [gated, *small, own]]
         # Then the small jobs read before the failure were served by the slot, not
         # left to the reaper; each sub-request ran once, each job completed once
         assert proxy.pending_drops() == 0 and proxy.dropped == RESENDS_RUN_OUT
         assert reclaimed == [0]
         assert states == [JobState.SUCCEEDED] * 5
-        assert runs == Counter(["warm", "gate", "a", "b", "c", "x", "y", "z"])
+        assert h.runs == Counter(["warm", "gate", "a", "b", "c", "x", "y", "z"])
         assert q.results(own.id) == {0: "X", 1: "Y", 2: "Z"}
         assert w.fatal is None
-    finally:
-        gate.set()
-        _stop(w, t)
     assert settled_completions(r, queue_name) == {j.id: 1 for j in [warm, gated, *small, own]}
     q.close()
 
@@ -195,32 +175,25 @@ def test_small_jobs_read_before_a_lost_settle_that_noted_a_pause_do_not_start(
     # Given a quiet slot running a small job's handler that waits while three more small
     # jobs are submitted and the queue is paused, and a proxy that drops the settle's
     # replies until the client's resends run out
-    q = Queue(queue_name, redis_url)
-    h = _Gated()
-    runs, gate = h.runs, h.gate
-    w, t = _start(queue_name, h, proxy.url)
-    try:
-        h.hold(q)
+    q, h = Queue(queue_name, redis_url), _Gated()
+    with _held_quiet_slot(q, h, proxy.url) as (w, _, _):
         small = [q.submit([p]) for p in ("a", "b", "c")]
         q.pause(wait=False)
         proxy.drop_reply_to(q.scripts.function("settle").encode() + b"\r\n", n=RESENDS_RUN_OUT)
         # When the handler returns: the next round trip reads the small jobs and finds
         # the pause, and the settle that notes it (sent after) loses its reply
-        gate.set()
+        h.gate.set()
         report = q.pause(timeout=20)
         assert report.complete, report
         wait_until(lambda: proxy.dropped == RESENDS_RUN_OUT, 30, "the settle's replies dropped")
         time.sleep(1.0)
         # Then none of the small jobs started while the queue was paused
-        assert runs == Counter(["warm", "gate"])
+        assert h.runs == Counter(["warm", "gate"])
         # And once resumed each runs once
         q.resume()
         assert [q.wait(j.id, timeout=30).state for j in small] == [JobState.SUCCEEDED] * 3
-        assert runs == Counter(["warm", "gate", "a", "b", "c"])
+        assert h.runs == Counter(["warm", "gate", "a", "b", "c"])
         assert w.fatal is None
-    finally:
-        gate.set()
-        _stop(w, t)
     q.close()
 
 

@@ -172,17 +172,25 @@ def test_a_settle_resent_after_a_lost_reply_claims_nothing_more(
     q.close()
 
 
+def _a_token_claimed(monkeypatch: pytest.MonkeyPatch, queue_name: str, redis_url: str,
+                     lease_ms: int = 60_000) -> tuple[Queue, QueueKeys, Any, str]:
+    """A job of one token, claimed by slot 0 of worker "w" with call "a1": the queue,
+    its keys, its scripts and the token."""
+    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
+    monkeypatch.setenv("STREAMQ_LANE", "0")
+    q = Queue(queue_name, redis_url)
+    q.submit([1])
+    qk, s = QueueKeys(queue_name), q.scripts
+    ((tok, _),) = s.settle(qk, "w", 0, "a1", lease_ms, 1).claimed
+    return q, qk, s, tok
+
+
 def test_a_settle_sent_again_never_releases_a_token_claimed_since(
     r: redis.Redis, redis_url: str, queue_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
-    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given slot 0 of a worker holding a job's only token
-    q = Queue(queue_name, redis_url)
-    q.submit([1])
-    qk, s = QueueKeys(queue_name), q.scripts
-    ((tok, _),) = s.settle(qk, "w", 0, "a1", 60_000, 1).claimed
+    q, qk, s, tok = _a_token_claimed(monkeypatch, queue_name, redis_url)
     # When slot 0 releases it, slot 1 claims it, and slot 0's release arrives again
     assert s.settle(qk, "w", 0, "a2", 60_000, 0, [(tok, "r")]).claimed == []
     assert [t for t, _ in s.settle(qk, "w", 1, "b1", 60_000, 1).claimed] == [tok]
@@ -198,19 +206,12 @@ def test_a_settle_sent_again_reports_no_token_the_slot_lost_since(
     r: redis.Redis, redis_url: str, queue_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # (the job lane: one-entry jobs would ride the small-job lane, without tokens)
-    monkeypatch.setenv("STREAMQ_LANE", "0")
     # Given slot 0 whose claim of a job's only token lost its reply, and the token's
-    # lease ran out since: returned to ready (as reap_leases does), then claimed by
-    # slot 1
-    q = Queue(queue_name, redis_url)
-    q.submit([1])
-    qk, s = QueueKeys(queue_name), q.scripts
-    ((tok, _),) = s.settle(qk, "w", 0, "a1", 60_000, 1).claimed
-    score = r.hget(qk.tokens, tok)
-    r.hdel(qk.owners, tok)
-    r.zrem(qk.leased, tok)
-    r.zadd(qk.ready, {tok: float(score or 0)})
+    # lease ran out since: returned to ready by the reaper, then claimed by slot 1
+    q, qk, s, tok = _a_token_claimed(monkeypatch, queue_name, redis_url, lease_ms=1)
+    time.sleep(0.05)
+    wait_until(lambda: s.reap_leases(qk, 60_000, 0)[0] == 1 or r.zscore(qk.ready, tok),
+               10, "the lease returned")
     assert [t for t, _ in s.settle(qk, "w", 1, "b1", 60_000, 1).claimed] == [tok]
     # When slot 0 sends its claim again (the same number: it learns what it claimed)
     again = s.settle(qk, "w", 0, "a1", 60_000, 1)
