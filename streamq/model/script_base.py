@@ -56,17 +56,20 @@ class ScriptsBase:
         """
         return self.run_then(calls)[0]
 
-    def run_then(self, calls: Sequence[Call],
-                 commands: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]:
+    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = (),
+                 first: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]:
         """:meth:`run_many`, with plain ``commands`` sent after the scripts in the
-        same round trip; returns the scripts' replies and the commands' raw replies
-        (an error reply of a command is returned in its place, not raised). The
-        commands run once, after the scripts' first attempt."""
-        if not calls and not commands:
+        same round trip, and ``first`` before them; returns the scripts' replies and
+        the raw replies of ``first`` then ``commands`` (an error reply of a command is
+        returned in its place, not raised). The commands run once, with the scripts'
+        first attempt. A blocking command in ``first`` (BLPOP) holds the rest of the
+        round trip until it returns: Redis reads a blocked client's next commands
+        only then."""
+        if not calls and not commands and not first:
             return [], []
-        sent = self._pipelined(calls, commands)
-        replies, after = sent[: len(calls)], sent[len(calls):]
-        return self._settled(calls, replies), after
+        sent = pipelined(self.client, [*first, *self._commands(calls), *commands])
+        before, replies = sent[: len(first)], sent[len(first): len(first) + len(calls)]
+        return self._settled(calls, replies), [*before, *sent[len(first) + len(calls):]]
 
     def send_many(self, calls: Sequence[Call]) -> Callable[[], list[Any]]:
         """Send several scripts in one batch now and return a function that reads

@@ -65,18 +65,19 @@ class LaneWork:
         self.acks: list[Call] = self.pending.calls
 
     def hand_back(self, qk: QueueKeys, replies: Sequence[Any], count: int) -> None:
-        """Give back, unstarted, what a lane read (:meth:`LaneReads.commands`) got in the round
-        trip whose settle found the queue paused."""
+        """Give back, unstarted, what a lane read (:meth:`LaneReads.commands`) got in a round
+        trip whose settle found the queue paused (or failed, or whose wait the stop cut
+        short)."""
         entries, _ = self.reads.parse(qk, replies, count, self.reads.sent(qk))
         if entries:
             requeue_lane(self.w, qk, entries)
 
     def taken(self, qk: QueueKeys, replies: list[Any], count: int, paused: bool
               ) -> tuple[list[LaneEntry], bool]:
-        """The lane entries a settle's round trip read (handed back when it found the
-        queue paused), with those of rate-limited clients that got permits; and whether
+        """The lane entries a settle's round trip read (handed back with ``paused``: it
+        found the queue paused, failed, or the stop came while it waited), with those of rate-limited clients that got permits; and whether
         there is more to read (a read filled its batch, or a lane was not covered)."""
-        if paused:  # read in the round trip that found the pause: handed back
+        if paused:  # handed back unstarted
             self.hand_back(qk, replies, count)
             return [], False
         lanes, more = self.reads.take(qk, replies, count)

@@ -1,6 +1,7 @@
 """A slot's round trip as an object: each part of a worker's round adds its calls (server
 functions, run in the order added) or its plain commands (sent after every call, in
-the order added) and gets back a :class:`Part`; after :meth:`RoundTrip.send`, each part
+the order added; a command to wait with, :meth:`RoundTrip.first`, before them all)
+and gets back a :class:`Part`; after :meth:`RoundTrip.send`, each part
 holds its own replies. No part reads another's replies, and none counts positions.
 """
 
@@ -21,8 +22,8 @@ Finish = tuple[str, JobReply, QueueKeys]
 class Runs(Protocol):
     """What a round trip sends through: :meth:`streamq.script_base.ScriptBase.run_then`."""
 
-    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = ()
-                 ) -> tuple[list[Any], list[Any]]: ...
+    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = (),
+                 first: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]: ...
 
 
 class Part:
@@ -46,6 +47,7 @@ class RoundTrip:
         self._scripts = scripts
         self._calls: list[Call] = []
         self._commands: list[Sequence[Any]] = []
+        self._first: list[Sequence[Any]] = []
         self._parts: list[tuple[Part, bool]] = []  # (part, its entries are calls)
 
     def calls(self, calls: Sequence[Call]) -> Part:
@@ -58,6 +60,16 @@ class RoundTrip:
         self._commands.extend(commands)
         return self._add(len(commands), False)
 
+    def first(self, command: Sequence[Any]) -> Part:
+        """A command sent before every call and command, such as a ``BLPOP`` that
+        holds the rest of the round trip until it returns; its part."""
+        if self._first:
+            raise ValueError("a round trip has one first command")
+        self._first.append(command)
+        part = Part(1)
+        self._parts.insert(0, (part, False))
+        return part
+
     def _add(self, n: int, call: bool) -> Part:
         part = Part(n)
         self._parts.append((part, call))
@@ -65,7 +77,7 @@ class RoundTrip:
 
     def send(self) -> None:
         """Send everything added in one round trip and give each part its replies."""
-        replies, after = self._scripts.run_then(self._calls, self._commands)
+        replies, after = self._scripts.run_then(self._calls, self._commands, self._first)
         at = {True: 0, False: 0}
         for part, call in self._parts:
             got = replies if call else after

@@ -7,7 +7,8 @@ and settles the token: back to ready, parked (nothing deliverable) or dropped
 (job finished) while claiming the next one in the same round trip. A slot
 that claims also takes the jobs whose retries are due and promotes them. With
 nothing ready a slot blocks on the queue's wake list, at most until the next
-retry is due.
+retry is due: with one shard, by a ``BLPOP`` at the head of its next round trip,
+so the reads behind it run as soon as a signal comes, in the same round trip.
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ class Slot:
         #: the error of a round's second round trip, raised once the round served what
         #: the first one read (:meth:`_settle_reply`)
         self._late: Exception | None = None
+        #: the next round trip begins by waiting this long on the wake list, s (the
+        #: slot found nothing to do; one shard only: see :meth:`idle`)
+        self._wait_s: float | None = None
+        #: the stop came while the last round trip waited: what it read goes back
+        self._stopped_waiting = False
         #: the last settle acknowledged small jobs (the after_ack fault point)
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
@@ -175,6 +181,10 @@ class Slot:
             # a resent settle may report tokens claimed before the stop: they are
             # released, and jobs the last acks completed finished, by one more call
             return
+        if self._stopped_waiting:  # (its lane entries were handed back)
+            if due:
+                self.promote(due)
+            return
         if self.paused:
             self.idle()  # (a resume wakes it)
             return
@@ -183,7 +193,7 @@ class Slot:
         if not claimed and not lanes:
             if w.governor is not None:
                 w.governor.emptied()
-            if not (due or self._ready_seen or self._lane_more or self._late):
+            if not (due or self._ready_seen or self._lane_more or self._late or r.finishes):
                 self.idle()  # (not after a lost settle: it is sent again at once)
             return
         if claimed:
@@ -228,8 +238,9 @@ class Slot:
             w.governor.tick()
 
     def idle(self) -> None:
-        """Nothing claimed: block on the wake list, at most until the next retry is due
-        (with several shards, until a waker hears of work on any of them)."""
+        """Nothing claimed: wait on the wake list, at most until the next retry is due.
+        With one shard the wait is the ``BLPOP`` that begins the next round trip
+        (:meth:`settle`); with several, a waker hears of work on any of them."""
         w = self.w
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:
@@ -238,7 +249,7 @@ class Slot:
         if throttled is not None:
             timeout = min(timeout, max(0.01, throttled))
         if len(w.shards) == 1:
-            w.redis.blpop([w.keys.wake], timeout=timeout)
+            self._wait_s = timeout
             return
         woken = w.wakers.wait(timeout)
         if woken is not None:
@@ -262,6 +273,11 @@ class Slot:
         # (a claiming settle whose reply was lost is sent again to its shard)
         old, new = self.qk, self._unanswered or (self.next_qk if claim > 0 else self.qk)
         trip = RoundTrip(w.scripts)
+        # an idle slot holding nothing waits first: the reads after it go at the signal
+        wait_s, self._wait_s = self._wait_s, None
+        waited = trip.first(("BLPOP", new.wake, wait_s)) if (
+            wait_s is not None and claim > 0 and not (settled or finishes or acks)
+            and not self.lane.acks and self._unanswered is None) else None
         lane_acks = trip.calls(list(self.lane.acks))
         job_acks = trip.calls([w.scripts.ack_call(jk, done) for jk, done in acks])
         sent, released = len(finishes), [t for t, _ in settled]
@@ -292,9 +308,11 @@ class Slot:
         self._acked(acks, job_acks.replies, finishes, old)
         reply = self._settle_reply(mine, probe, new, claim)
         self.paused = reply.paused
-        # (read before a settle that failed, which may have noted a pause: handed back)
-        lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n,
-                                                  reply.paused or self._late is not None)
+        self._stopped_waiting = waited is not None and w.stopping.is_set()
+        # (read before a settle that failed, which may have noted a pause, or after a
+        # wait the stop cut short: handed back)
+        back = reply.paused or self._late is not None or self._stopped_waiting
+        lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, back)
                                   if lane_reads else ([], False))
         claimed = [t for t, _ in reply.claimed]
         if reply.claimed:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -166,6 +168,35 @@ def test_run_then_sends_commands_after_the_scripts_once(r: redis.Redis) -> None:
     assert s.parse_create(raw).created and r.xlen(jk.tasks) == 1
     assert after[:2] == [0, 1] and r.get("then:n") == b"1"
     assert isinstance(after[2], redis.ResponseError) and "WRONGTYPE" in str(after[2])
+
+
+@pytest.mark.cluster_too
+def test_run_then_holds_the_scripts_and_commands_behind_a_blocking_first_command(
+        r: Any) -> None:
+    # Given a list nobody has pushed to yet (in the job's slot)
+    s = Scripts(r)
+    wake, late_key = "sq:{q/j-wait}:wake", "sq:{q/j-wait}:late"
+    r.delete(wake)
+    r.delete(late_key)
+
+    def push() -> None:
+        time.sleep(0.3)
+        r.set(late_key, "set before the push")
+        r.lpush(wake, "w")
+
+    pusher = threading.Thread(target=push)
+    pusher.start()
+    # When one round trip begins with a BLPOP of it, then reads what the pusher sets first
+    jk = JobKeys("j-wait", "q")
+    call = s.create_job_call(jk, queue="q", priority=1, concurrency=1, client="c",
+                             max_deliveries=3, retention_ms=1000, dedup="",
+                             mode="open", entries=[(b"s", b"x")])
+    (raw,), (popped, late) = s.run_then([call], [("GET", late_key)],
+                                        first=[("BLPOP", wake, 5)])
+    pusher.join()
+    # Then the BLPOP's reply comes first, and the script and the read ran after the push
+    assert popped == [wake.encode(), b"w"]
+    assert late == b"set before the push" and s.parse_create(raw).created
 
 
 @pytest.mark.standalone

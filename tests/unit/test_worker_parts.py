@@ -102,10 +102,10 @@ class _Echo:
     def __init__(self) -> None:
         self.sent: list[tuple[list[str], list[Any]]] = []
 
-    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = ()
-                 ) -> tuple[list[Any], list[Any]]:
-        self.sent.append(([c.name for c in calls], [c[0] for c in commands]))
-        return [c.name for c in calls], [c[0] for c in commands]
+    def run_then(self, calls: Sequence[Call], commands: Sequence[Sequence[Any]] = (),
+                 first: Sequence[Sequence[Any]] = ()) -> tuple[list[Any], list[Any]]:
+        self.sent.append(([c.name for c in calls], [c[0] for c in [*first, *commands]]))
+        return [c.name for c in calls], [c[0] for c in [*first, *commands]]
 
 
 def _calls(*names: str) -> list[Call]:
@@ -125,6 +125,19 @@ def test_each_part_gets_its_own_replies_calls_first_then_commands() -> None:
     assert (acks.replies, settle.replies, none.replies) == (["ack1", "ack2"], ["settle"], [])
     assert (reads.replies, peeks.replies) == (["XREADGROUP", "XREADGROUP2"], ["ZRANGE"])
     assert bool(acks) and not none
+
+
+def test_a_first_command_goes_before_every_call_and_command_and_gets_its_reply() -> None:
+    echo = _Echo()
+    trip = RoundTrip(echo)
+    settle = trip.calls(_calls("settle"))
+    reads = trip.commands([("XREADGROUP",)])
+    wait = trip.first(("BLPOP",))  # added last, sent first
+    trip.send()
+    assert echo.sent == [(["settle"], ["BLPOP", "XREADGROUP"])]
+    assert (wait.replies, settle.replies, reads.replies) == (["BLPOP"], ["settle"], ["XREADGROUP"])
+    with pytest.raises(ValueError):
+        trip.first(("BLPOP",))
 
 
 # -- the reaper's log line -------------------------------------------------------------
