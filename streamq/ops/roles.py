@@ -56,7 +56,8 @@ DIRECT: dict[str, tuple[str, ...]] = {
     # status, results, wait, subscribe; a queue's first use stores its shards
     "producer": (*_CONNECT, *_READS, *_SUBSCRIBE, "hsetnx", "sadd"),
     # reads of its work, its wake list, its leases (XCLAIM JUSTID), the eviction check
-    "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "xclaim", "info"),
+    "worker": (*_CONNECT, *_READS, "hsetnx", "sadd", "xreadgroup", "blpop", "rpop", "xclaim",
+               "info"),
     "reaper": (*_CONNECT, *_READS, "hsetnx", "sadd"),
     "inspector": (*_CONNECT, *_READS, *_SUBSCRIBE),
 }
@@ -80,6 +81,7 @@ SCOPED: dict[str, tuple[str, ...]] = {
     "xreadgroup": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),  # a worker reads its work
     "xclaim": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),  # ... and keeps it fresh (JUSTID)
     "blpop": ("sq:{*}:wake",),  # an idle worker waits for a wake-up signal
+    "rpop": ("sq:{*}:wake",),  # ... and drops the stale ones (streamq.work.idle_wait)
 }
 
 _CALL_RE = re.compile(r"""\b(?:rcall|redis\.call|redis\.pcall)\(\s*["']([A-Za-z]+)["']"""

@@ -59,7 +59,7 @@ _FIRST_KEY = frozenset({
     b"HINCRBY", b"HSCAN", b"GET", b"SET", b"DEL", b"EXISTS", b"PEXPIRE", b"EXPIRE", b"PTTL",
     b"TTL", b"TYPE", b"ZADD", b"ZREM", b"ZSCORE", b"ZCARD", b"ZCOUNT", b"ZRANGE",
     b"ZRANGEBYSCORE", b"ZSCAN", b"LLEN", b"LPUSH", b"RPUSH", b"LRANGE", b"SADD", b"SREM",
-    b"SMEMBERS", b"SCARD", b"SISMEMBER", b"BLPOP",
+    b"SMEMBERS", b"SCARD", b"SISMEMBER", b"BLPOP", b"RPOP",
 })
 _SCRIPT_CALLS = frozenset({b"EVALSHA", b"EVAL", b"FCALL", b"FCALL_RO", b"SQ.FCALL"})
 #: Script calls that may change state (every streamq state change is a script); a WAIT

@@ -60,13 +60,14 @@ class RoundTrip:
         self._commands.extend(commands)
         return self._add(len(commands), False)
 
-    def first(self, command: Sequence[Any]) -> Part:
-        """A command sent before every call and command, such as a ``BLPOP`` that
-        holds the rest of the round trip until it returns; its part."""
+    def first(self, *commands: Sequence[Any]) -> Part:
+        """Commands sent, in this order, before every call and command, such as a
+        ``BLPOP`` that holds the rest of the round trip until it returns; their part
+        (one per round trip)."""
         if self._first:
-            raise ValueError("a round trip has one first command")
-        self._first.append(command)
-        part = Part(1)
+            raise ValueError("a round trip has one part of first commands")
+        self._first.extend(commands)
+        part = Part(len(commands))
         self._parts.insert(0, (part, False))
         return part
 

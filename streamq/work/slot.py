@@ -7,8 +7,9 @@ and settles the token: back to ready, parked (nothing deliverable) or dropped
 (job finished) while claiming the next one in the same round trip. A slot
 that claims also takes the jobs whose retries are due and promotes them. With
 nothing ready a slot blocks on the queue's wake list, at most until the next
-retry is due: with one shard, by a ``BLPOP`` at the head of its next round trip,
-so the reads behind it run as soon as a signal comes, in the same round trip.
+retry is due: with one shard, by a ``BLPOP`` at the head of its next round trip
+(:mod:`streamq.work.idle_wait`), so the reads behind it run as soon as a signal
+comes, in the same round trip.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from streamq.model.scripts import JobReply
 from streamq.producer.rates import RATE_DUE, parse_due
 from streamq.services.shards import most_urgent_shard
 from streamq.work.claim_probe import NOTHING, ClaimProbe
+from streamq.work.idle_wait import IdleWait
 from streamq.work.job_work import JobWork
 from streamq.work.lane_work import LANE_DUE, LaneWork, LaneWorker
 from streamq.work.round_trip import Carried, Finish, Part, RoundTrip, finishing
@@ -111,11 +113,8 @@ class Slot:
         #: the error of a round's second round trip, raised once the round served what
         #: the first one read (:meth:`_settle_reply`)
         self._late: Exception | None = None
-        #: the next round trip begins by waiting this long on the wake list, s (the
-        #: slot found nothing to do; one shard only: see :meth:`idle`)
-        self._wait_s: float | None = None
-        #: the stop came while the last round trip waited: what it read goes back
-        self._stopped_waiting = False
+        #: the wait of an idle slot on one shard (:mod:`streamq.work.idle_wait`)
+        self.waiting = IdleWait()
         #: the last settle acknowledged small jobs (the after_ack fault point)
         self._lane_acked = False
         #: the priority of the job whose tokens the last settle claimed
@@ -181,7 +180,7 @@ class Slot:
             # a resent settle may report tokens claimed before the stop: they are
             # released, and jobs the last acks completed finished, by one more call
             return
-        if self._stopped_waiting:  # (its lane entries were handed back)
+        if self.waiting.stopped:  # (its lane entries were handed back)
             if due:
                 self.promote(due)
             return
@@ -194,7 +193,7 @@ class Slot:
             if w.governor is not None:
                 w.governor.emptied()
             if not (due or self._ready_seen or self._lane_more or self._late or r.finishes):
-                self.idle()  # (not after a lost settle: it is sent again at once)
+                self.idle(True)  # (not after a lost settle: it is sent again at once)
             return
         if claimed:
             hooks.at("after_claim")
@@ -237,10 +236,12 @@ class Slot:
         if w.governor is not None:
             w.governor.tick()
 
-    def idle(self) -> None:
+    def idle(self, found_nothing: bool = False) -> None:
         """Nothing claimed: wait on the wake list, at most until the next retry is due.
-        With one shard the wait is the ``BLPOP`` that begins the next round trip
-        (:meth:`settle`); with several, a waker hears of work on any of them."""
+        With one shard the wait begins the next round trip (:class:`IdleWait`; with
+        ``found_nothing``, the round found no lane entry or ready token and was not
+        paused: the signals it counted are stale); with several, a waker hears of
+        work on any shard."""
         w = self.w
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:
@@ -249,7 +250,7 @@ class Slot:
         if throttled is not None:
             timeout = min(timeout, max(0.01, throttled))
         if len(w.shards) == 1:
-            self._wait_s = timeout
+            self.waiting.arm(timeout, found_nothing)
             return
         woken = w.wakers.wait(timeout)
         if woken is not None:
@@ -273,11 +274,8 @@ class Slot:
         # (a claiming settle whose reply was lost is sent again to its shard)
         old, new = self.qk, self._unanswered or (self.next_qk if claim > 0 else self.qk)
         trip = RoundTrip(w.scripts)
-        # an idle slot holding nothing waits first: the reads after it go at the signal
-        wait_s, self._wait_s = self._wait_s, None
-        waited = trip.first(("BLPOP", new.wake, wait_s)) if (
-            wait_s is not None and claim > 0 and not (settled or finishes or acks)
-            and not self.lane.acks and self._unanswered is None) else None
+        holding = (bool(settled or finishes or acks or self.lane.acks)
+                   or self._unanswered is not None)
         lane_acks = trip.calls(list(self.lane.acks))
         job_acks = trip.calls([w.scripts.ack_call(jk, done) for jk, done in acks])
         sent, released = len(finishes), [t for t, _ in settled]
@@ -296,6 +294,8 @@ class Slot:
         lane_reads = trip.commands(self.lane.reads.commands(new, self.read_n)
                                    if claim > 0 and not self.paused else [])
         probe = trip.commands(self.probe.commands(new, memo=skip) if claim > 0 else [])
+        # an idle slot holding nothing waits first: the reads after it go at the signal
+        self.waiting.add(trip, new, claim, holding, len(w.shards) == 1)
         if mine and claim > 0:
             self._unanswered = new
         trip.send()
@@ -308,10 +308,10 @@ class Slot:
         self._acked(acks, job_acks.replies, finishes, old)
         reply = self._settle_reply(mine, probe, new, claim)
         self.paused = reply.paused
-        self._stopped_waiting = waited is not None and w.stopping.is_set()
+        self.waiting.note(w.stopping.is_set())
         # (read before a settle that failed, which may have noted a pause, or after a
         # wait the stop cut short: handed back)
-        back = reply.paused or self._late is not None or self._stopped_waiting
+        back = reply.paused or self._late is not None or self.waiting.stopped
         lanes, self._lane_more = (self.lane.taken(new, lane_reads.replies, self.read_n, back)
                                   if lane_reads else ([], False))
         claimed = [t for t, _ in reply.claimed]

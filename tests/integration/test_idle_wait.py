@@ -1,8 +1,9 @@
 """An idle slot of a worker on one shard waits on the wake list with a ``BLPOP`` at the
-head of its next round trip (streamq/work/slot.py): the reads behind it run as soon as
-a signal comes, so a small job submitted to an idle worker is read in the round trip
-that waited, and a stop that comes meanwhile starts nothing and hands back what was
-read."""
+head of its next round trip (streamq/work/idle_wait.py): the reads behind it run as
+soon as a signal comes, so a small job submitted to an idle worker is read in the round
+trip that waited, and a stop that comes meanwhile starts nothing and hands back what
+was read. Signals left when a round found nothing to do are dropped before the next
+wait, so an idle slot blocks instead of polling them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import redis
 from redis.connection import Connection
 
 from streamq import JobState, Queue, Worker
+from streamq.base.keys import QueueKeys
+from streamq.model.scripts import Scripts
+from streamq.work.idle_wait import IdleWait
+from streamq.work.round_trip import RoundTrip
 from tests.conftest import wait_until
 
 
@@ -84,3 +89,79 @@ def test_a_stop_that_comes_while_a_slot_waits_starts_nothing_and_hands_back_its_
     workers(queue_name, lambda p: p, concurrency=1)
     assert q.wait(late.id, timeout=10).state is JobState.SUCCEEDED
     q.close()
+
+
+@pytest.mark.standalone
+def test_an_idle_slot_drops_stale_signals_and_blocks_instead_of_polling_them(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any,
+        sends: Counter[str]) -> None:
+    # Given a worker of one slot, waiting (idle wait 5 s) after a first small job
+    q = Queue(queue_name, redis_url)
+    workers(queue_name, lambda p: p, concurrency=1, idle_wait_s=5.0)
+    assert q.wait(q.submit(["first"]).id, timeout=30).state is JobState.SUCCEEDED
+    wait_until(lambda: _blocked(r) == 1, 30, "the slot to wait")
+    before = sends["streamq-slot-0"]
+    # When 60 signals are pushed that announce nothing (their work was others')
+    wake = q.shards[0].wake
+    r.lpush(wake, *["1"] * 60)
+    wait_until(lambda: _blocked(r) == 1 and r.llen(wake) == 0, 10, "the slot to wait again")
+    time.sleep(0.3)
+    # Then the slot sent one round trip and waits again: the one waiting when they came
+    # took one and found nothing, the next dropped the other 59 before its wait (it
+    # polled them one round trip each before)
+    assert sends["streamq-slot-0"] - before == 1
+    assert r.llen(wake) == 0
+    q.close()
+
+
+@pytest.mark.standalone
+def test_jobs_submitted_among_stale_signals_are_read_at_once(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any) -> None:
+    # Given two idle slots (idle wait 8 s: a job whose signal was dropped would wait it)
+    q = Queue(queue_name, redis_url)
+    workers(queue_name, lambda p: p, concurrency=2, idle_wait_s=8.0)
+    assert q.wait(q.submit(["first"]).id, timeout=30).state is JobState.SUCCEEDED
+    wake = q.shards[0].wake
+    for k in range(15):
+        # When stale signals come, and a job right after them (the slots are dropping
+        # the stale ones while it is submitted)
+        r.lpush(wake, *["1"] * 20)
+        time.sleep(k % 3 * 0.001)
+        started = time.monotonic()
+        job = q.submit([k])
+        # Then every job is read at once, not after an idle wait
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+        assert time.monotonic() - started < 4.0, f"job {k} waited for the idle timeout"
+    q.close()
+
+
+@pytest.mark.cluster_too
+def test_a_wait_drops_only_the_signals_its_round_counted_after_finding_nothing(
+        r: Any, queue_name: str) -> None:
+    # Given five signals in a shard's wake list, and a round trip that counts them after
+    # its reads and finds nothing
+    qk = QueueKeys(queue_name)
+    scripts, waiting = Scripts(r), IdleWait()
+    r.lpush(qk.wake, *[f"stale{i}" for i in range(5)])
+    trip = RoundTrip(scripts)
+    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    trip.send()
+    waiting.note(stopping=False)
+    assert waiting.signals == 5
+    waiting.arm(5.0, found_nothing=True)
+    # When three signals come after the count, and the next round trip waits
+    r.lpush(qk.wake, "new0", "new1", "new2")
+    trip = RoundTrip(scripts)
+    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    trip.send()
+    waiting.note(stopping=False)
+    # Then the wait dropped the five counted (the oldest) and took the newest signal;
+    # the other two new ones are left for other slots
+    assert r.lrange(qk.wake, 0, -1) == [b"new1", b"new0"]
+    assert waiting.signals == 2
+    # And a round that found something (or a paused one) drops nothing before its wait
+    waiting.arm(5.0, found_nothing=False)
+    trip = RoundTrip(scripts)
+    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    trip.send()
+    assert r.lrange(qk.wake, 0, -1) == [b"new0"]

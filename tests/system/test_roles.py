@@ -255,6 +255,7 @@ SCOPES = {
     "xreadgroup": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),
     "xclaim": ("sq:{*}:tasks", "sq:{*}:lane:*:*"),
     "blpop": ("sq:{*}:wake",),
+    "rpop": ("sq:{*}:wake",),
 }
 
 #: Kinds of key each runtime role may not write without the module, written out here and
@@ -282,6 +283,7 @@ _WRITE_ON = {
     "xclaim": lambda k: ("XCLAIM", k, "workers", "me", "0", "0-1"),
     "xreadgroup": lambda k: ("XREADGROUP", "GROUP", "workers", "me", "STREAMS", k, ">"),
     "blpop": lambda k: ("BLPOP", k, "0.01"),
+    "rpop": lambda k: ("RPOP", k, "1"),
 }
 
 
@@ -361,7 +363,7 @@ def test_each_role_is_refused_every_other_roles_operations(
                     if not any(fnmatch.fnmatchcase(key, p) for p in SCOPES[name]):
                         with pytest.raises(redis.exceptions.NoPermissionError):
                             c.execute_command(*_WRITE_ON[name](key))
-            assert allowed <= {"hsetnx", "sadd", "xreadgroup", "xclaim", "blpop"}
+            assert allowed <= {"hsetnx", "sadd", "xreadgroup", "xclaim", "blpop", "rpop"}
         else:
             # and, with a write command it holds, every kind of key its operations do
             # not write (key permissions: it reads every sq: key, writes only its kinds)

@@ -127,15 +127,16 @@ def test_each_part_gets_its_own_replies_calls_first_then_commands() -> None:
     assert bool(acks) and not none
 
 
-def test_a_first_command_goes_before_every_call_and_command_and_gets_its_reply() -> None:
+def test_first_commands_go_before_every_call_and_command_and_get_their_replies() -> None:
     echo = _Echo()
     trip = RoundTrip(echo)
     settle = trip.calls(_calls("settle"))
     reads = trip.commands([("XREADGROUP",)])
-    wait = trip.first(("BLPOP",))  # added last, sent first
+    wait = trip.first(("RPOP",), ("BLPOP",))  # added last, sent first
     trip.send()
-    assert echo.sent == [(["settle"], ["BLPOP", "XREADGROUP"])]
-    assert (wait.replies, settle.replies, reads.replies) == (["BLPOP"], ["settle"], ["XREADGROUP"])
+    assert echo.sent == [(["settle"], ["RPOP", "BLPOP", "XREADGROUP"])]
+    assert (wait.replies, settle.replies, reads.replies) == (
+        ["RPOP", "BLPOP"], ["settle"], ["XREADGROUP"])
     with pytest.raises(ValueError):
         trip.first(("BLPOP",))
 
