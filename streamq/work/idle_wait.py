@@ -11,10 +11,11 @@ steady load the rest stay, and a slot that finds nothing would pop the next stal
 signal at once, polling them one round trip each. So every round trip that claims
 ends with an ``LLEN`` of the list, after its reads; when the round found nothing a
 signal announces (no lane entry, no ready token; a pause's signals are left to the
-slots that must note it), the signals counted are stale, and the wait drops that
-many of the oldest (``RPOP``) before its ``BLPOP``. A signal pushed between the reads
-and the count may go with them: its work was added before it, and the reads behind
-the wait see it.
+slots that must note it), the signals counted are stale, and the next wait drops
+that many of the oldest (``RPOP``) right after its ``BLPOP`` returns (at once: they
+are there). The drop goes before the reads, with nothing that blocks between: a
+signal it takes that was not stale (pushed between the reads and the count, or left
+by other slots' pops) announced work added before it, which those reads see.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class IdleWait:
         self._waited = None
         if wait_s is not None and claim > 0 and not holding:
             drop: list[tuple[Any, ...]] = [("RPOP", qk.wake, stale)] if stale > 0 else []
-            self._waited = trip.first(*drop, ("BLPOP", qk.wake, wait_s))
+            self._waited = trip.first(("BLPOP", qk.wake, wait_s), *drop)
         self._count = trip.commands([("LLEN", qk.wake)] if claim > 0 and one_shard else [])
 
     def note(self, stopping: bool) -> None:

@@ -240,8 +240,8 @@ class Slot:
         """Nothing claimed: wait on the wake list, at most until the next retry is due.
         With one shard the wait begins the next round trip (:class:`IdleWait`; with
         ``found_nothing``, the round found no lane entry or ready token and was not
-        paused: the signals it counted are stale); with several, a waker hears of
-        work on any shard."""
+        paused: the signals it counted are stale, and dropped after the wait's pop);
+        with several, a waker hears of work on any shard."""
         w = self.w
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:

@@ -106,10 +106,10 @@ def test_an_idle_slot_drops_stale_signals_and_blocks_instead_of_polling_them(
     r.lpush(wake, *["1"] * 60)
     wait_until(lambda: _blocked(r) == 1 and r.llen(wake) == 0, 10, "the slot to wait again")
     time.sleep(0.3)
-    # Then the slot sent one round trip and waits again: the one waiting when they came
-    # took one and found nothing, the next dropped the other 59 before its wait (it
-    # polled them one round trip each before)
-    assert sends["streamq-slot-0"] - before == 1
+    # Then the slot sent two round trips and waits again: the one waiting when they came
+    # took one and found nothing, the next took one and dropped the other 58 before its
+    # reads, and the third waits (it polled them one round trip each before)
+    assert sends["streamq-slot-0"] - before == 2
     assert r.llen(wake) == 0
     q.close()
 
@@ -155,7 +155,7 @@ def test_a_wait_drops_only_the_signals_its_round_counted_after_finding_nothing(
     waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
     trip.send()
     waiting.note(stopping=False)
-    # Then the wait dropped the five counted (the oldest) and took the newest signal;
+    # Then the wait took the newest signal and dropped the five counted (the oldest);
     # the other two new ones are left for other slots
     assert r.lrange(qk.wake, 0, -1) == [b"new1", b"new0"]
     assert waiting.signals == 2

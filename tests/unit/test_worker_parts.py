@@ -144,6 +144,35 @@ def test_first_commands_go_before_every_call_and_command_and_get_their_replies()
 # -- the reaper's log line -------------------------------------------------------------
 
 
+def test_an_idle_wait_drops_stale_signals_after_its_pop_and_before_every_read() -> None:
+    from streamq.base.keys import QueueKeys
+    from streamq.work.idle_wait import IdleWait
+
+    # Given a round that counted 3 signals after its reads and found nothing
+    qk, waiting = QueueKeys("q"), IdleWait()
+    trip = RoundTrip(_Echo())
+    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    trip.send()
+    waiting.signals = 3
+    waiting.arm(1.0, found_nothing=True)
+    # When the next round trip is made
+    echo = _Echo()
+    trip = RoundTrip(echo)
+    trip.calls(_calls("settle"))
+    trip.commands([("XREADGROUP",)])
+    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    trip.send()
+    # Then it waits, drops right after (nothing that blocks between, no read before),
+    # then reads, and counts last; a slot that holds something does not wait
+    assert echo.sent == [(["settle"], ["BLPOP", "RPOP", "XREADGROUP", "LLEN"])]
+    waiting.arm(1.0, found_nothing=True)
+    echo = _Echo()
+    trip = RoundTrip(echo)
+    waiting.add(trip, qk, claim=1, holding=True, one_shard=True)
+    trip.send()
+    assert echo.sent == [([], ["LLEN"])]
+
+
 def test_a_reaper_pass_is_logged_in_words_not_as_a_repr() -> None:
     from streamq.reaping.reap_parts import PassReport
 
