@@ -8,6 +8,13 @@ shard's wake list (BLPOP, bounded by the idle wait) and hands the shard whose
 signal it popped to one idle slot, which claims there at once. A signal is
 only taken while a slot is idle to serve it; busy slots find ready work on
 every shard anyway (each settle peeks at every shard's most urgent token).
+
+A slot that found nothing a signal announces on a shard tells its waker how many
+signals it counted there after its reads (:meth:`Wakers.stale`): they are stale,
+and the waker's next pop drops that many of the oldest right after its ``BLPOP``
+(:mod:`streamq.work.idle_wait` says why that is safe), so no idle slot is woken for
+each of them in turn. A pop that dropped any hands the shard on even when its
+``BLPOP`` found nothing, so the slot's reads follow the drop.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Protocol
 
 from streamq.base.keys import QueueKeys
-from streamq.storage.connection import is_access_error, is_transient
+from streamq.storage.connection import is_access_error, is_transient, pipelined
 
 if TYPE_CHECKING:
     from streamq.storage.connection import Client
@@ -47,6 +54,8 @@ class Wakers:
         self._idle = 0
         self._cond = threading.Condition()
         self._woken: queue.SimpleQueue[QueueKeys] = queue.SimpleQueue()
+        #: stale signals each shard's waker drops with its next pop (by shard tag)
+        self._stale: dict[str, int] = {}
         self.threads = [threading.Thread(target=self._run, args=(qk,), daemon=True,
                                          name=f"streamq-waker-{k}")
                         for k, qk in enumerate(worker.shards)]
@@ -68,6 +77,12 @@ class Wakers:
             with self._cond:
                 self._idle -= 1
 
+    def stale(self, qk: QueueKeys, n: int) -> None:
+        """Have the waker of shard ``qk`` drop ``n`` stale signals with its next pop."""
+        if n > 0:
+            with self._cond:
+                self._stale[qk.tag] = n
+
     def _run(self, qk: QueueKeys) -> None:
         w = self.w
         while not w.stopping.is_set():
@@ -75,12 +90,26 @@ class Wakers:
                 if self._idle == 0:
                     self._cond.wait(w.idle_wait_s)
                     continue
+                stale = self._stale.pop(qk.tag, 0)
             try:
-                got = w.redis.blpop([qk.wake], timeout=w.idle_wait_s)
+                woken = self._pop(qk, stale)
             except Exception as e:
                 if is_access_error(e) or not is_transient(e):
                     log.warning("waker of shard %s: %s: %s", qk.tag, type(e).__name__, e)
                 w.stopping.wait(0.5)
                 continue
-            if got is not None:
+            if woken:
                 self._woken.put(qk)
+
+    def _pop(self, qk: QueueKeys, stale: int) -> bool:
+        """Wait for a signal of shard ``qk``, dropping ``stale`` of the oldest after it;
+        whether an idle slot is to read the shard (a signal came, or some were dropped)."""
+        w = self.w
+        if not stale:
+            return w.redis.blpop([qk.wake], timeout=w.idle_wait_s) is not None
+        got, dropped = pipelined(w.redis, [("BLPOP", qk.wake, w.idle_wait_s),
+                                           ("RPOP", qk.wake, stale)])
+        for reply in (got, dropped):
+            if isinstance(reply, Exception):
+                raise reply
+        return bool(got or dropped)

@@ -44,19 +44,23 @@ class IdleWait:
     def arm(self, timeout: float, found_nothing: bool) -> None:
         """Make the next round trip wait up to ``timeout`` s; ``found_nothing``: the
         last round found nothing a signal announces, so the signals it counted go."""
-        self._wait_s, self._stale = timeout, (self.signals if found_nothing else 0)
+        self._wait_s, self._stale = timeout, self.stale(found_nothing)
 
-    def add(self, trip: RoundTrip, qk: QueueKeys, claim: int, holding: bool,
-            one_shard: bool) -> None:
+    def stale(self, found_nothing: bool) -> int:
+        """The signals the last round counted, if it found nothing a signal announces."""
+        return self.signals if found_nothing else 0
+
+    def add(self, trip: RoundTrip, qk: QueueKeys, claim: int, holding: bool) -> None:
         """Add to ``trip`` (to shard ``qk``) the armed wait, when the slot claims and
-        holds nothing (what it holds is settled at once), and, when it claims on a
-        queue of one shard, the count of signals after the reads."""
+        holds nothing (what it holds is settled at once), and, when it claims, the
+        count of signals after the reads (with several shards, the stale ones go to
+        the shard's waker: :meth:`streamq.services.wakers.Wakers.stale`)."""
         wait_s, stale, self._wait_s, self._stale = self._wait_s, self._stale, None, 0
         self._waited = None
         if wait_s is not None and claim > 0 and not holding:
             drop: list[tuple[Any, ...]] = [("RPOP", qk.wake, stale)] if stale > 0 else []
             self._waited = trip.first(("BLPOP", qk.wake, wait_s), *drop)
-        self._count = trip.commands([("LLEN", qk.wake)] if claim > 0 and one_shard else [])
+        self._count = trip.commands([("LLEN", qk.wake)] if claim > 0 else [])
 
     def note(self, stopping: bool) -> None:
         """Take the round trip's replies (``stopping``: the worker is stopping now)."""

@@ -241,7 +241,7 @@ class Slot:
         With one shard the wait begins the next round trip (:class:`IdleWait`; with
         ``found_nothing``, the round found no lane entry or ready token and was not
         paused: the signals it counted are stale, and dropped after the wait's pop);
-        with several, a waker hears of work on any shard."""
+        with several, a waker hears of work on any shard (and drops those)."""
         w = self.w
         timeout = w.idle_wait_s
         if self._retry_wait_ms >= 0:
@@ -252,6 +252,7 @@ class Slot:
         if len(w.shards) == 1:
             self.waiting.arm(timeout, found_nothing)
             return
+        w.wakers.stale(self.qk, self.waiting.stale(found_nothing))
         woken = w.wakers.wait(timeout)
         if woken is not None:
             self.next_qk = woken
@@ -295,7 +296,7 @@ class Slot:
                                    if claim > 0 and not self.paused else [])
         probe = trip.commands(self.probe.commands(new, memo=skip) if claim > 0 else [])
         # an idle slot holding nothing waits first: the reads after it go at the signal
-        self.waiting.add(trip, new, claim, holding, len(w.shards) == 1)
+        self.waiting.add(trip, new, claim, holding)
         if mine and claim > 0:
             self._unanswered = new
         trip.send()

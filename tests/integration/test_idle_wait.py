@@ -144,7 +144,7 @@ def test_a_wait_drops_only_the_signals_its_round_counted_after_finding_nothing(
     scripts, waiting = Scripts(r), IdleWait()
     r.lpush(qk.wake, *[f"stale{i}" for i in range(5)])
     trip = RoundTrip(scripts)
-    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=False)
     trip.send()
     waiting.note(stopping=False)
     assert waiting.signals == 5
@@ -152,7 +152,7 @@ def test_a_wait_drops_only_the_signals_its_round_counted_after_finding_nothing(
     # When three signals come after the count, and the next round trip waits
     r.lpush(qk.wake, "new0", "new1", "new2")
     trip = RoundTrip(scripts)
-    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=False)
     trip.send()
     waiting.note(stopping=False)
     # Then the wait took the newest signal and dropped the five counted (the oldest);
@@ -162,6 +162,35 @@ def test_a_wait_drops_only_the_signals_its_round_counted_after_finding_nothing(
     # And a round that found something (or a paused one) drops nothing before its wait
     waiting.arm(5.0, found_nothing=False)
     trip = RoundTrip(scripts)
-    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=False)
     trip.send()
     assert r.lrange(qk.wake, 0, -1) == [b"new0"]
+
+
+@pytest.mark.standalone
+def test_an_idle_worker_on_two_shards_drops_stale_signals_through_its_waker(
+        r: redis.Redis, redis_url: str, queue_name: str, workers: Any,
+        sends: Counter[str]) -> None:
+    # Given a queue of two shards and a worker of one slot, idle (idle wait 5 s)
+    q = Queue(queue_name, redis_url, shards=2)
+    workers(queue_name, lambda p: p, concurrency=1, idle_wait_s=5.0)
+    for job in q.submit_many([[i] for i in range(4)]):
+        assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    wait_until(lambda: _blocked(r) == 2, 30, "the wakers to wait")
+    time.sleep(0.2)
+    waiting = lambda: sum(n for t, n in sends.items()  # noqa: E731
+                          if t.startswith(("streamq-slot", "streamq-waker")))
+    before = waiting()
+    # When 60 signals that announce nothing are pushed to the first shard's list
+    wake = q.shards[0].wake
+    r.lpush(wake, *["1"] * 60)
+    wait_until(lambda: _blocked(r) == 2 and r.llen(wake) == 0, 10, "the wakers to wait again")
+    time.sleep(0.3)
+    # Then a few round trips dropped them (a pop and a slot's read each, 60 of them,
+    # before): the waker's pop and the slot's read that found nothing, then the next
+    # pop dropped the rest, and the slot's read after it
+    assert waiting() - before <= 6, sends
+    # And a job submitted now is still read at once, on either shard
+    for job in q.submit_many([[i] for i in range(4)]):
+        assert q.wait(job.id, timeout=4).state is JobState.SUCCEEDED
+    q.close()

@@ -151,7 +151,7 @@ def test_an_idle_wait_drops_stale_signals_after_its_pop_and_before_every_read() 
     # Given a round that counted 3 signals after its reads and found nothing
     qk, waiting = QueueKeys("q"), IdleWait()
     trip = RoundTrip(_Echo())
-    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=False)
     trip.send()
     waiting.signals = 3
     waiting.arm(1.0, found_nothing=True)
@@ -160,7 +160,7 @@ def test_an_idle_wait_drops_stale_signals_after_its_pop_and_before_every_read() 
     trip = RoundTrip(echo)
     trip.calls(_calls("settle"))
     trip.commands([("XREADGROUP",)])
-    waiting.add(trip, qk, claim=1, holding=False, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=False)
     trip.send()
     # Then it waits, drops right after (nothing that blocks between, no read before),
     # then reads, and counts last; a slot that holds something does not wait
@@ -168,7 +168,7 @@ def test_an_idle_wait_drops_stale_signals_after_its_pop_and_before_every_read() 
     waiting.arm(1.0, found_nothing=True)
     echo = _Echo()
     trip = RoundTrip(echo)
-    waiting.add(trip, qk, claim=1, holding=True, one_shard=True)
+    waiting.add(trip, qk, claim=1, holding=True)
     trip.send()
     assert echo.sent == [([], ["LLEN"])]
 
