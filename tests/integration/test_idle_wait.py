@@ -29,6 +29,14 @@ def _blocked(r: redis.Redis) -> int:
     return int(r.info("clients")["blocked_clients"])
 
 
+def _idle_slot(r: redis.Redis, q: Queue, workers: Any) -> None:
+    """A worker of one slot on ``q`` that has served a small job and waits (idle
+    wait 5 s)."""
+    workers(q.name, lambda p: p, concurrency=1, idle_wait_s=5.0)
+    assert q.wait(q.submit(["first"]).id, timeout=30).state is JobState.SUCCEEDED
+    wait_until(lambda: _blocked(r) == 1, 30, "the slot to wait")
+
+
 @pytest.fixture
 def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Round trips sent by each thread (redis-py writes each command or pipeline in
@@ -50,9 +58,7 @@ def test_a_small_job_submitted_to_an_idle_slot_is_read_in_the_round_trip_that_wa
         sends: Counter[str]) -> None:
     # Given a worker of one slot that has served a small job and waits (idle wait 5 s)
     q = Queue(queue_name, redis_url)
-    workers(queue_name, lambda p: p, concurrency=1, idle_wait_s=5.0)
-    assert q.wait(q.submit(["first"]).id, timeout=30).state is JobState.SUCCEEDED
-    wait_until(lambda: _blocked(r) == 1, 30, "the slot to wait")
+    _idle_slot(r, q, workers)
     time.sleep(0.2)
     before = sends["streamq-slot-0"]
     # When a small job is submitted, done, and the slot waits again
@@ -97,9 +103,7 @@ def test_an_idle_slot_drops_stale_signals_and_blocks_instead_of_polling_them(
         sends: Counter[str]) -> None:
     # Given a worker of one slot, waiting (idle wait 5 s) after a first small job
     q = Queue(queue_name, redis_url)
-    workers(queue_name, lambda p: p, concurrency=1, idle_wait_s=5.0)
-    assert q.wait(q.submit(["first"]).id, timeout=30).state is JobState.SUCCEEDED
-    wait_until(lambda: _blocked(r) == 1, 30, "the slot to wait")
+    _idle_slot(r, q, workers)
     before = sends["streamq-slot-0"]
     # When 60 signals are pushed that announce nothing (their work was others')
     wake = q.shards[0].wake
@@ -173,6 +177,7 @@ def test_an_idle_worker_on_two_shards_drops_stale_signals_through_its_waker(
         sends: Counter[str]) -> None:
     # Given a queue of two shards and a worker of one slot, idle (idle wait 5 s)
     q = Queue(queue_name, redis_url, shards=2)
+    assert len(q.shards) == 2  # (stored before the worker starts and reads them)
     workers(queue_name, lambda p: p, concurrency=1, idle_wait_s=5.0)
     for job in q.submit_many([[i] for i in range(4)]):
         assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
