@@ -1,6 +1,6 @@
-"""How an idle slot of a worker on one shard waits for work.
+"""How an idle slot waits for work, and which wake-up signals it drops.
 
-The wait is a ``BLPOP`` of the shard's wake list at the head of the slot's next
+On a queue of one shard the wait is a ``BLPOP`` of the shard's wake list at the head of the slot's next
 round trip: Redis reads a blocked client's next commands only once the ``BLPOP``
 returns, so the reads behind it (the lanes, the probe, a settle) run at the
 wake-up and reach the slot in the same reply.
@@ -16,6 +16,8 @@ that many of the oldest (``RPOP``) right after its ``BLPOP`` returns (at once: t
 are there). The drop goes before the reads, with nothing that blocks between: a
 signal it takes that was not stale (pushed between the reads and the count, or left
 by other slots' pops) announced work added before it, which those reads see.
+On a queue of several shards the count is made the same way, and the shard's waker
+thread drops the stale signals (:class:`streamq.services.wakers.Wakers`).
 """
 
 from __future__ import annotations
