@@ -67,7 +67,7 @@ class ScriptsBase:
         only then."""
         if not calls and not commands and not first:
             return [], []
-        sent = pipelined(self.client, [*first, *self._commands(calls), *commands])
+        sent = self._pipelined(calls, commands, first)
         before, replies = sent[: len(first)], sent[len(first): len(first) + len(calls)]
         return self._settled(calls, replies), [*before, *sent[len(first) + len(calls):]]
 
@@ -112,8 +112,8 @@ class ScriptsBase:
                              *c.args))
         return commands
 
-    def _pipelined(self, calls: Sequence[Call],
-                   then: Sequence[Sequence[Any]] = ()) -> list[Any]:
-        """FCALL each call, then the commands ``then``, in one round trip; errors are
-        returned, not raised."""
-        return pipelined(self.client, [*self._commands(calls), *then])
+    def _pipelined(self, calls: Sequence[Call], then: Sequence[Sequence[Any]] = (),
+                   first: Sequence[Sequence[Any]] = ()) -> list[Any]:
+        """The commands ``first``, then FCALL each call, then the commands ``then``, in
+        one round trip; errors are returned, not raised."""
+        return pipelined(self.client, [*first, *self._commands(calls), *then])

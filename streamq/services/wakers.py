@@ -105,11 +105,9 @@ class Wakers:
         """Wait for a signal of shard ``qk``, dropping ``stale`` of the oldest after it;
         whether an idle slot is to read the shard (a signal came, or some were dropped)."""
         w = self.w
-        if not stale:
-            return w.redis.blpop([qk.wake], timeout=w.idle_wait_s) is not None
-        got, dropped = pipelined(w.redis, [("BLPOP", qk.wake, w.idle_wait_s),
-                                           ("RPOP", qk.wake, stale)])
-        for reply in (got, dropped):
+        replies = pipelined(w.redis, [("BLPOP", qk.wake, w.idle_wait_s),
+                                      *([("RPOP", qk.wake, stale)] if stale else [])])
+        for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        return bool(got or dropped)
+        return any(replies)

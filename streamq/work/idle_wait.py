@@ -1,9 +1,9 @@
 """How an idle slot waits for work, and which wake-up signals it drops.
 
-On a queue of one shard the wait is a ``BLPOP`` of the shard's wake list at the head of the slot's next
-round trip: Redis reads a blocked client's next commands only once the ``BLPOP``
-returns, so the reads behind it (the lanes, the probe, a settle) run at the
-wake-up and reach the slot in the same reply.
+On a queue of one shard the wait is a ``BLPOP`` of the shard's wake list at the
+head of the slot's next round trip: Redis reads a blocked client's next commands
+only once the ``BLPOP`` returns, so the reads behind it (the lanes, the probe, a
+settle) run at the wake-up and reach the slot in the same reply.
 
 A submit pushes a signal per job (up to ``config.WAKE_CAP`` waiting), so that N idle
 slots wake for N slow jobs; a slot that wakes reads a batch and takes one. Under a

@@ -75,8 +75,9 @@ class LaneWork:
     def taken(self, qk: QueueKeys, replies: list[Any], count: int, paused: bool
               ) -> tuple[list[LaneEntry], bool]:
         """The lane entries a settle's round trip read (handed back with ``paused``: it
-        found the queue paused, failed, or the stop came while it waited), with those of rate-limited clients that got permits; and whether
-        there is more to read (a read filled its batch, or a lane was not covered)."""
+        found the queue paused, failed, or the stop came while it waited), with those
+        of rate-limited clients that got permits; and whether there is more to read (a
+        read filled its batch, or a lane was not covered)."""
         if paused:  # handed back unstarted
             self.hand_back(qk, replies, count)
             return [], False
