@@ -29,7 +29,7 @@ class Notices:
 
     def __init__(self, client: Client) -> None:
         self.sharded = sharded(client)
-        self.pubsub: Any = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self.pubsub: Any = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
 
     def subscribe(self, *channels: str) -> None:
         if self.sharded:

@@ -6,7 +6,9 @@ lists live in different slots of a cluster), so a worker runs one waker thread
 per shard: while at least one of its slots is idle, each waker blocks on its
 shard's wake list (BLPOP, bounded by the idle wait) and hands the shard whose
 signal it popped to one idle slot, which claims there at once. A signal is
-only taken while a slot is idle to serve it; busy slots find ready work on
+only taken while a slot is idle to serve it and no shard is already on its way to
+that slot (the wakers hand on no more shards than slots wait for, so a burst of
+signals is not popped all at once for one slot); busy slots find ready work on
 every shard anyway (each settle peeks at every shard's most urgent token).
 
 A slot that found nothing a signal announces on a shard tells its waker how many
@@ -52,6 +54,9 @@ class Wakers:
     def __init__(self, worker: WakerWorker) -> None:
         self.w = worker
         self._idle = 0
+        #: shards handed on and not yet taken up by a slot (a hand-off queued, or
+        #: taken and its slot not yet out of ``_idle``)
+        self._handed = 0
         self._cond = threading.Condition()
         self._woken: queue.SimpleQueue[QueueKeys] = queue.SimpleQueue()
         #: stale signals each shard's waker drops with its next pop (by shard tag)
@@ -69,13 +74,17 @@ class Wakers:
         with self._cond:
             self._idle += 1
             self._cond.notify_all()
+        woken = None
         try:
-            return self._woken.get(timeout=timeout)
+            woken = self._woken.get(timeout=timeout)
+            return woken
         except queue.Empty:
             return None
         finally:
             with self._cond:
                 self._idle -= 1
+                if woken is not None:
+                    self._handed -= 1
 
     def stale(self, qk: QueueKeys, n: int) -> None:
         """Have the waker of shard ``qk`` drop ``n`` stale signals with its next pop."""
@@ -87,7 +96,7 @@ class Wakers:
         w = self.w
         while not w.stopping.is_set():
             with self._cond:
-                if self._idle == 0:
+                if self._idle <= self._handed:  # every idle slot has a shard coming
                     self._cond.wait(w.idle_wait_s)
                     continue
                 stale = self._stale.pop(qk.tag, 0)
@@ -99,6 +108,8 @@ class Wakers:
                 w.stopping.wait(0.5)
                 continue
             if woken:
+                with self._cond:
+                    self._handed += 1
                 self._woken.put(qk)
 
     def _pop(self, qk: QueueKeys, stale: int) -> bool:

@@ -7,10 +7,12 @@ wait, so an idle slot blocks instead of polling them."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from redis.connection import Connection
 from streamq import JobState, Queue, Worker
 from streamq.base.keys import QueueKeys
 from streamq.model.scripts import Scripts
+from streamq.services.wakers import Wakers
 from streamq.work.idle_wait import IdleWait
 from streamq.work.round_trip import RoundTrip
 from tests.conftest import wait_until
@@ -199,3 +202,42 @@ def test_an_idle_worker_on_two_shards_drops_stale_signals_through_its_waker(
     for job in q.submit_many([[i] for i in range(4)]):
         assert q.wait(job.id, timeout=4).state is JobState.SUCCEEDED
     q.close()
+
+
+class _SlowHandOff(queue.SimpleQueue):  # type: ignore[type-arg]
+    """A hand-off queue whose taker is slow to go on after taking (a thread switch
+    between taking a shard and leaving the idle count, widened to 0.3 s)."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        item = super().get(block, timeout)
+        time.sleep(0.3)
+        return item
+
+
+@pytest.mark.standalone
+def test_a_waker_hands_on_no_more_shards_than_slots_wait_for(
+        r: redis.Redis, queue_name: str) -> None:
+    # Given the wakers of a worker on two shards, one signal-less shard, and ten signals
+    # on the first shard
+    shards = [QueueKeys(queue_name), QueueKeys(queue_name, f"{queue_name}~1")]
+    worker = SimpleNamespace(redis=r, shards=shards, stopping=threading.Event(),
+                             idle_wait_s=2.0)
+    wakers = Wakers(worker)
+    wakers._woken = _SlowHandOff()
+    r.lpush(shards[0].wake, *["1"] * 10)
+    wakers.start()
+    try:
+        # When one slot waits once, and is slow to go on after it is handed the shard
+        assert wakers.wait(5.0) == shards[0]
+        time.sleep(0.3)
+        # Then the waker took one signal for it, and handed nothing more on
+        assert r.llen(shards[0].wake) == 9
+        assert wakers._woken.qsize() == 0
+        # And a second wait is handed the shard again, for one more signal
+        assert wakers.wait(5.0) == shards[0]
+        time.sleep(0.3)
+        assert r.llen(shards[0].wake) == 8
+    finally:
+        worker.stopping.set()
+        for t in wakers.threads:
+            t.join(5)
