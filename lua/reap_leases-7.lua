@@ -10,7 +10,9 @@
   and no process could beat then. A deadline that fell in such an unwatched
   gap is not taken as a death or a lapse until the grace after the gap has
   run (its worker beats again meanwhile if it is alive); one that passed
-  before the gap is, as always.
+  before the gap is, as always. The first call (no `last`: none before it, or
+  none for the watch's hour) finds all time before it unwatched, and takes no
+  death or lapse until the grace after it has run.
 
   Input:
     KEYS[1] workers  sq:{<queue>}:workers  ZSET worker -> heartbeat deadline ms
@@ -44,7 +46,13 @@ local nowMs = now_ms()
 -- the time judged: now, or while an unwatched gap's grace runs, the gap's start
 local seen = rcall("HMGET", reapingKey, "last", "from", "to")
 local last, from, to = tonumber(seen[1]), tonumber(seen[2]), tonumber(seen[3])
-if last and nowMs - last > watchedGap then
+if not last then
+  -- no call before this one (the queue's first, or the reapers were away for the
+  -- watch's hour): no time before now was watched, and a Redis restart before it
+  -- lapsed registrations of live workers as surely as one after a call would
+  from, to = 0, nowMs
+  rcall("HSET", reapingKey, "from", from, "to", to)
+elseif nowMs - last > watchedGap then
   from, to = last, nowMs
   rcall("HSET", reapingKey, "from", from, "to", to)
 end

@@ -200,6 +200,33 @@ def test_a_worker_silent_only_while_no_reaper_could_pass_keeps_its_tokens(
                                info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
 
 
+def test_the_first_pass_after_an_outage_no_reaper_watched_keeps_a_workers_tokens(
+        r: redis.Redis, redis_url: str, queue_name: str) -> None:
+    # Given worker A holding the only token of a job of concurrency 1 (its lease runs
+    # 30 s, its registration 1.5 s), and no reaper pass yet
+    q = Queue(queue_name, redis_url)
+    job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
+    qk, token = _holder(q, job.id, 1500)
+    # When Redis answers no one for 2.5 s (a restart) before any reaper has passed
+    time.sleep(2.5)
+    reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
+    # Then the first pass ever does not presume A dead: no time before it was watched
+    # (another slot would run a second sub-request of the job while A runs one)
+    assert reaper.run_once().dead_workers == []
+    assert q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed == []
+    assert q.scripts.heartbeat(qk, "worker-a", heartbeat_ttl_ms=300, lease_ms=30_000,
+                               info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
+    # And once the grace after that first pass has run (min_idle, 2 s), a silent A is
+    # presumed dead and its token goes to another slot
+    dead: list[str] = []
+    deadline = time.monotonic() + 6
+    while not dead and time.monotonic() < deadline:
+        dead = reaper.run_once().dead_workers
+        time.sleep(0.1)
+    assert dead == ["worker-a"]
+    assert [t for t, _ in q.scripts.settle(qk, "worker-c", 0, 1, 30_000, 1).claimed] == [token]
+
+
 def test_a_worker_silent_while_the_reapers_pass_is_presumed_dead(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given worker A holding the only token of a job, and reapers passing every 0.1 s
