@@ -45,6 +45,8 @@ class Snapshots:
         self._latest: dict[str, Snapshot] = {}
         self._reading: dict[str, threading.Event] = {}
         self._errors: dict[str, BaseException] = {}
+        #: bumped by :meth:`forget`: a read begun before is not kept
+        self._gen: dict[str, int] = {}
 
     def get(self, queue: str, *, max_age_s: float | None = None) -> Snapshot:
         """The queue's latest overview; read now when there is none (or it is older
@@ -96,37 +98,38 @@ class Snapshots:
         return snap
 
     def _read_now(self, queue: str) -> Snapshot:
-        with self._lock:
-            busy = self._reading.get(queue)
-        if busy is not None:  # someone reads it now: share that read
-            busy.wait(60)
+        """A fresh overview: the read under way, if any, or one of its own; again when
+        an action dropped what a read got (:meth:`forget`)."""
+        for _ in range(3):
+            with self._lock:
+                busy = self._reading.get(queue)
+            if busy is not None:  # someone reads it now: share that read
+                busy.wait(60)
+            else:
+                self._refresh(queue)
             with self._lock:
                 snap = self._latest.get(queue)
-                error = self._errors.get(queue)
+                error = self._errors.pop(queue, None) if snap is None else None
             if snap is not None and (time.monotonic() - snap.read_at) < 60:
                 return snap
             if error is not None:
                 raise error
-        self._refresh(queue)
-        with self._lock:
-            snap = self._latest.get(queue)
-            error = self._errors.pop(queue, None)
-        if error is not None:
-            raise error
-        assert snap is not None
-        return snap
+        raise TimeoutError(f"the overview of queue {queue} could not be read")
 
     def _refresh(self, queue: str) -> None:
         with self._lock:
             if queue in self._reading:
                 return
             done = self._reading[queue] = threading.Event()
+            gen = self._gen.get(queue, 0)
         t0 = time.monotonic()
         try:
             ov = self._read(queue)
             took = time.monotonic() - t0
             with self._lock:
-                self._latest[queue] = Snapshot(ov, time.monotonic(), took)
+                if self._gen.get(queue, 0) == gen:  # else an action came meanwhile:
+                    # what was read may be from before it (the next view reads again)
+                    self._latest[queue] = Snapshot(ov, time.monotonic(), took)
                 self._errors.pop(queue, None)
         except Exception as e:  # served to whoever waits; a background read logs it
             log.debug("overview of %s failed: %s", queue, e)
@@ -140,6 +143,8 @@ class Snapshots:
             done.set()
 
     def forget(self, queue: str) -> None:
-        """Drop the queue's overview (after an action changed it: the next view reads)."""
+        """Drop the queue's overview (after an action changed it: the next view reads),
+        and the result of any read under way, which may have read before the action."""
         with self._lock:
             self._latest.pop(queue, None)
+            self._gen[queue] = self._gen.get(queue, 0) + 1
