@@ -10,9 +10,10 @@
   and no process could beat then. A deadline that fell in such an unwatched
   gap is not taken as a death or a lapse until the grace after the gap has
   run (its worker beats again meanwhile if it is alive); one that passed
-  before the gap is, as always. The first call (no `last`: none before it, or
-  none for the watch's hour) finds all time before it unwatched, and takes no
-  death or lapse until the grace after it has run.
+  before the gap is, as always. A first call (no `last`: none before it, or
+  none for the watch's hour) on a Redis that started less than the grace ago
+  finds all time before it unwatched, and takes no death or lapse until the
+  grace after it has run; on one up longer, live workers have beaten since.
 
   Input:
     KEYS[1] workers  sq:{<queue>}:workers  ZSET worker -> heartbeat deadline ms
@@ -48,10 +49,14 @@ local seen = rcall("HMGET", reapingKey, "last", "from", "to")
 local last, from, to = tonumber(seen[1]), tonumber(seen[2]), tonumber(seen[3])
 if not last then
   -- no call before this one (the queue's first, or the reapers were away for the
-  -- watch's hour): no time before now was watched, and a Redis restart before it
-  -- lapsed registrations of live workers as surely as one after a call would
-  from, to = 0, nowMs
-  rcall("HSET", reapingKey, "from", from, "to", to)
+  -- watch's hour): if Redis started less than the grace ago, a restart may have
+  -- lapsed live workers' registrations before any reaper watched, and all time
+  -- before now is taken as unwatched
+  local up = tonumber(string.match(rcall("INFO", "server"), "uptime_in_seconds:(%d+)"))
+  if up and up * 1000 < grace then
+    from, to = 0, nowMs
+    rcall("HSET", reapingKey, "from", from, "to", to)
+  end
 elseif nowMs - last > watchedGap then
   from, to = last, nowMs
   rcall("HSET", reapingKey, "from", from, "to", to)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import wait_until
+from conftest import start_redis, wait_until
 
 from streamq import JobState, Queue, Worker
 from streamq.base.keys import JobKeys, QueueKeys
@@ -200,31 +201,48 @@ def test_a_worker_silent_only_while_no_reaper_could_pass_keeps_its_tokens(
                                info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
 
 
-def test_the_first_pass_after_an_outage_no_reaper_watched_keeps_a_workers_tokens(
-        r: redis.Redis, redis_url: str, queue_name: str) -> None:
-    # Given worker A holding the only token of a job of concurrency 1 (its lease runs
-    # 30 s, its registration 1.5 s), and no reaper pass yet
-    q = Queue(queue_name, redis_url)
-    job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
-    qk, token = _holder(q, job.id, 1500)
-    # When Redis answers no one for 2.5 s (a restart) before any reaper has passed
-    time.sleep(2.5)
-    reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
-    # Then the first pass ever does not presume A dead: no time before it was watched
-    # (another slot would run a second sub-request of the job while A runs one)
-    assert reaper.run_once().dead_workers == []
-    assert q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed == []
-    assert q.scripts.heartbeat(qk, "worker-a", heartbeat_ttl_ms=300, lease_ms=30_000,
-                               info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
-    # And once the grace after that first pass has run (min_idle, 2 s), a silent A is
-    # presumed dead and its token goes to another slot
-    dead: list[str] = []
-    deadline = time.monotonic() + 6
-    while not dead and time.monotonic() < deadline:
-        dead = reaper.run_once().dead_workers
-        time.sleep(0.1)
-    assert dead == ["worker-a"]
-    assert [t for t, _ in q.scripts.settle(qk, "worker-c", 0, 1, 30_000, 1).claimed] == [token]
+@pytest.mark.standalone
+def test_the_first_pass_after_a_restart_no_reaper_watched_keeps_a_workers_tokens(
+        tmp_path: Path, queue_name: str) -> None:
+    # Given a private Redis (its data on disk) and worker A holding the only token of a
+    # job of concurrency 1 (its lease runs 30 s, its registration 1.5 s), and no
+    # reaper pass yet
+    server, url = start_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        q = Queue(queue_name, url)
+        job = q.submit(list(range(8)), concurrency=1, job_id=f"j-{queue_name}")
+        qk, token = _holder(q, job.id, 1500)
+        q.close()
+        # When Redis is killed and comes back 2.5 s later, before any reaper passed
+        server.kill()
+        server.wait(10)
+        time.sleep(2.5)
+        server, url = start_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always",
+                                  port=port)
+        q = Queue(queue_name, url)
+        reaper = Reaper(queue_name, url, min_idle_s=2, interval_s=0.1)
+        # Then the first pass ever does not presume A dead: no reaper watched the time
+        # before it (another slot would run a second sub-request of the job while A
+        # runs one), and A's next beat finds its token still its own
+        assert reaper.run_once().dead_workers == []
+        assert q.scripts.settle(qk, "worker-b", 0, 1, 30_000, 1).claimed == []
+        assert q.scripts.heartbeat(qk, "worker-a", heartbeat_ttl_ms=300, lease_ms=30_000,
+                                   info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
+        # And once the grace after the restart has run (min_idle, 2 s), a silent A is
+        # presumed dead and its token goes to another slot
+        dead: list[str] = []
+        deadline = time.monotonic() + 6
+        while not dead and time.monotonic() < deadline:
+            dead = reaper.run_once().dead_workers
+            time.sleep(0.1)
+        assert dead == ["worker-a"]
+        claimed = q.scripts.settle(qk, "worker-c", 0, 1, 30_000, 1).claimed
+        assert [t for t, _ in claimed] == [token]
+        q.close()
+    finally:
+        server.kill()
+        server.wait(10)
 
 
 def test_a_worker_silent_while_the_reapers_pass_is_presumed_dead(
