@@ -131,17 +131,15 @@ local function sq_kind_ok(kind, key, at)
               string.find(key, never, #key - #never + 1, true) ~= nil)
 end
 
-local function sq_guard(spec, KEYS, ARGV)
-  local kinds = spec.k
-  if #KEYS ~= #kinds then return sq_refuse(spec, "takes " .. #kinds .. " keys, got " .. #KEYS) end
-  local tag
-  if #kinds > 0 then
-    tag = string.match(KEYS[1], "^sq:{([^{}]*)}:")
-    if not tag then return sq_refuse(spec, "KEYS[1] is not a streamq key") end
-    if not SQ_TAG_OK[spec.tc](tag) then return sq_refuse(spec, "KEYS[1] has an invalid tag") end
-  end
-  local prefix = tag and ("sq:{" .. tag .. "}:")
-  local at = tag and #prefix + 1
+-- the checks of KEYS against the function's kinds: the keys' tag (true when it takes
+-- no keys), or nil and the refusal
+local function sq_keys_ok(spec, KEYS, kinds)
+  if #kinds == 0 then return true end
+  local tag = string.match(KEYS[1], "^sq:{([^{}]*)}:")
+  if not tag then return sq_refuse(spec, "KEYS[1] is not a streamq key") end
+  if not SQ_TAG_OK[spec.tc](tag) then return sq_refuse(spec, "KEYS[1] has an invalid tag") end
+  local prefix = "sq:{" .. tag .. "}:"
+  local at = #prefix + 1
   for i = 1, #kinds do
     local key = KEYS[i]
     if i > 1 and string.find(key, prefix, 1, true) ~= 1 then
@@ -154,6 +152,33 @@ local function sq_guard(spec, KEYS, ARGV)
       return sq_refuse(spec, "KEYS[" .. i .. "] is not a key of the kind it must be")
     end
   end
+  return tag
+end
+
+-- key lists that passed a function's key checks, by function: the list joined by NUL
+-- (no valid key holds one, and the count is checked first, so a join names one list)
+-- -> its tag. Checked once, looked up after (a shard's keys repeat on every call);
+-- emptied when it holds SQ_SEEN_MAX lists
+local SQ_SEEN, sq_seen_n, SQ_SEEN_MAX = {}, 0, 4096
+
+local function sq_guard(spec, KEYS, ARGV)
+  local kinds = spec.k
+  if #KEYS ~= #kinds then return sq_refuse(spec, "takes " .. #kinds .. " keys, got " .. #KEYS) end
+  local seen = SQ_SEEN[spec]
+  local joined = #kinds > 0 and table.concat(KEYS, "\0") or ""
+  local tag = seen and seen[joined]
+  if not tag then
+    local err
+    tag, err = sq_keys_ok(spec, KEYS, kinds)
+    if not tag then return nil, err end
+    if sq_seen_n >= SQ_SEEN_MAX then SQ_SEEN, sq_seen_n = {}, 0 end
+    seen = SQ_SEEN[spec]
+    if not seen then seen = {}; SQ_SEEN[spec] = seen end
+    seen[joined] = tag
+    sq_seen_n = sq_seen_n + 1
+  end
+  if tag == true then tag = nil end
+
   local n, err = #ARGV, nil
   local i = 1
   i, err = sq_check_list(spec.a, ARGV, i)

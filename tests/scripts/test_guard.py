@@ -187,3 +187,28 @@ def test_the_guard_refuses_what_its_contract_refuses(guards: redis.Redis, name: 
         ran += lua_ran
     # and the calls were of both kinds
     assert 0 < ran < len(calls), ran
+
+
+def test_a_key_list_accepted_once_lets_no_other_list_through(guards: redis.Redis) -> None:
+    # Given a function whose keys were accepted (the guard keeps accepted key lists)
+    paused, wake = "sq:{q1}:paused", "sq:{q1}:wake"
+    assert guards.fcall("sq_pause_queue", 2, paused, wake, "p1", 8) == b"ran"
+    # When lists near it are sent: the same keys in the other order, the two joined by a
+    # NUL (a kept list's joined form) with an empty key, the two split elsewhere, the
+    # same keys of another tag
+    near = [(wake, paused), (paused + "\0" + wake, ""), (paused, wake + "\0"),
+            (paused + wake[:-2], wake[-2:]), ("sq:{q2}:paused", wake)]
+    # Then each is refused as before
+    for keys in near:
+        with pytest.raises(redis.ResponseError, match="sq_pause_queue refused: KEYS"):
+            guards.fcall("sq_pause_queue", 2, *keys, "p1", 8)
+    # And past the bound of kept lists (4,096: they are forgotten then) every list is
+    # judged as before: 5,000 shards accepted, the bad lists still refused
+    pipe = guards.pipeline(transaction=False)
+    for i in range(5000):
+        pipe.fcall("sq_pause_queue", 2, f"sq:{{q{i}}}:paused", f"sq:{{q{i}}}:wake", "p1", 8)
+    assert set(pipe.execute()) == {b"ran"}
+    for keys in near:
+        with pytest.raises(redis.ResponseError, match="sq_pause_queue refused: KEYS"):
+            guards.fcall("sq_pause_queue", 2, *keys, "p1", 8)
+    assert guards.fcall("sq_pause_queue", 2, paused, wake, "p1", 8) == b"ran"
