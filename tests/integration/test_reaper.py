@@ -179,6 +179,16 @@ def _holder(q: Queue, job_id: str, lifetime_ms: int) -> tuple[QueueKeys, str]:
     return qk, token
 
 
+def _passes_until_dead(reaper: Reaper, within_s: float) -> list[str]:
+    """Reaper passes every 0.1 s until one finds dead workers (those), or ``within_s``."""
+    dead: list[str] = []
+    deadline = time.monotonic() + within_s
+    while not dead and time.monotonic() < deadline:
+        dead = reaper.run_once().dead_workers
+        time.sleep(0.1)
+    return dead
+
+
 def test_a_worker_silent_only_while_no_reaper_could_pass_keeps_its_tokens(
         r: redis.Redis, redis_url: str, queue_name: str) -> None:
     # Given worker A holding the only token of a job of concurrency 1 (its lease runs
@@ -231,12 +241,7 @@ def test_the_first_pass_after_a_restart_no_reaper_watched_keeps_a_workers_tokens
                                    info_ttl_ms=60_000, info={}, tokens=[(token, 0)]) == []
         # And once the grace after the restart has run (min_idle, 2 s), a silent A is
         # presumed dead and its token goes to another slot
-        dead: list[str] = []
-        deadline = time.monotonic() + 6
-        while not dead and time.monotonic() < deadline:
-            dead = reaper.run_once().dead_workers
-            time.sleep(0.1)
-        assert dead == ["worker-a"]
+        assert _passes_until_dead(reaper, 6) == ["worker-a"]
         claimed = q.scripts.settle(qk, "worker-c", 0, 1, 30_000, 1).claimed
         assert [t for t, _ in claimed] == [token]
         q.close()
@@ -253,11 +258,7 @@ def test_a_worker_silent_while_the_reapers_pass_is_presumed_dead(
     qk, token = _holder(q, job.id, 300)
     reaper = Reaper(queue_name, redis_url, min_idle_s=2, interval_s=0.1)
     # When A stays silent past its registration while the passes go on
-    dead: list[str] = []
-    deadline = time.monotonic() + 5
-    while not dead and time.monotonic() < deadline:
-        dead = reaper.run_once().dead_workers
-        time.sleep(0.1)
+    dead = _passes_until_dead(reaper, 5)
     # Then it is presumed dead (the lease-expiry window of invariant 5) and its token
     # goes to another slot
     assert dead == ["worker-a"]
