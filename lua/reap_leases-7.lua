@@ -47,18 +47,19 @@ local nowMs = now_ms()
 -- the time judged: now, or while an unwatched gap's grace runs, the gap's start
 local seen = rcall("HMGET", reapingKey, "last", "from", "to")
 local last, from, to = tonumber(seen[1]), tonumber(seen[2]), tonumber(seen[3])
+local gapFrom
 if not last then
   -- no call before this one (the queue's first, or the reapers were away for the
   -- watch's hour): if Redis started less than the grace ago, a restart may have
   -- lapsed live workers' registrations before any reaper watched, and all time
   -- before now is taken as unwatched
   local up = tonumber(string.match(rcall("INFO", "server"), "uptime_in_seconds:(%d+)"))
-  if up and up * 1000 < grace then
-    from, to = 0, nowMs
-    rcall("HSET", reapingKey, "from", from, "to", to)
-  end
+  if up and up * 1000 < grace then gapFrom = 0 end
 elseif nowMs - last > watchedGap then
-  from, to = last, nowMs
+  gapFrom = last
+end
+if gapFrom then
+  from, to = gapFrom, nowMs
   rcall("HSET", reapingKey, "from", from, "to", to)
 end
 rcall("HSET", reapingKey, "last", nowMs)

@@ -131,10 +131,9 @@ local function sq_kind_ok(kind, key, at)
               string.find(key, never, #key - #never + 1, true) ~= nil)
 end
 
--- the checks of KEYS against the function's kinds: the keys' tag (true when it takes
--- no keys), or nil and the refusal
+-- the checks of KEYS against the function's kinds (at least one: every contract names
+-- its keys): the keys' tag, or nil and the refusal
 local function sq_keys_ok(spec, KEYS, kinds)
-  if #kinds == 0 then return true end
   local tag = string.match(KEYS[1], "^sq:{([^{}]*)}:")
   if not tag then return sq_refuse(spec, "KEYS[1] is not a streamq key") end
   if not SQ_TAG_OK[spec.tc](tag) then return sq_refuse(spec, "KEYS[1] has an invalid tag") end
@@ -165,7 +164,7 @@ local function sq_guard(spec, KEYS, ARGV)
   local kinds = spec.k
   if #KEYS ~= #kinds then return sq_refuse(spec, "takes " .. #kinds .. " keys, got " .. #KEYS) end
   local seen = SQ_SEEN[spec]
-  local joined = #kinds > 0 and table.concat(KEYS, "\0") or ""
+  local joined = table.concat(KEYS, "\0")
   local tag = seen and seen[joined]
   if not tag then
     local err
@@ -177,7 +176,6 @@ local function sq_guard(spec, KEYS, ARGV)
     seen[joined] = tag
     sq_seen_n = sq_seen_n + 1
   end
-  if tag == true then tag = nil end
 
   local n, err = #ARGV, nil
   local i = 1

@@ -229,6 +229,8 @@ class Contract:
     slot: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
+        if not self.keys:  # the guard's checks start from KEYS[1]'s tag
+            raise ValueError(f"{self.name}: a function names the keys it touches")
         slots = {k.slot for k in self.keys}
         slot = "job" if slots == {"job"} else "queue" if "job" not in slots else "?"
         if slot == "?":

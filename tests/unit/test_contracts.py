@@ -10,7 +10,7 @@ import pytest
 
 from streamq.base.replies import ScriptErrorCode
 from streamq.ops import contract_docs, roles
-from streamq.storage.contract import Arg, ContractError, Counted
+from streamq.storage.contract import Arg, Contract, ContractError, Counted
 from streamq.storage.contracts import CONTRACTS, KINDS
 from streamq.storage.luaload import build_library, bundled
 
@@ -143,3 +143,9 @@ def test_every_key_kind_is_used_and_of_one_slot_class() -> None:
     assert used == set(KINDS)
     for c in CONTRACTS.values():
         assert len({k.slot == "job" for k in c.keys}) == 1, c.name
+
+
+def test_a_function_that_names_no_keys_is_refused_at_its_declaration() -> None:
+    # (the guard's checks start from KEYS[1]'s tag: lua/library/guard.lua)
+    with pytest.raises(ValueError, match="names the keys it touches"):
+        Contract("keyless", "touch nothing", ())
