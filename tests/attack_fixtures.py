@@ -40,7 +40,6 @@ from streamq import Queue, Worker
 from streamq.base.config import GROUP
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.ops.roles import acl_line
-from streamq.producer import lane
 from streamq.storage import functions
 from streamq.storage.contract import Arg, Contract, ContractError, Counted, KeyKind
 from streamq.storage.contracts import CONTRACTS, KINDS
@@ -377,8 +376,6 @@ class Maker:
         if n == "lane member":
             return f"{atk.lane_prio}|{atk.lane_client}"
         if n == "JSON record":
-            if c.name == "lane_submit":
-                return lane.record(atk.queue, atk.lane_prio, atk.lane_client, 86_400_000, 3)
             return json.dumps({"job_id": job, "state": "succeeded", "total": 2})
         if n == "field":
             return rng.choice(["0", "1"])

@@ -14,6 +14,10 @@
       the optional last group included, and nothing is left over;
     - a key bound to an argument (a worker's hash, a lane's stream) ends with
       that argument;
+    - a lane key bound to a lane member ("<prio>|<client>") is that member's
+      lane, sq:{<tag>}:lane:<prio>:<client> (or its retry set, + ":retry"), the
+      priority written without a leading zero: workers read the lane a member
+      names, so entries written under another member would be read by none;
   and returns the tag, or nil and an error reply: the function then returns
   that reply before it has written anything.
 
@@ -200,6 +204,14 @@ local function sq_guard(spec, KEYS, ARGV)
     local v, key = ARGV[b[2]], KEYS[b[1]]
     if #key < #v + 1 or string.find(key, ":" .. v, #key - #v, true) == nil then
       return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not ARGV[" .. b[2] .. "]'s key")
+    end
+  end
+  for _, b in ipairs(spec.lb) do
+    local prio, client = string.match(ARGV[b[2]], "^(%d+)|(.*)$")
+    local want = prio and (#prio == 1 or string.sub(prio, 1, 1) ~= "0") and
+      "sq:{" .. tag .. "}:lane:" .. prio .. ":" .. client .. (b[3] and ":retry" or "")
+    if KEYS[b[1]] ~= want then
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not the lane of ARGV[" .. b[2] .. "]")
     end
   end
   return tag

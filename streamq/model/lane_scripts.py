@@ -56,14 +56,16 @@ class LaneScripts(ScriptsBase):
     """Lane scripts (keys of :class:`streamq.keys.QueueKeys`)."""
 
     @staticmethod
-    def lane_submit_call(qk: QueueKeys, priority: int, client: str,
-                         jobs: Sequence[tuple[str, str, bytes, bytes]]) -> Call:
-        """Submit small jobs into one lane: (job id, JSON record, type, payload) each;
-        the reply is Redis's clock, then 1 per job submitted now, 0 per job recorded
-        before. See lane_submit-5.lua."""
-        args: list[Any] = [GROUP, lane_member(priority, client), priority, WAKE_CAP]
-        for job, record, kind, payload in jobs:
-            args += [job, record, kind, payload]
+    def lane_submit_call(qk: QueueKeys, priority: int, client: str, retention_ms: int,
+                         max_deliveries: int, jobs: Sequence[tuple[str, bytes, bytes]]) -> Call:
+        """Submit small jobs into one lane: (job id, type, payload) each, every one with
+        ``retention_ms`` and ``max_deliveries`` (the function makes their records); the
+        reply is Redis's clock, then 1 per job submitted now, 0 per job recorded before.
+        See lane_submit-5.lua."""
+        args: list[Any] = [GROUP, lane_member(priority, client), WAKE_CAP, retention_ms,
+                           max_deliveries]
+        for job, kind, payload in jobs:
+            args += [job, kind, payload]
         if tracing.ACTIVE and (trace := tracing.entry_context()):
             args.append(trace)
         return Call("lane_submit",

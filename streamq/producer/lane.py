@@ -17,7 +17,6 @@ how readers find it (:func:`shard_of_job`).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Sequence
@@ -42,29 +41,15 @@ def enabled() -> bool:
     return os.environ.get("STREAMQ_LANE", "1") != "0"
 
 
-@functools.lru_cache(maxsize=256)
-def record(tag: str, priority: int, client: str, retention_ms: int,
-           max_deliveries: int) -> str:
-    """A lane job's record as submitted (``lane_submit`` adds ``created``)."""
-    # the fields that change come first, in this order: scripts rewrite them as text
-    # (lua/includes/lane_complete.lua)
-    return json.dumps({"state": "active", "done": 0, "failed": 0, "queue": tag,
-                       "priority": priority, "client": client, "retention": retention_ms,
-                       "max_deliveries": max_deliveries}, separators=(",", ":"))
-
-
 def submit(q: Queue, jobs: Sequence[tuple[str, tuple[bytes, bytes]]], priority: int,
            client: str, max_deliveries: int) -> None:
     """Submit lane jobs (id, encoded payload), grouped by shard, in one round trip."""
     shards = q.shards
-    by_shard: dict[int, list[tuple[str, str, bytes, bytes]]] = {}
+    by_shard: dict[int, list[tuple[str, bytes, bytes]]] = {}
     for jid, (kind, payload) in jobs:
-        k = shard_index(jid, len(shards))
-        by_shard.setdefault(k, []).append(
-            (jid, record(shards[k].tag, priority, client, q.retention_ms, max_deliveries),
-             kind, payload))
-    calls = [q.scripts.lane_submit_call(shards[k], priority, client,
-                                        group[s : s + config.LANE_SUBMIT_CHUNK])
+        by_shard.setdefault(shard_index(jid, len(shards)), []).append((jid, kind, payload))
+    calls = [q.scripts.lane_submit_call(shards[k], priority, client, q.retention_ms,
+                                        max_deliveries, group[s : s + config.LANE_SUBMIT_CHUNK])
              for k, group in by_shard.items()
              for s in range(0, len(group), config.LANE_SUBMIT_CHUNK)]
     q.scripts.run_many(calls)

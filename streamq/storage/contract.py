@@ -36,6 +36,10 @@ _SHARD_RE = re.compile(NAME_CHARS + r"{1,128}(?:~[0-9]{1,4})?")
 _KEY_RE = re.compile(r"sq:\{([^{}]*)\}:(.*)", re.DOTALL)
 
 
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 class ContractError(ValueError):
     """Raised when a call does not match its script's declared contract."""
 
@@ -226,6 +230,11 @@ class Contract:
     #: ARGV positions (1-based) of a suffix: KEYS[key]'s suffix must equal
     #: ARGV[arg]'s value (a worker's hash and its id); pairs (key, arg)
     binds: tuple[tuple[int, int], ...] = ()
+    #: pairs (key, arg): KEYS[key] is the lane stream (or its retry set, by its kind) of
+    #: the lane member ARGV[arg] ("<prio>|<client>", the priority written as an integer
+    #: is, no leading zero): a worker reads the lane a member names, so a lane written
+    #: under another member would be read by none
+    lane_binds: tuple[tuple[int, int], ...] = ()
     slot: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -236,6 +245,9 @@ class Contract:
         if slot == "?":
             raise ValueError(f"{self.name}: keys of a job and of a queue in one call")
         object.__setattr__(self, "slot", slot)
+        for key_i, _ in self.lane_binds:
+            if self.keys[key_i - 1].name not in ("lane", "lane-retry"):
+                raise ValueError(f"{self.name}: KEYS[{key_i}] bound to a lane member is no lane")
 
     @property
     def numkeys(self) -> int:
@@ -277,7 +289,19 @@ class Contract:
             want = want.decode() if isinstance(want, bytes) else str(want)
             if not k.endswith(":" + want):
                 raise ContractError(f"{self.name}: KEYS[{key_i}] is not ARGV[{arg_i}]'s key")
+        for key_i, arg_i in self.lane_binds:
+            if _text(keys[key_i - 1]) != f"sq:{{{tag}}}:" + self._lane_part(key_i, args[arg_i - 1]):
+                raise ContractError(f"{self.name}: KEYS[{key_i}] is not the lane of ARGV[{arg_i}]")
         return tag
+
+    def _lane_part(self, key_i: int, member: Any) -> str:
+        """The key part of the lane (or retry set, by KEYS[key_i]'s kind) of ``member``;
+        "" (no key's) for a member whose priority has a leading zero."""
+        prio, _, client = _text(member).partition("|")
+        if prio != str(int(prio)):
+            return ""
+        return f"lane:{prio}:{client}" + (":retry" if self.keys[key_i - 1].name == "lane-retry"
+                                          else "")
 
     def _check_args(self, args: list[Any]) -> None:
         i = 0
@@ -334,6 +358,9 @@ class Contract:
 
         keys = ", ".join(k.lua_spec() for k in self.keys)
         binds = ", ".join(f"{{{k}, {a}}}" for k, a in self.binds)
+        lanes = ", ".join(f"{{{k}, {a}, {'true' if self.keys[k - 1].name == 'lane-retry' else 'false'}}}"
+                          for k, a in self.lane_binds)
         return (f"{{f={lua_string('sq_' + self.name)}, tc={lua_string(self.tag_class)}, "
                 f"k={{{keys}}}, a={{{arglist(self.args)}}}, r={{{arglist(self.rest)}}}, "
-                f"least={self.least}, t={{{arglist(self.tail)}}}, b={{{binds}}}}}")
+                f"least={self.least}, t={{{arglist(self.tail)}}}, b={{{binds}}}, "
+                f"lb={{{lanes}}}}}")

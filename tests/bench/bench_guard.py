@@ -31,13 +31,10 @@ import bench_core as core  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from streamq.producer import lane  # noqa: E402
 from streamq.storage.contracts import CONTRACTS  # noqa: E402
 from streamq.storage.luaload import LuaScript, build_library  # noqa: E402
 
 _Q = "sq:{bench}:"
-#: a small job's record as a submit sends it
-_RECORD = lane.record("bench", 50, "default", 86_400_000, 5)
 
 
 def _keys(names: str) -> list[str]:
@@ -45,8 +42,8 @@ def _keys(names: str) -> list[str]:
 
 
 def _submit(jobs: int) -> list[str]:
-    return ["workers", "50|default", "50", "64",
-            *(x for j in range(jobs) for x in (f"job{j}", _RECORD, "j", '{"n":1}'))]
+    return ["workers", "50|default", "64", "86400000", "5",
+            *(x for j in range(jobs) for x in (f"job{j}", "j", '{"n":1}'))]
 
 
 #: (label, function, KEYS, ARGV): calls of the small-job path's functions

@@ -60,8 +60,8 @@ def _lane_submit(q: Queue, priority: int, client: str, *jobs: str) -> list[int]:
     """One ``lane_submit`` call of ``jobs`` (each payload ``1``) into the lane of
     (``priority``, ``client``) of the queue's first shard; its code per job."""
     qk = q.shards[0]
-    rec = lane.record(qk.tag, priority, client, q.retention_ms, 3)
-    call = q.scripts.lane_submit_call(qk, priority, client, [(j, rec, b"j", b"1") for j in jobs])
+    call = q.scripts.lane_submit_call(qk, priority, client, q.retention_ms, 3,
+                                      [(j, b"j", b"1") for j in jobs])
     return list(q.scripts.run(call.name, call.keys, call.args)[1:])
 
 

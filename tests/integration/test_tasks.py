@@ -4,7 +4,6 @@ name; and the wire format of docs/wire-format.md: a job submitted with redis-cli
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -126,13 +125,10 @@ def test_a_job_submitted_with_redis_cli_only_runs_as_the_wire_format_says(
     tag = _raw(redis_url, "HGET", f"sq:{{{queue_name}}}:config", "shards")
     assert tag == queue_name
     qk = QueueKeys(tag)
-    record = json.dumps({"state": "active", "done": 0, "failed": 0, "queue": tag,
-                         "priority": 50, "client": "default", "retention": 86400000,
-                         "max_deliveries": 5}, separators=(",", ":"))
     # When a producer with redis-cli only calls sq_lane_submit
     reply = _cli(redis_url, "FCALL", "sq_lane_submit", "5", qk.lane(50, "default"),
-                 qk.lanes, qk.ljobs, qk.lactive, qk.wake, "workers", "50|default", "50",
-                 "64", "cli-job-1", record, "j",
+                 qk.lanes, qk.ljobs, qk.lactive, qk.wake, "workers", "50|default", "64",
+                 "86400000", "5", "cli-job-1", "j",
                  '{"task": "add", "args": [40, 2], "kwargs": {}}')
     assert reply.splitlines()[1].endswith("(integer) 1"), reply  # submitted now
     # Then the worker runs it, and its record and result read back with redis-cli
@@ -146,8 +142,45 @@ def test_a_job_submitted_with_redis_cli_only_runs_as_the_wire_format_says(
     assert q.results("cli-job-1") == {0: {"sum": 42}}
     # And the call sent again (a lost reply) changes nothing
     again = _cli(redis_url, "FCALL", "sq_lane_submit", "5", qk.lane(50, "default"),
-                 qk.lanes, qk.ljobs, qk.lactive, qk.wake, "workers", "50|default", "50",
-                 "64", "cli-job-1", record, "j", '{"task": "add", "args": [0], "kwargs": {}}')
+                 qk.lanes, qk.ljobs, qk.lactive, qk.wake, "workers", "50|default", "64",
+                 "86400000", "5", "cli-job-1", "j", '{"task": "add", "args": [0], "kwargs": {}}')
     assert again.splitlines()[1].endswith("(integer) 0"), again
     assert q.results("cli-job-1") == {0: {"sum": 42}}
+    q.close()
+
+
+def test_a_raw_submit_can_neither_strand_a_lane_nor_store_a_record_of_its_own(
+        app: Any, redis_url: str, queue_name: str) -> None:
+    # Given the queue's shard, served by the worker
+    wait_until(lambda: _raw(redis_url, "HGET", f"sq:{{{queue_name}}}:config", "shards"),
+               30, "the worker to store the queue's shards")
+    qk = QueueKeys(_raw(redis_url, "HGET", f"sq:{{{queue_name}}}:config", "shards"))
+    keys = [qk.lane(50, "default"), qk.lanes, qk.ljobs, qk.lactive, qk.wake]
+    task = '{"task": "add", "args": [1, 2], "kwargs": {}}'
+    # When a raw call writes into the lane of (50, default) under another lane's member
+    # (workers read the lane a member names), under a priority written "050", or sends
+    # its own record where the function takes an argument (the layout of a call that
+    # sent records: a JSON text a status read could not parse)
+    record = '{"state":"active","done":0,"failed":0}'
+    forged = [("0|other", "64", "86400000", "5", "raw-1", "j", task),
+              ("050|default", "64", "86400000", "5", "raw-2", "j", task),
+              ("50|default", "64", '{"state":"x"}', "5", "raw-3", "j", task),
+              ("0|other", "0", "64", "raw-4", record, "j", task),
+              ("50|default", "50", "64", "raw-5", "{junk}", "j", task)]
+    replies = [_cli(redis_url, "FCALL", "sq_lane_submit", "5", *keys, "workers", *args)
+               for args in forged]
+    # Then each is refused before it wrote anything: no lane, no record
+    for reply in replies:
+        assert "sq_lane_submit refused" in reply, reply
+    assert _raw(redis_url, "EXISTS", qk.lane(50, "default")) == "0"
+    assert _raw(redis_url, "ZCARD", qk.lanes) == "0" and _raw(redis_url, "HLEN", qk.ljobs) == "0"
+    # And a job then submitted into that lane is served, its record the function's own
+    q = Queue(queue_name)
+    job = q.submit([{"task": "add", "args": [40, 2], "kwargs": {}}])
+    assert job.wait(timeout=60).state is JobState.SUCCEEDED
+    ok = _cli(redis_url, "FCALL", "sq_lane_submit", "5", *keys, "workers", "50|default", "64",
+              "5000", "3", "raw-6", "j", task)
+    assert ok.splitlines()[1].endswith("(integer) 1"), ok
+    wait_until(lambda: q.status("raw-6").state is JobState.SUCCEEDED, 60, "raw-6 to succeed")
+    assert q.results("raw-6") == {0: {"sum": 3}}
     q.close()

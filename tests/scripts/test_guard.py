@@ -36,9 +36,11 @@ _ANY = ["", "0", "-1", "1.5", "1e3", " 1", "+1", "9" * 16, "-" + "9" * 15, "SET"
         "sq:{q1}:meta", "a b", "{x}", "x" * 129, "é".encode(), b"\xff\xfe", "1-", "1-2-3",
         "12", "entry:1-2", "entry:1-", "q1~2", "q1~", "+5", "@5", "{}", '{"a":1}', "{",
         "job#3", "job#", "5|cli", "555|cli", "rate|cli|3", "queue", "client:cli", "1.5|10",
-        "1|", "j|d", "j|", "|d", "j|a b", "0-0", "1" * 20 + "-1", "1" * 21 + "-1", "r", "p"]
+        "1|", "j|d", "j|", "|d", "j|a b", "0-0", "1" * 20 + "-1", "1" * 21 + "-1", "r", "p",
+        "05|cli", "0|cli", "5|cli:x"]
 #: parts of keys a kind with a suffix may get
 _PARTS = ["worker:w-1", "worker:", "worker:a b", "lane:5:cli", "lane:55:cli", "lane:555:cli",
+          "lane:05:cli", "lane:0:cli",
           "lane:5:cli:retry", "lane:5:", "tasks", "announced:j|1|f|2", "announced:",
           "replayed:j|f|1", "replayed-id:1-2", "replayed-id:1-", "meta", "lanes"]
 _TAGS = {"job": ["q1/j1"], "queue": ["q1"], "shard": ["q1", "q1~3"],
@@ -128,6 +130,9 @@ class _Calls:
         for key_i, arg_i in c.binds:
             if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
                 keys[key_i - 1] = f"sq:{{{tag}}}:worker:{args[arg_i - 1]}"
+        for key_i, arg_i in c.lane_binds:  # a lane key is its member's lane, mostly
+            if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
+                keys[key_i - 1] = f"sq:{{{tag}}}:" + _lane_of(c, key_i, args[arg_i - 1])
         if keys and rng.random() < 0.08:
             i = rng.randrange(len(keys))
             keys[i] = rng.choice([f"sq:{{{rng.choice(_BAD_TAGS)}}}:{c.keys[i].name}",
@@ -136,6 +141,13 @@ class _Calls:
         if rng.random() < 0.03:
             keys = keys[:-1] if keys and rng.random() < 0.5 else [*keys, keys[0] if keys else "k"]
         return keys, args
+
+
+def _lane_of(c: Contract, key_i: int, member: str) -> str:
+    """The key part of ``member``'s lane as KEYS[key_i]'s kind names it (its stream or
+    its retry set), written as the member writes its priority."""
+    prio, _, client = member.partition("|")
+    return f"lane:{prio}:{client}" + (":retry" if c.keys[key_i - 1].name == "lane-retry" else "")
 
 
 def _passes(c: Contract, keys: list[Any], args: list[Any]) -> bool:
@@ -212,3 +224,33 @@ def test_a_key_list_accepted_once_lets_no_other_list_through(guards: redis.Redis
         with pytest.raises(redis.ResponseError, match="sq_pause_queue refused: KEYS"):
             guards.fcall("sq_pause_queue", 2, *keys, "p1", 8)
     assert guards.fcall("sq_pause_queue", 2, paused, wake, "p1", 8) == b"ran"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CONTRACTS.items() if c.lane_binds))
+def test_a_lane_key_is_held_to_the_member_it_is_written_under(
+        guards: redis.Redis, name: str) -> None:
+    # Given a valid call of a function that names a lane and its member (workers read
+    # the lane a member names: a lane written under another would be read by none)
+    c = CONTRACTS[name]
+    made = _Calls(c, random.Random(f"lane-bind:{name}"))
+    keys, args = next(call for call in (made.call() for _ in range(5000))
+                      if _passes(c, *call) and "|cli" in str(call[1][c.lane_binds[0][1] - 1]))
+    assert guards.fcall(f"sq_{name}", len(keys), *keys, *args) == b"ran"
+    member_at = c.lane_binds[0][1] - 1
+    prio, client = str(args[member_at]).split("|", 1)
+    # When the member names another client's lane, another priority's, or the same
+    # priority written with a leading zero (keys written the same way)
+    other = [f"{prio}|other", f"{(int(prio) + 1) % 100}|{client}"]
+    calls = [(keys, [*args[:member_at], m, *args[member_at + 1:]]) for m in other]
+    zero = f"0{int(prio)}|{client}" if int(prio) < 10 else ""
+    if zero:
+        tag = str(keys[0]).split("}", 1)[0] + "}:"
+        calls.append(([tag + _lane_of(c, k + 1, zero)
+                       if any(k + 1 == key_i for key_i, _ in c.lane_binds) else key
+                       for k, key in enumerate(keys)],
+                      [*args[:member_at], zero, *args[member_at + 1:]]))
+    # Then the guard refuses each, and so does the contract's Python twin
+    for bad_keys, bad_args in calls:
+        with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: KEYS"):
+            guards.fcall(f"sq_{name}", len(bad_keys), *bad_keys, *bad_args)
+        assert not _passes(c, bad_keys, bad_args), (bad_keys, bad_args)
