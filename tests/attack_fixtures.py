@@ -447,6 +447,11 @@ class Maker:
         if len(keys) == 1 and exact in KINDS and KINDS[exact].slot == "job" and \
                 keys[0].endswith(":" + exact):
             keys = [f"sq:{{{self.atk.queue}/{job}}}:{exact}"]  # a job's part: its tag
+        for key_i, at in c.key_of:  # a key named after the call's arguments
+            keys[key_i - 1] = (f"sq:{{{tag}}}:{c.keys[key_i - 1].name}:"
+                               + "|".join(str(args[a - 1]) for a in at))
+        for key_i, other in c.retry_of:
+            keys[key_i - 1] = keys[other - 1] + ":retry"
         c.check(keys, args)  # the generator makes only what the contract accepts
         return Call(name, len(keys), keys, args)
 

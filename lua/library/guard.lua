@@ -18,6 +18,9 @@
       lane, sq:{<tag>}:lane:<prio>:<client> (or its retry set, + ":retry"), the
       priority written without a leading zero: workers read the lane a member
       names, so entries written under another member would be read by none;
+    - a key named after arguments (a dead letter's marker) is its kind's part
+      and those arguments joined by "|", and a lane's retry set named beside its
+      lane is that lane's (+ ":retry");
   and returns the tag, or nil and an error reply: the function then returns
   that reply before it has written anything.
 
@@ -212,6 +215,18 @@ local function sq_guard(spec, KEYS, ARGV)
       "sq:{" .. tag .. "}:lane:" .. prio .. ":" .. client .. (b[3] and ":retry" or "")
     if KEYS[b[1]] ~= want then
       return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not the lane of ARGV[" .. b[2] .. "]")
+    end
+  end
+  for _, b in ipairs(spec.ko) do
+    local parts = {}
+    for n, a in ipairs(b[2]) do parts[n] = ARGV[a] end
+    if KEYS[b[1]] ~= "sq:{" .. tag .. "}:" .. b[3] .. ":" .. table.concat(parts, "|") then
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not the key of its arguments")
+    end
+  end
+  for _, b in ipairs(spec.ro) do
+    if KEYS[b[1]] ~= KEYS[b[2]] .. ":retry" then
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not KEYS[" .. b[2] .. "]'s retry set")
     end
   end
   return tag

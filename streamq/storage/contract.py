@@ -235,6 +235,12 @@ class Contract:
     #: is, no leading zero): a worker reads the lane a member names, so a lane written
     #: under another member would be read by none
     lane_binds: tuple[tuple[int, int], ...] = ()
+    #: KEYS[key] is its kind's part followed by the ARGV values at the positions given,
+    #: joined by "|" (a dead letter's marker names the letter the call copies): pairs
+    #: (key, positions)
+    key_of: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    #: pairs (key, other): KEYS[key] is KEYS[other]'s retry set (KEYS[other] + ":retry")
+    retry_of: tuple[tuple[int, int], ...] = ()
     slot: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -248,6 +254,12 @@ class Contract:
         for key_i, _ in self.lane_binds:
             if self.keys[key_i - 1].name not in ("lane", "lane-retry"):
                 raise ValueError(f"{self.name}: KEYS[{key_i}] bound to a lane member is no lane")
+        for key_i, _ in self.key_of:
+            if not self.keys[key_i - 1].regex:
+                raise ValueError(f"{self.name}: KEYS[{key_i}] has no part to bind")
+        for key_i, other in self.retry_of:
+            if (self.keys[key_i - 1].name, self.keys[other - 1].name) != ("lane-retry", "lane"):
+                raise ValueError(f"{self.name}: KEYS[{key_i}] is not KEYS[{other}]'s retry set")
 
     @property
     def numkeys(self) -> int:
@@ -292,6 +304,13 @@ class Contract:
         for key_i, arg_i in self.lane_binds:
             if _text(keys[key_i - 1]) != f"sq:{{{tag}}}:" + self._lane_part(key_i, args[arg_i - 1]):
                 raise ContractError(f"{self.name}: KEYS[{key_i}] is not the lane of ARGV[{arg_i}]")
+        for key_i, at in self.key_of:
+            want = "|".join(_text(args[a - 1]) for a in at)
+            if _text(keys[key_i - 1]) != f"sq:{{{tag}}}:{self.keys[key_i - 1].name}:{want}":
+                raise ContractError(f"{self.name}: KEYS[{key_i}] is not the key of its arguments")
+        for key_i, other in self.retry_of:
+            if _text(keys[key_i - 1]) != _text(keys[other - 1]) + ":retry":
+                raise ContractError(f"{self.name}: KEYS[{key_i}] is not KEYS[{other}]'s retry set")
         return tag
 
     def _lane_part(self, key_i: int, member: Any) -> str:
@@ -360,7 +379,10 @@ class Contract:
         binds = ", ".join(f"{{{k}, {a}}}" for k, a in self.binds)
         lanes = ", ".join(f"{{{k}, {a}, {'true' if self.keys[k - 1].name == 'lane-retry' else 'false'}}}"
                           for k, a in self.lane_binds)
+        key_of = ", ".join(f"{{{k}, {{{', '.join(map(str, at))}}}, "
+                           f"{lua_string(self.keys[k - 1].name)}}}" for k, at in self.key_of)
+        retry_of = ", ".join(f"{{{k}, {o}}}" for k, o in self.retry_of)
         return (f"{{f={lua_string('sq_' + self.name)}, tc={lua_string(self.tag_class)}, "
                 f"k={{{keys}}}, a={{{arglist(self.args)}}}, r={{{arglist(self.rest)}}}, "
                 f"least={self.least}, t={{{arglist(self.tail)}}}, b={{{binds}}}, "
-                f"lb={{{lanes}}}}}")
+                f"lb={{{lanes}}}, ko={{{key_of}}}, ro={{{retry_of}}}}}")

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from streamq import DeadLetterReplayed, JobState, NonRetryable, Queue, Worker
 from streamq.base.keys import JobKeys
+from streamq.base.members import dead_letter_key
 from streamq.cli import app
 from streamq.model.scripts import Scripts
 from streamq.producer import deadletters
@@ -138,6 +139,32 @@ def test_a_resent_announce_adds_one_copy(
     # Then the dead stream holds one copy
     assert r.xlen(q.keys.dead) == 1
     assert not r.exists(JobKeys(sj.id, queue_name).unannounced)
+
+
+def test_a_forged_announce_marker_keeps_no_dead_letter_out_of_the_dead_stream(
+    r: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    # Given a job whose first sub-request will be dead-lettered, and the name its dead
+    # letter's marker will have (its job, creation time, field and serial)
+    q = Queue(queue_name, redis_url)
+    sj = q.open(max_deliveries=1)
+    sj.add_many(["a", "b"])
+    created = q.status(sj.id).created_ms
+    letter = dead_letter_key(sj.id, created, "0", 1)
+    # When a credential that may announce sets that marker first, copying a letter of
+    # another job under it (the marker is what tells a later announce "done before")
+    forged = q.scripts.announce_call(q.keys, letter, 3_600_000, 1000,
+                                     ("other-job", "0", "forged", 1, 1, b"b", b"x", 1, created))
+    # Then the call (sent as it is: the client's own check would stop it first) is
+    # refused, and nothing is written
+    with pytest.raises(redis.ResponseError, match="sq_announce refused: KEYS"):
+        r.fcall("sq_announce", len(forged.keys), *forged.keys, *forged.args)
+    assert not r.exists(q.keys.announced(letter)) and r.xlen(q.keys.dead) == 0
+    # And the job's dead letter, when it comes, is announced in the dead stream
+    dead_letter_directly(q, sj.id, 0)
+    assert deadletters.announce(q.scripts, q.keys, sj.id).added == 1
+    assert [d.job_id for d in q.dead_letters()] == [sj.id]
+    assert r.get(q.keys.announced(letter)) is not None
 
 
 def test_two_announcers_racing_add_one_copy_each(

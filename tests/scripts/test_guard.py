@@ -130,6 +130,13 @@ class _Calls:
         for key_i, arg_i in c.binds:
             if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
                 keys[key_i - 1] = f"sq:{{{tag}}}:worker:{args[arg_i - 1]}"
+        for key_i, at in c.key_of:  # a key named after arguments is theirs, mostly
+            if rng.random() < 0.9 and len(args) >= max(at):
+                keys[key_i - 1] = (f"sq:{{{tag}}}:{c.keys[key_i - 1].name}:"
+                                   + "|".join(_str(args[a - 1]) for a in at))
+        for key_i, other in c.retry_of:
+            if rng.random() < 0.9:
+                keys[key_i - 1] = keys[other - 1] + ":retry"
         for key_i, arg_i in c.lane_binds:  # a lane key is its member's lane, mostly
             if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
                 keys[key_i - 1] = f"sq:{{{tag}}}:" + _lane_of(c, key_i, args[arg_i - 1])
@@ -141,6 +148,10 @@ class _Calls:
         if rng.random() < 0.03:
             keys = keys[:-1] if keys and rng.random() < 0.5 else [*keys, keys[0] if keys else "k"]
         return keys, args
+
+
+def _str(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
 def _lane_of(c: Contract, key_i: int, member: str) -> str:
@@ -254,3 +265,31 @@ def test_a_lane_key_is_held_to_the_member_it_is_written_under(
         with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: KEYS"):
             guards.fcall(f"sq_{name}", len(bad_keys), *bad_keys, *bad_args)
         assert not _passes(c, bad_keys, bad_args), (bad_keys, bad_args)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CONTRACTS.items()
+                                        if c.key_of or c.retry_of))
+def test_a_key_named_after_arguments_or_beside_its_lane_is_held_to_them(
+        guards: redis.Redis, name: str) -> None:
+    # Given a valid call of a function whose key is named after its arguments (a dead
+    # letter's marker: the letter it copies) or is a lane's retry set beside that lane
+    c = CONTRACTS[name]
+    made = _Calls(c, random.Random(f"key-of:{name}"))
+    keys, args = next(call for call in (made.call() for _ in range(5000)) if _passes(c, *call))
+    assert guards.fcall(f"sq_{name}", len(keys), *keys, *args) == b"ran"
+    # When that key names another letter (one argument of its name changed) or the
+    # retry set of another lane
+    bad: list[list[Any]] = []
+    for key_i, _ in c.key_of:
+        bad.append([*keys[: key_i - 1], keys[key_i - 1] + "9", *keys[key_i:]])
+        bad.append([*keys[: key_i - 1], keys[key_i - 1].rsplit("|", 1)[0] + "|0x",
+                    *keys[key_i:]])
+    for key_i, other in c.retry_of:
+        lane = keys[other - 1]
+        bad.append([*keys[: key_i - 1], lane[: lane.rindex(":")] + ":other:retry",
+                    *keys[key_i:]])
+    # Then the guard refuses each, and so does the contract's Python twin
+    for bad_keys in bad:
+        with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: KEYS"):
+            guards.fcall(f"sq_{name}", len(bad_keys), *bad_keys, *args)
+        assert not _passes(c, bad_keys, args), bad_keys
