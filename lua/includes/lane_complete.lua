@@ -88,7 +88,7 @@ end
 ]]
 local LANE_INLINE = 1024
 
--- the settings of a record as submitted (streamq.producer.lane.record, then `created`)
+-- the settings of a record as submitted (made by lane_submit-5.lua, `created` last)
 -- with nothing after them, read with one match: priority, client, retention,
 -- max_deliveries, created (all text); nil for a record of another layout (a retry
 -- token or a closer after them), which is read field by field

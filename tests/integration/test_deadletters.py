@@ -160,11 +160,25 @@ def test_a_forged_announce_marker_keeps_no_dead_letter_out_of_the_dead_stream(
     with pytest.raises(redis.ResponseError, match="sq_announce refused: KEYS"):
         r.fcall("sq_announce", len(forged.keys), *forged.keys, *forged.args)
     assert not r.exists(q.keys.announced(letter)) and r.xlen(q.keys.dead) == 0
-    # And the job's dead letter, when it comes, is announced in the dead stream
+    # When the call names the letter itself, with contents of its own (all four parts
+    # of a letter's name can be foreseen), it copies them: a worker may fail entries
+    own = [*forged.args[:2], sj.id, "0", "forged", 1, 1, b"b", b"x", 1, created]
+    assert r.fcall("sq_announce", len(forged.keys), *forged.keys, *own)[0] == 1
+    # Then the job's dead letter, when it comes, is announced in the dead stream all the
+    # same (the marker names an entry of other contents: not this letter's copy), and
+    # the marker then names it; announced again, it is not copied twice
     dead_letter_directly(q, sj.id, 0)
     assert deadletters.announce(q.scripts, q.keys, sj.id).added == 1
-    assert [d.job_id for d in q.dead_letters()] == [sj.id]
-    assert r.get(q.keys.announced(letter)) is not None
+    copies = {f[b"error"]: eid.decode() for eid, f in r.xrange(q.keys.dead)}
+    assert sorted(copies) == [b"boom", b"forged"], copies
+    assert [d.error for d in q.dead_letters()] == ["boom"]  # a letter's newest copy
+    real = q.dead_letters()[0]
+    assert r.get(q.keys.announced(letter)) == real.id.encode()
+    f = r.xrange(q.keys.dead, real.id, real.id)[0][1]
+    again = q.scripts.announce_call(q.keys, letter, 3_600_000, 1000, [
+        f[k] for k in (b"job", b"index", b"error", b"attempts", b"at", b"t", b"p", b"n", b"c")])
+    assert q.scripts.run(again.name, again.keys, again.args) == [0, real.id.encode()]
+    assert r.xlen(q.keys.dead) == 2
 
 
 def test_two_announcers_racing_add_one_copy_each(
