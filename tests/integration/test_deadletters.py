@@ -27,6 +27,13 @@ from streamq.storage.connection import connect
 StartWorker = Callable[..., Worker]
 
 
+def two_entry_job(q: Queue) -> Any:
+    """An open job of two sub-requests, each dead-lettered at its first failure."""
+    sj = q.open(max_deliveries=1)
+    sj.add_many(["a", "b"])
+    return sj
+
+
 def dead_letter_directly(q: Queue, job_id: str, index: int, error: str = "boom") -> None:
     """Dead-letter sub-request ``index`` of a live job as a worker would (read + fail),
     without announcing it: the state a crash right after ``fail`` leaves."""
@@ -125,8 +132,7 @@ def test_a_resent_announce_adds_one_copy(
     r: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     q = Queue(queue_name, redis_url)
-    sj = q.open(max_deliveries=1)
-    sj.add_many(["a", "b"])
+    sj = two_entry_job(q)
     dead_letter_directly(q, sj.id, 0)
     port = r.connection_pool.connection_kwargs["port"]
     with ReplyDropProxy(port) as proxy:
@@ -147,8 +153,7 @@ def test_a_forged_announce_marker_keeps_no_dead_letter_out_of_the_dead_stream(
     # Given a job whose first sub-request will be dead-lettered, and the name its dead
     # letter's marker will have (its job, creation time, field and serial)
     q = Queue(queue_name, redis_url)
-    sj = q.open(max_deliveries=1)
-    sj.add_many(["a", "b"])
+    sj = two_entry_job(q)
     created = q.status(sj.id).created_ms
     letter = dead_letter_key(sj.id, created, "0", 1)
     # When a credential that may announce sets that marker first, copying a letter of
