@@ -16,7 +16,8 @@
       that argument;
     - a lane key bound to a lane member ("<prio>|<client>") is that member's
       lane, sq:{<tag>}:lane:<prio>:<client> (or its retry set, + ":retry"), the
-      priority written without a leading zero: workers read the lane a member
+      priority written without a leading zero, the client a name of at most 128
+      characters (as every name): workers read the lane a member
       names, so entries written under another member would be read by none;
     - a key named after arguments (a dead letter's marker) is its kind's part
       and those arguments joined by "|", and a lane's retry set named beside its
@@ -211,7 +212,7 @@ local function sq_guard(spec, KEYS, ARGV)
   end
   for _, b in ipairs(spec.lb) do
     local prio, client = string.match(ARGV[b[2]], "^(%d+)|(.*)$")
-    local want = prio and (#prio == 1 or string.sub(prio, 1, 1) ~= "0") and
+    local want = prio and (#prio == 1 or string.sub(prio, 1, 1) ~= "0") and #client <= 128 and
       "sq:{" .. tag .. "}:lane:" .. prio .. ":" .. client .. (b[3] and ":retry" or "")
     if KEYS[b[1]] ~= want then
       return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not the lane of ARGV[" .. b[2] .. "]")

@@ -249,17 +249,17 @@ def test_a_lane_key_is_held_to_the_member_it_is_written_under(
     assert guards.fcall(f"sq_{name}", len(keys), *keys, *args) == b"ran"
     member_at = c.lane_binds[0][1] - 1
     prio, client = str(args[member_at]).split("|", 1)
-    # When the member names another client's lane, another priority's, or the same
-    # priority written with a leading zero (keys written the same way)
+    # When the member names another client's lane, another priority's, or (keys written
+    # the same way) the same priority written with a leading zero, or a client name of
+    # 129 characters (names have at most 128)
     other = [f"{prio}|other", f"{(int(prio) + 1) % 100}|{client}"]
     calls = [(keys, [*args[:member_at], m, *args[member_at + 1:]]) for m in other]
-    zero = f"0{int(prio)}|{client}" if int(prio) < 10 else ""
-    if zero:
-        tag = str(keys[0]).split("}", 1)[0] + "}:"
-        calls.append(([tag + _lane_of(c, k + 1, zero)
+    tag = str(keys[0]).split("}", 1)[0] + "}:"
+    for odd in ([f"0{int(prio)}|{client}"] if int(prio) < 10 else []) + [f"{prio}|{'c' * 129}"]:
+        calls.append(([tag + _lane_of(c, k + 1, odd)
                        if any(k + 1 == key_i for key_i, _ in c.lane_binds) else key
                        for k, key in enumerate(keys)],
-                      [*args[:member_at], zero, *args[member_at + 1:]]))
+                      [*args[:member_at], odd, *args[member_at + 1:]]))
     # Then the guard refuses each, and so does the contract's Python twin
     for bad_keys, bad_args in calls:
         with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: KEYS"):
