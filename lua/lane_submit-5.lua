@@ -58,10 +58,11 @@ local nowMs = now_ms()
 local out, added = {nowMs}, 0
 local now = int_text(nowMs)  -- once for every job (includes/int_text)
 -- the record of every job of this call (streamq.producer.lane.parse reads it): its
--- numbers written as integers (int_text), its names checked by the guard (no JSON
--- escape needed), its queue the tag
+-- numbers written as integers (int_text; the guard holds the member's priority to one
+-- with no leading zero), its names checked by the guard (no JSON escape needed), its
+-- queue the tag
 local record = '{"state":"active","done":0,"failed":0,"queue":"' .. SQ_TAG ..
-  '","priority":' .. int_text(tonumber(prio)) .. ',"client":"' .. client ..
+  '","priority":' .. prio .. ',"client":"' .. client ..
   '","retention":' .. int_text(tonumber(ARGV[4])) ..
   ',"max_deliveries":' .. int_text(tonumber(ARGV[5])) .. ',"created":' .. now .. '}'
 -- the records read with one command (a job recorded before is left alone), the new

@@ -12,15 +12,13 @@
     - every ARGV[i] matches its declared type (integer range, enum, name,
       token, stream entry id, intent, bounded text, pattern), the repeated groups and
       the optional last group included, and nothing is left over;
-    - a key bound to an argument (a worker's hash, a lane's stream) ends with
-      that argument;
     - a lane key bound to a lane member ("<prio>|<client>") is that member's
       lane, sq:{<tag>}:lane:<prio>:<client> (or its retry set, + ":retry"), the
       priority written without a leading zero, the client a name of at most 128
       characters (as every name): workers read the lane a member
       names, so entries written under another member would be read by none;
-    - a key named after arguments (a dead letter's marker) is its kind's part
-      and those arguments joined by "|", and a lane's retry set named beside its
+    - a key named after arguments (a worker's hash, a dead letter's marker) is
+      its kind's part and those arguments joined by "|", and a lane's retry set named beside its
       lane is that lane's (+ ":retry");
   and returns the tag, or nil and an error reply: the function then returns
   that reply before it has written anything.
@@ -204,12 +202,6 @@ local function sq_guard(spec, KEYS, ARGV)
     if not i then return sq_refuse(spec, err) end
   end
   if i ~= n + 1 then return sq_refuse(spec, (n - i + 1) .. " argument(s) more than it takes") end
-  for _, b in ipairs(spec.b) do
-    local v, key = ARGV[b[2]], KEYS[b[1]]
-    if #key < #v + 1 or string.find(key, ":" .. v, #key - #v, true) == nil then
-      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not ARGV[" .. b[2] .. "]'s key")
-    end
-  end
   for _, b in ipairs(spec.lb) do
     local prio, client = string.match(ARGV[b[2]], "^(%d+)|(.*)$")
     local want = prio and (#prio == 1 or string.sub(prio, 1, 1) ~= "0") and #client <= 128 and
@@ -222,7 +214,8 @@ local function sq_guard(spec, KEYS, ARGV)
     local parts = {}
     for n, a in ipairs(b[2]) do parts[n] = ARGV[a] end
     if KEYS[b[1]] ~= "sq:{" .. tag .. "}:" .. b[3] .. ":" .. table.concat(parts, "|") then
-      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not the key of its arguments")
+      return sq_refuse(spec, "KEYS[" .. b[1] .. "] is not ARGV[" .. table.concat(b[2], ",") ..
+                       "]'s key")
     end
   end
   for _, b in ipairs(spec.ro) do

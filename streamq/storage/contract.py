@@ -227,17 +227,14 @@ class Contract:
     flags: tuple[str, ...] = ()
     #: the function publishes completions (on channels built from its tag)
     publishes: bool = False
-    #: ARGV positions (1-based) of a suffix: KEYS[key]'s suffix must equal
-    #: ARGV[arg]'s value (a worker's hash and its id); pairs (key, arg)
-    binds: tuple[tuple[int, int], ...] = ()
     #: pairs (key, arg): KEYS[key] is the lane stream (or its retry set, by its kind) of
     #: the lane member ARGV[arg] ("<prio>|<client>", the priority written as an integer
     #: is, no leading zero): a worker reads the lane a member names, so a lane written
     #: under another member would be read by none
     lane_binds: tuple[tuple[int, int], ...] = ()
-    #: KEYS[key] is its kind's part followed by the ARGV values at the positions given,
-    #: joined by "|" (a dead letter's marker names the letter the call copies): pairs
-    #: (key, positions)
+    #: KEYS[key] is its kind's part followed by the ARGV values at the positions given
+    #: (1-based), joined by "|": a worker's hash is ``worker:<its id>``, a dead letter's
+    #: marker names the letter the call copies; pairs (key, positions)
     key_of: tuple[tuple[int, tuple[int, ...]], ...] = ()
     #: pairs (key, other): KEYS[key] is KEYS[other]'s retry set (KEYS[other] + ":retry")
     retry_of: tuple[tuple[int, int], ...] = ()
@@ -294,20 +291,14 @@ class Contract:
             if not kind.part_ok(m[2]):
                 raise ContractError(f"{self.name}: KEYS[{i}] {k!r} is not a {kind.pattern} key")
         self._check_args(list(args))
-        for key_i, arg_i in self.binds:
-            k = keys[key_i - 1]
-            k = k.decode() if isinstance(k, bytes) else str(k)
-            want = args[arg_i - 1]
-            want = want.decode() if isinstance(want, bytes) else str(want)
-            if not k.endswith(":" + want):
-                raise ContractError(f"{self.name}: KEYS[{key_i}] is not ARGV[{arg_i}]'s key")
         for key_i, arg_i in self.lane_binds:
             if _text(keys[key_i - 1]) != f"sq:{{{tag}}}:" + self._lane_part(key_i, args[arg_i - 1]):
                 raise ContractError(f"{self.name}: KEYS[{key_i}] is not the lane of ARGV[{arg_i}]")
         for key_i, at in self.key_of:
             want = "|".join(_text(args[a - 1]) for a in at)
             if _text(keys[key_i - 1]) != f"sq:{{{tag}}}:{self.keys[key_i - 1].name}:{want}":
-                raise ContractError(f"{self.name}: KEYS[{key_i}] is not the key of its arguments")
+                raise ContractError(f"{self.name}: KEYS[{key_i}] is not "
+                                    f"ARGV[{','.join(map(str, at))}]'s key")
         for key_i, other in self.retry_of:
             if _text(keys[key_i - 1]) != _text(keys[other - 1]) + ":retry":
                 raise ContractError(f"{self.name}: KEYS[{key_i}] is not KEYS[{other}]'s retry set")
@@ -376,7 +367,6 @@ class Contract:
             return ", ".join(out)
 
         keys = ", ".join(k.lua_spec() for k in self.keys)
-        binds = ", ".join(f"{{{k}, {a}}}" for k, a in self.binds)
         lanes = ", ".join(f"{{{k}, {a}, {'true' if self.keys[k - 1].name == 'lane-retry' else 'false'}}}"
                           for k, a in self.lane_binds)
         key_of = ", ".join(f"{{{k}, {{{', '.join(map(str, at))}}}, "
@@ -384,5 +374,5 @@ class Contract:
         retry_of = ", ".join(f"{{{k}, {o}}}" for k, o in self.retry_of)
         return (f"{{f={lua_string('sq_' + self.name)}, tc={lua_string(self.tag_class)}, "
                 f"k={{{keys}}}, a={{{arglist(self.args)}}}, r={{{arglist(self.rest)}}}, "
-                f"least={self.least}, t={{{arglist(self.tail)}}}, b={{{binds}}}, "
+                f"least={self.least}, t={{{arglist(self.tail)}}}, "
                 f"lb={{{lanes}}}, ko={{{key_of}}}, ro={{{retry_of}}}}}")

@@ -217,7 +217,7 @@ _LIST = [
               Counted("stats pairs", (tok("stat"), i("count", -_N))),
               Counted("description pairs", (tok("field", size=64), text("value", 4096)), 100)),
              rest=(TOKEN, tok("owner")), reply="tokens lost", roles=_W, flags=("allow-oom",),
-             binds=((2, 1),)),
+             key_of=((2, (1,)),)),
     Contract("intend_jobs", "record submits' intents in `creating`", _k("creating"),
              rest=(Arg("intent", "intent"),), least=1, reply="count", roles=_PR),
     Contract("lane_ack", "acknowledge small jobs and complete them", _k(
@@ -370,7 +370,7 @@ _LIST = [
              flags=("allow-oom",)),
     Contract("unregister", "remove a worker that stops", _k("workers worker"),
              (tok("worker id"),), reply="0|1", roles=_W, flags=("allow-oom",),
-             binds=((2, 1),)),
+             key_of=((2, (1,)),)),
 ]
 
 #: script name -> its contract

@@ -127,9 +127,6 @@ class _Calls:
             args.append(rng.choice(_ANY))
         tag = rng.choice(_TAGS[c.tag_class])
         keys = [f"sq:{{{tag}}}:{self.part(k)}" for k in c.keys]
-        for key_i, arg_i in c.binds:
-            if rng.random() < 0.9 and len(args) >= arg_i and isinstance(args[arg_i - 1], str):
-                keys[key_i - 1] = f"sq:{{{tag}}}:worker:{args[arg_i - 1]}"
         for key_i, at in c.key_of:  # a key named after arguments is theirs, mostly
             if rng.random() < 0.9 and len(args) >= max(at):
                 keys[key_i - 1] = (f"sq:{{{tag}}}:{c.keys[key_i - 1].name}:"
