@@ -373,7 +373,7 @@ class Maker:
             return job
         if n == "job":  # schedule_retry: a job, or a rate-limit wait of one
             return rng.choice([job, f"rate|{job}|1"])
-        if n == "lane member":
+        if n in ("lane member", "new lane member"):  # (a new one: the same lane)
             return f"{atk.lane_prio}|{atk.lane_client}"
         if n == "JSON record":
             return json.dumps({"job_id": job, "state": "succeeded", "total": 2})

@@ -19,6 +19,14 @@ LANES = ["small", "job"]
 StartWorker = Callable[..., Worker]
 
 
+def submit_on(q: Queue, lane: str, payloads: list[Any], **kw: Any) -> Job:
+    """A one-entry job on the small-job lane (``lane`` "small"), or the same job on a
+    stream of its own ("job": a job id of its own)."""
+    if lane == "job":
+        kw["job_id"] = f"own-{uuid.uuid4().hex[:8]}"
+    return q.submit(payloads, **kw)
+
+
 @dataclass
 class Gate:
     """A handler's gate: payloads with ``"block": true`` note their start and wait for
@@ -62,9 +70,7 @@ class Ctx:
 
     def submit(self, payloads: list[Any], **kw: Any) -> Job:
         """A one-entry job on the small-job lane, or the same job on a stream of its own."""
-        if self.lane == "job":
-            kw["job_id"] = f"own-{uuid.uuid4().hex[:8]}"
-        return self.q.submit(payloads, **kw)
+        return submit_on(self.q, self.lane, payloads, **kw)
 
     def rides(self, job_id: str) -> str:
         """The lane a job took: "job" (a meta hash of its own) or "small"."""

@@ -3,12 +3,11 @@
   still pending with `consumer` is acknowledged and deleted and, when
   keep(fields) says so, copied (all fields) to a new entry at the end of the
   stream, so another worker reads it as new and no delivery is spent. The copy
-  keeps when the entry was first queued: field "q" (ms, the first id's time),
-  added after the others unless the entry has it already, so the queue wait a
-  worker measures counts from then, not from the hand-back. An entry not
+  keeps when the entry was first queued (includes/copy_entry). An entry not
   pending with that consumer (reclaimed meanwhile) is left alone. Returns how
   many were copied.
 ]]
+--- @include "includes/copy_entry"
 local function hand_back(stream, group, consumer, first, keep)
   local moved = 0
   for j = first, #ARGV do
@@ -20,16 +19,7 @@ local function hand_back(stream, group, consumer, first, keep)
       rcall("XDEL", stream, id)
       local fields = entry[1][2]
       if keep(fields) then
-        local args, queued = {"XADD", stream, "*"}, false
-        for k = 1, #fields do
-          args[#args + 1] = fields[k]
-          if k % 2 == 1 and fields[k] == "q" then queued = true end
-        end
-        if not queued then
-          args[#args + 1] = "q"
-          args[#args + 1] = string.match(id, "^%d+")
-        end
-        rcall(unpack(args))
+        copy_entry(stream, id, fields)
         moved = moved + 1
       end
     end

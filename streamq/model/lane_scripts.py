@@ -167,6 +167,23 @@ class LaneScripts(ScriptsBase):
         held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
         return bool(int(r[0])), held
 
+    def lane_reprioritize(self, qk: QueueKeys, lane: tuple[int, str], priority: int,
+                          job: str) -> int:
+        """Move small job ``job``, whose record names ``lane`` (priority, client), to the
+        lane of ``priority``: 1 changed, 0 at that priority already, 2 a worker holds its
+        entry (nothing changed), 3 its record names another lane (read it again).
+        JobNotFound, or ScriptError JOB_FINISHED for a job that ended. See
+        lane_reprioritize-8.lua."""
+        prio, client = lane
+        r = self.run("lane_reprioritize",
+                     (qk.lane(prio, client), qk.lane_retry(prio, client),
+                      qk.lane(priority, client), qk.lane_retry(priority, client), qk.lanes,
+                      qk.ljobs, qk.retries, qk.wake),
+                     (GROUP, lane_member(prio, client), lane_member(priority, client), job,
+                      WAKE_CAP))
+        raise_for_code("lane_reprioritize", r, job)
+        return int(r)
+
     def lane_start(self, qk: QueueKeys, stream: str, entry_id: str, consumer: str) -> bool:
         """Record the start of a suspect lane entry; False when it was settled already.
         See lane_start-2.lua."""

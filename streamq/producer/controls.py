@@ -61,8 +61,10 @@ class Controls:
     def reprioritize(self, job_id: str, *, priority: int | None = None,
                      concurrency: int | None = None) -> JobStatus:
         """Change a queued or running job's priority and/or concurrency limit (its
-        next claim follows them); returns its status. See :meth:`streamq.job_store.StreamJob.reprioritize`
-        (a small job's priority cannot change: ConfigError)."""
+        next claim follows them); returns its status. See
+        :meth:`streamq.producer.job_store.StreamJob.reprioritize`; a small job's entry
+        moves to the new priority's lane (:meth:`~streamq.producer.job_store.LaneJob.reprioritize`:
+        ConfigError while a worker runs it)."""
         check_name("job id", job_id)
         if priority is not None:
             check_range("priority", priority, 0, config.MAX_PRIORITY)

@@ -9,8 +9,8 @@ changes of it, behind one interface (:class:`JobStore`) with two implementations
 :func:`find_job` reads which one a job id names (one round trip) and returns it;
 status, results, the settings a replay copies, cancel, re-prioritize, delete and retry
 are then asked of the store, and no caller asks which lane it holds. Where the two differ by
-design (a small job's priority cannot change; its cancel waits for its one held
-entry to settle) the store says so; docs/design/job-life.md lists each difference.
+design (a small job's priority cannot change while a worker runs it; its cancel waits
+for its one held entry to settle) the store says so; docs/design/job-life.md lists each difference.
 """
 
 from __future__ import annotations
@@ -277,9 +277,31 @@ class LaneJob:
         return str(lane.parse(raw, self.shard.tag)["state"]) if raw else before
 
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
-        raise ConfigError(f"job {self.job_id!r} is a small job (one sub-request on its "
-                          "priority's shared lane): its priority cannot change; submit "
-                          "it again with the priority wanted")
+        """``lane_reprioritize`` in the shard's slot: a waiting entry (or a retry of it)
+        moves to the new priority's lane, whose next read takes it. An entry a worker
+        holds is running: refused (its record must name the lane its entry is in). A
+        concurrency is taken as it is: one sub-request runs one at a time whatever the
+        limit."""
+        for _ in range(5):
+            rec = self._record()
+            _check_live(self.job_id, rec["state"])
+            if priority is None:
+                return
+            try:
+                code = self.q.scripts.lane_reprioritize(
+                    self.shard, (int(rec["priority"]), str(rec["client"])), priority,
+                    self.job_id)
+            except ScriptError as e:
+                if e.code != ScriptErrorCode.JOB_FINISHED:
+                    raise
+                continue  # it ended meanwhile: read again, which says so
+            if code == 2:
+                raise ConfigError(f"job {self.job_id!r} is running (a worker holds its one "
+                                  "sub-request): a small job's priority changes while it "
+                                  "waits, not while it runs")
+            if code != 3:  # else its record named another lane: changed meanwhile
+                return
+        raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")
 
 
     def delete(self) -> None:

@@ -10,6 +10,8 @@ table disagrees with it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from streamq.base.config import GROUP, MAX_CONCURRENCY, MAX_PRIORITY
 from streamq.storage.contract import Arg, Contract, Counted, KeyKind
 
@@ -252,6 +254,13 @@ _LIST = [
              _k("lane-retry lane retries wake lanes"),
              (i("most"), LANE_MEMBER, WAKE_CAP, GROUP_ARG), reply="entries moved",
              roles=("worker", "reaper"), flags=("allow-oom",), lane_binds=((1, 2), (2, 2))),
+    Contract("lane_reprioritize", "move a waiting small job to another priority's lane",
+             _k("lane lane-retry lane lane-retry lanes ljobs retries wake"),
+             (GROUP_ARG, LANE_MEMBER, replace(LANE_MEMBER, name="new lane member"),
+              name("job id"), WAKE_CAP),
+             reply="1 changed, 0 already, 2 held by a worker, 3 another lane",
+             errors=("JOB_NOT_FOUND", "JOB_FINISHED"), roles=_A, flags=("allow-oom",),
+             lane_binds=((1, 2), (2, 2), (3, 3), (4, 3))),
     Contract("lane_reclaim", "hand stalled small jobs to others or dead-letter them", _k(
         "lane ljobs lerrors lstarts lactive ldone events dead lresults lkept"),
              (*LANE_CTX, i("dead stream cap"), tok("consumer"), ms("min idle"),

@@ -5,7 +5,7 @@ streaming jobs (open, several adds, finalize), jobs with a dedup key that are
 submitted again (at once from a second thread, and later), and one job of more
 than ``ADD_CHUNK`` sub-requests. They also steer work while it runs: re-prioritize
 (priority up and down, concurrency lowered then raised back) plain and streaming
-jobs, and small jobs (which refuse it); cancel a job whose reply is lost at the
+jobs, and small jobs (moved while they wait); cancel a job whose reply is lost at the
 producers' proxy and resent with the same token, queued, running or finishing, on
 both lanes; and submit jobs with a timeout whose handlers may run past it
 (``hang``: an async handler ignores its cancellation). Every operation is retried until it succeeds,
@@ -244,7 +244,8 @@ class Producer(threading.Thread):
     def reprioritized(self) -> None:
         """A job with its own stream (plain or streaming) re-prioritized while it runs:
         priority up then down, concurrency lowered then raised back; or a small job,
-        which refuses it and runs on as it was."""
+        whose entry moves to the new priority's lane while it waits (and which refuses
+        it while a worker runs it)."""
         jid = uuid.uuid4().hex
         # short handlers: a token a lowered concurrency takes away ends its round soon
         sleeps = (0, 0, 0.02, 0.05, 0.1, 0.2)

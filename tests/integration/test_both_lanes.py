@@ -4,24 +4,15 @@ onto the job lane (a job id of its own) must be the same."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import wait_until
+from lanes_harness import LANES, StartWorker
+from lanes_harness import submit_on as _submit
 
-from streamq import JobState, Queue, Worker
+from streamq import JobState, Queue
 from streamq.base.keys import JobKeys
-
-LANES = ["small", "job"]
-StartWorker = Callable[..., Worker]
-
-
-def _submit(q: Queue, lane: str, payloads: list[Any], **kw: Any) -> Any:
-    """A one-entry job on the small-job lane, or the same job on a stream of its own."""
-    if lane == "job":
-        kw["job_id"] = f"own-{uuid.uuid4().hex[:8]}"
-    return q.submit(payloads, **kw)
 
 
 @pytest.mark.parametrize("lane", LANES)

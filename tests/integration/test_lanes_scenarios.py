@@ -251,16 +251,20 @@ def a_timed_out_attempt_with_no_delivery_left(c: Ctx) -> dict[str, Any]:
 #: each lane saw of the difference, as documented, and then takes those fields out of
 #: the comparison
 def _meant_reprioritize(small: dict[str, Any], job: dict[str, Any]) -> list[str]:
-    # reprioritize refuses a small job (its entry sits in its priority's lane stream)
-    assert small["before"] == ("refused", True) and small["during"] == ("refused", True)
+    # before it starts, both take the new priority (a small job's entry moves to that
+    # priority's lane; its concurrency is 1 whatever it is given: one sub-request);
+    # while it runs, a small job refuses it (its record must name the lane its held
+    # entry is in) where the job lane re-scores the job's tokens for its next claim
+    assert small["before"]["priority"] == 2 and small["before"]["concurrency"] == 1
     assert job["before"]["priority"] == 2 and job["before"]["concurrency"] == 3
+    assert small["during"] == ("refused", True)
     assert job["during"]["priority"] == 1 and job["during"]["state"] == "active"
-    # and so the job keeps the settings it was submitted with
-    assert (small["after"]["priority"], small["after"]["concurrency"]) == (5, 1)
+    # and so the small job keeps the priority it had when it started
+    assert (small["after"]["priority"], small["after"]["concurrency"]) == (2, 1)
     assert (job["after"]["priority"], job["after"]["concurrency"]) == (1, 3)
     for side in (small, job):
-        for k in ("before", "during"):
-            side.pop(k)
+        side["before"].pop("concurrency")
+        side.pop("during")
         side["after"].pop("priority")
         side["after"].pop("concurrency")
     return []

@@ -352,6 +352,13 @@ def test_every_action_shows_its_outcome_and_doing_it_twice_changes_nothing_more(
         assert act(f"{job_page}/settings", job_page, priority="60", concurrency="2") == "ok"
         assert (data.waiting.status().priority, data.waiting.status().concurrency) == (60, 2)
         assert act(f"{job_page}/settings", job_page, priority="60", concurrency="2") == "ok"
+        # a small job waiting (no worker is left) moves to the priority it is given
+        small = data.q.submit(["s"], priority=40)
+        small_page = f"/q/{q}/jobs/{small.id}"
+        assert 'data-action="settings" disabled' not in c.get(small_page).text
+        for _ in range(2):
+            assert act(f"{small_page}/settings", small_page, priority="3") == "ok"
+            assert (small.status().priority, small.status().queued) == (3, 1)
         assert act(f"{job_page}/cancel", job_page, confirm="yes") == "ok"
         assert data.waiting.status().state is JobState.CANCELLED
         act(f"{job_page}/cancel", job_page, confirm="yes")  # ok or "already finished"

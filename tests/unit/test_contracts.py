@@ -62,7 +62,7 @@ def test_a_function_publishes_only_where_its_contract_says_so() -> None:
             assert "sq_publish(" in lua.source, name
         body = re.sub(r"--\[\[.*?\]\]|--[^\n]*", "", lua.source, flags=re.DOTALL)
         # every command a function runs is written in its code, never an argument
-        # (chunked's `cmd` is a literal at each call; hand_back's args start with "XADD")
+        # (chunked's `cmd` is a literal at each call; copy_entry's args start with "XADD")
         body = body.replace("rcall(cmd, key,", "").replace('args = {"XADD"', "")
         body = body.replace("rcall(unpack(args))", "")
         assert not re.search(r"\b(rcall|redis\.p?call)\(\s*[^\s\"']", body), name
@@ -80,7 +80,7 @@ def test_roles_come_from_the_contracts() -> None:
     admin_only = {c.name for c in CONTRACTS.values() if c.roles == ("admin",)}
     assert admin_only == {"pause_queue", "resume_queue", "replay", "replay_mark",
                           "reprioritize_job", "retoken", "set_rate", "delete_job",
-                          "lane_delete", "retry_job", "lane_retry"}
+                          "lane_delete", "retry_job", "lane_retry", "lane_reprioritize"}
 
 
 def test_the_design_docs_tables_are_made_from_the_contracts() -> None:
