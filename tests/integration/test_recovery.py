@@ -401,7 +401,9 @@ def test_sigterm_while_redis_is_down_exits_within_the_stop_retry(
     try:
         q = Queue(queue_name, url)
         job = q.submit([{"n": i, "sleep": 0.05} for i in range(200)], concurrency=1)
-        worker = procs.worker(queue_name, "tests.handlers:count", "--stop-retry", "2")
+        # (a handler that touches no Redis: one that does fails once Redis is gone, and
+        # its failure is logged with its traceback, as every handler's failure is)
+        worker = procs.worker(queue_name, "tests.handlers:nap", "--stop-retry", "2")
         reaper = procs.reaper(queue_name)
         wait_until(lambda: q.status(job.id).done >= 5, 30, "work in flight")
         # (the reaper has made a pass: it is running, not still starting)
