@@ -6,6 +6,7 @@ construction (ids, times)."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ class Gate:
     """A handler's gate: payloads with ``"block": true`` note their start and wait for
     :meth:`release`; ``"fail"`` fails every attempt, ``"fail_first"`` the first,
     ``"refuse"`` raises NonRetryable, ``"later"`` asks for a retry in 0.2 s on the first;
-    every start is counted by the payload's ``n``; a result says the attempt it was."""
+    ``"until_cancelled"`` runs until its job is seen cancelled (20 s at most) and says
+    whether it was; every start is counted by the payload's ``n``; a result says the
+    attempt it was."""
 
     entered: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
@@ -40,8 +43,9 @@ class Gate:
 
     def handler(self, p: Any) -> Any:
         self.starts[p["n"]] = self.starts.get(p["n"], 0) + 1
-        if p.get("block"):
+        if p.get("block") or p.get("until_cancelled"):
             self.entered.set()
+        if p.get("block"):
             self.released.wait(60)
         first = self.starts[p["n"]] == 1
         if p.get("refuse"):
@@ -51,6 +55,11 @@ class Gate:
         if p.get("fail") or (p.get("fail_first") and first):
             raise ValueError(f"no {p['n']}")
         task = current_task()
+        if p.get("until_cancelled"):
+            until = time.monotonic() + 20
+            while time.monotonic() < until and not (task and task.cancelled):
+                time.sleep(0.02)
+            return {"echo": p["n"], "saw_cancel": bool(task and task.cancelled)}
         return {"echo": p["n"], "attempt": task.attempt if task else None}
 
     def release(self) -> None:

@@ -19,9 +19,9 @@ starts. A held entry that ran keeps its result; one not started is dropped
 (a hand-back, the reaper's reclaim and a failure never put an entry of a
 cancelled job back). A small job (:mod:`streamq.lane`) is cancelled in its
 shard's slot by ``lane_cancel``; when a worker holds its one entry, the call
-waits until that entry is settled (an entry the worker never saw, of a read
-whose reply was lost, is dropped by that worker's heartbeat:
-:mod:`streamq.lane_unseen`).
+waits the same way, the beat reading the small jobs' records of the lane entries
+the slots hold (an entry the worker never saw, of a read whose reply was lost, is
+dropped by that worker's heartbeat: :mod:`streamq.work.lane_unseen`).
 """
 
 from __future__ import annotations

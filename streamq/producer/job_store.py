@@ -9,8 +9,8 @@ changes of it, behind one interface (:class:`JobStore`) with two implementations
 :func:`find_job` reads which one a job id names (one round trip) and returns it;
 status, results, the settings a replay copies, cancel, re-prioritize, delete and retry
 are then asked of the store, and no caller asks which lane it holds. Where the two differ by
-design (a small job's priority cannot change while a worker runs it; its cancel waits
-for its one held entry to settle) the store says so; docs/design/job-life.md lists each difference.
+design (a small job's priority cannot change while a worker runs it) the store says
+so; docs/design/job-life.md lists each difference.
 """
 
 from __future__ import annotations
@@ -190,14 +190,7 @@ class StreamJob:
             raise
         holders = [c["name"].decode() if isinstance(c["name"], bytes) else str(c["name"])
                    for c in summary.get("consumers") or [] if int(c["pending"]) > 0]
-        live = _live(q, qk, holders)
-        if not live:
-            return []
-        pipe = q.redis.pipeline(transaction=False)
-        for worker in live:
-            pipe.hget(qk.worker(worker), "cancels")
-        return [w for w, noted in zip(live, pipe.execute())
-                if jk.job_id not in (noted or b"").decode().split(",")]
+        return _unlisted(q, qk, _live(q, qk, holders), self.job_id)
 
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
         """Two steps, each idempotent: the tokens in the queue's hash slot (``retoken``: what
@@ -251,8 +244,10 @@ class LaneJob:
 
     def cancel(self, token: str) -> Cancelled:
         """``lane_cancel`` in the shard's slot; when a worker holds the entry, the
-        cancel waits until that entry is settled (the worker never starts it after a
-        cancel noted, or its run ends)."""
+        cancel waits until that worker lists the job as cancelled (its beat reads the
+        records of the small jobs its slots hold: it never starts the entry after
+        that), or the entry is settled, or the worker is dead, as a job lane job's
+        cancel waits for the workers holding its entries."""
         q, qk = self.q, self.shard
         rec = self._record()
         prio, client = int(rec["priority"]), str(rec["client"])
@@ -267,8 +262,9 @@ class LaneJob:
 
         def unnoted() -> list[str]:
             holder: Any = q.redis.xpending_range(stream, config.GROUP, held, held, 1)
-            return _live(q, qk, [h["consumer"].decode() if isinstance(h["consumer"], bytes)
+            live = _live(q, qk, [h["consumer"].decode() if isinstance(h["consumer"], bytes)
                                  else str(h["consumer"]) for h in holder])
+            return _unlisted(q, qk, live, self.job_id)
 
         return Cancelled(state, done, 1, unnoted)
 
@@ -323,6 +319,18 @@ def _settings(text: list[Any]) -> JobSettings:
                        str(text[1]) if text[1] else d.client,
                        int(text[2]) if text[2] else d.max_deliveries,
                        int(text[3] or 0))
+
+
+def _unlisted(q: JobHome, qk: QueueKeys, workers: list[str], job_id: str) -> list[str]:
+    """Those of live ``workers`` whose hash does not list ``job_id`` among the cancels
+    their beat noted (``cancels``)."""
+    if not workers:
+        return []
+    pipe = q.redis.pipeline(transaction=False)
+    for worker in workers:
+        pipe.hget(qk.worker(worker), "cancels")
+    return [w for w, noted in zip(workers, pipe.execute())
+            if job_id not in (noted or b"").decode().split(",")]
 
 
 def _check_live(job_id: str, state: Any) -> None:

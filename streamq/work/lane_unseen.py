@@ -3,8 +3,9 @@
 A lane read whose reply was lost (the client's resend reads the next entries)
 delivered entries to the worker's consumer that the worker never sees: they
 stay pending with it until the reaper hands them on after its ``min_idle``. A
-cancel of such a small job waits for its entry to be settled by a worker that
-cannot settle it, and would wait its whole timeout.
+cancel of such a small job waits for that worker to list the job or settle the
+entry, and the worker, which tracks no such entry, would do neither: the cancel
+would wait its whole timeout.
 
 So the heartbeat, for every lane stream a slot sent a read of in the last
 :data:`WATCH_S`, lists the entries pending with this worker's consumer that
@@ -155,7 +156,7 @@ class UnseenLaneEntries:
             pipe.hget(qk.ljobs, job or "-")
         records = pipe.execute(raise_on_error=False)
         drop = [(stream, qk, eid, job) for (stream, qk, eid), job, raw
-                in zip(found, jobs, records) if job and _cancelled(raw)]
+                in zip(found, jobs, records) if job and lane_cancelled(raw)]
         if not drop:
             return
         with self.k.lock:
@@ -196,7 +197,7 @@ def _jobs(client: Any, entries: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def _cancelled(raw: Any) -> bool:
+def lane_cancelled(raw: Any) -> bool:
     """Whether a small job's record (raw, or None) says it is cancelled (a short record
     is a job that succeeded: lua/includes/lane_complete.lua)."""
     if raw is None or isinstance(raw, Exception) or raw[:1] == b"S":

@@ -103,7 +103,8 @@ class LaneWork:
         w = self.w
         waits: list[float] = []
         durations: list[float] = []
-        held = w.leases.track(self.hold, _by_stream(entries))
+        held = w.leases.track(self.hold, _by_stream(entries),
+                              {(e.stream, e.eid): e.flat for e in entries})
         unacked = {stream: ids for (stream, _), ids in zip(_by_stream(entries), held)}
         hooks.at("after_read")
         src = LaneSource(w, qk, entries, unacked, self.pending)

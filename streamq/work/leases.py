@@ -9,7 +9,8 @@ still owns and resets the idle time of every entry a slot read and has not
 settled, or whose result waits for an acknowledgement a later round trip
 carries (``XCLAIM ... JUSTID``), so the reaper never takes work from a live
 worker. It also notes the cancelled jobs among those the slots hold entries
-of or sent reads of lately (:meth:`LeaseKeeper.see_cancels`), and drops the
+of (small jobs included) or sent reads of lately
+(:meth:`LeaseKeeper.see_cancels`), and drops the
 entries of cancelled small jobs pending with the worker that no slot saw
 (:mod:`streamq.lane_unseen`).
 """
@@ -24,8 +25,9 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, config
+from streamq.base.entry_fields import _lane_fields
 from streamq.base.keys import QueueKeys
-from streamq.work.lane_unseen import UnseenLaneEntries, UnseenWorker
+from streamq.work.lane_unseen import UnseenLaneEntries, UnseenWorker, lane_cancelled
 
 if TYPE_CHECKING:
     from streamq.base.governor import Governor
@@ -57,6 +59,9 @@ class SlotHold:
         #: job id or lane stream -> entry ids whose results wait for an acknowledgement
         #: sent with a later round trip (kept fresh until it went through)
         self.acking: dict[str, set[str]] = {}
+        #: (lane stream, entry id) -> the fields of a lane entry in :attr:`entries`
+        #: (a lane's entries are kept by stream: their small jobs are read from these)
+        self.lane_jobs: dict[tuple[str, str], list[bytes]] = {}
 
 
 class LeasingWorker(UnseenWorker, Protocol):
@@ -109,21 +114,28 @@ class LeaseKeeper:
             hold.tokens.difference_update(released)
             hold.tokens.update(claimed)
 
-    def track(self, hold: SlotHold, reads: list[tuple[str, list[str]]]) -> list[set[str]]:
-        """Register entries a slot read (job, entry ids), so heartbeats keep them fresh;
-        return each job's set of them (the slot removes what it settles)."""
+    def track(self, hold: SlotHold, reads: list[tuple[str, list[str]]],
+              lane_jobs: dict[tuple[str, str], list[bytes]] | None = None
+              ) -> list[set[str]]:
+        """Register entries a slot read (job or lane stream, entry ids), so heartbeats
+        keep them fresh; return each one's set of them (the slot removes what it
+        settles). ``lane_jobs``: the fields of each lane entry (stream, id), whose small
+        job's cancel the beat looks for."""
         out = []
         with self.lock:
             for job, ids in reads:
                 unacked = hold.entries.setdefault(job, set())
                 unacked.update(ids)
                 out.append(unacked)
+            if lane_jobs:
+                hold.lane_jobs.update(lane_jobs)
         return out
 
     def untrack(self, hold: SlotHold) -> None:
         """The slot settled (or handed back) every entry it read."""
         with self.lock:
             hold.entries.clear()
+            hold.lane_jobs.clear()
 
     def reading(self, job: str) -> None:
         """A slot sends a read of ``job``: watched for a cancel for READ_WATCH_S."""
@@ -219,34 +231,55 @@ class LeaseKeeper:
                          ", ".join(lost[:10]))
 
     def see_cancels(self) -> None:
-        """Read the state of every job whose entries the slots hold, and of every live
-        job a slot sent a read of lately (a read whose reply was lost left entries
-        pending with this worker that it never saw), and note the cancelled ones
-        (:mod:`streamq.cancels`): a slot starts no more of their entries. The beat that
-        follows lists them in the worker's hash (``cancels``), which is what
-        ``Queue.cancel`` waits for. A watched job found finished or gone is no longer
-        watched (it can no longer be cancelled)."""
+        """Read the state of every job whose entries the slots hold (a small job's
+        record, for a lane entry), and of every live job a slot sent a read of lately (a
+        read whose reply was lost left entries pending with this worker that it never
+        saw), and note the cancelled ones (:mod:`streamq.cancels`): a slot starts no
+        more of their entries. The beat lists them in the worker's hash (``cancels``),
+        which is what ``Queue.cancel`` waits for. A watched job found finished or gone
+        is no longer watched (it can no longer be cancelled)."""
         with self.lock:
             held = {job for h in self.holds for job, ids in h.entries.items()
                     if ids and "{" not in job}  # small-job lanes are keyed by stream
+            small = self._held_small()
             cut = time.monotonic() - READ_WATCH_S
             for job in [j for j, at in self.reads.items() if at < cut]:
                 del self.reads[job]
             watched = [j for j in self.reads if j not in held and not cancels.seen(j)]
         jobs = sorted(held) + watched
-        if not jobs:
+        if not jobs and not small:
             return
         pipe = self.w.redis.pipeline(transaction=False)
         for job in jobs:
             pipe.hget(self.w.keys.job(job).meta, "state")
-        states = pipe.execute(raise_on_error=False)
-        cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"])
+        for qk, job in small:
+            pipe.hget(qk.ljobs, job)
+        replies = pipe.execute(raise_on_error=False)
+        states, records = replies[:len(jobs)], replies[len(jobs):]
+        cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"] +
+                    [job for (_, job), raw in zip(small, records) if lane_cancelled(raw)])
         ended = [job for job, state in zip(watched, states[len(held):])
                  if not isinstance(state, Exception)
                  and state not in (b"open", b"active", b"cancelled")]  # None: gone
         with self.lock:
             for job in ended:
                 self.reads.pop(job, None)
+
+    def _held_small(self) -> list[tuple[QueueKeys, str]]:
+        """The small jobs (shard, job id) of the lane entries the slots hold, not yet
+        seen cancelled; lane entries settled since are forgotten (under the lock)."""
+        tags = {qk.tag: qk for qk in self.w.shards}
+        out: dict[tuple[str, str], QueueKeys] = {}
+        for h in self.holds:
+            for (stream, eid), flat in list(h.lane_jobs.items()):
+                if eid not in h.entries.get(stream, ()):
+                    del h.lane_jobs[(stream, eid)]
+                    continue
+                job = _lane_fields(flat)[0]
+                qk = tags.get(stream[4:stream.find("}")])
+                if job and qk is not None and not cancels.seen(job):
+                    out[(qk.tag, job)] = qk
+        return [(qk, job) for (_, job), qk in out.items()]
 
     def refresh_entries(self) -> None:
         """Reset the idle time of every entry the slots hold, read or with its result

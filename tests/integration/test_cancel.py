@@ -278,9 +278,12 @@ def test_a_small_job_cancelled_while_it_runs_keeps_and_counts_its_result(
     wait_until(lambda: started(r, job, 1), 60, "the small job running")
     # When it is cancelled
     report = q.cancel(job, timeout=30)
-    # Then the call waited for the running entry, the job is cancelled, and the result
-    # is kept and counted, with one completion record
+    # Then the call returned once the holding worker noted it (as for a job lane job),
+    # the job is cancelled, and the result of the run, once it ends, is kept and counted,
+    # with one completion record
     assert report.cancelled and report.held == 1 and report.complete, report
+    assert q.status(job).state is JobState.CANCELLED
+    wait_until(lambda: q.status(job).done == 1, 30, "the running handler's result")
     st = q.status(job)
     assert st.state is JobState.CANCELLED and (st.done, st.failed) == (1, 0)
     assert q.results(job) == {0: 42}
