@@ -32,6 +32,8 @@
   Output:
     {cancelled (0|1), held}: cancelled 1 when this call cancelled the job; held is
     the id of its entry a worker holds ("" for none)
+    {2, ""}: the job is active and its record names another lane than KEYS[1] (it
+    moved: lane_reprioritize); nothing changed, the caller reads the record again
     ERR_JOB_NOT_FOUND (-1) no record of the job
 ]]
 local rcall = redis.call
@@ -50,6 +52,16 @@ local group, job, closer = ARGV[1], ARGV[4], ARGV[5]
 
 local raw = rcall("HGET", ctx.ljobs, job)
 if not raw then return ERR_JOB_NOT_FOUND end
+-- an active record names the lane its entry or retry is in (lane_reprioritize moves
+-- both and rewrites it in one call): a call naming another lane, made from the record
+-- as it was before a move, would find neither; it changes nothing
+if lane_active(raw) then
+  local prio, client = string.match(ctx.lane, "^sq:{[^}]*}:lane:(%d+):(.*)$")
+  if prio ~= lane_digits(raw, "priority") or client ~= string.match(raw, '"client":"([^"]*)"')
+  then
+    return {2, ""}
+  end
+end
 
 -- the job's entry: held by a worker (pending), or read by none (deleted: it never starts)
 local held = ""

@@ -9,18 +9,21 @@
     the queue wait a worker measures counts from then.
   - A retry of it waiting in the old lane's retry set moves to the new lane's
     retry set, due when it was, and the shard's `retries` notes the new lane.
-  - An entry a worker holds (read, not settled) is running: nothing changes
-    (reply 2). Its record must keep naming the lane its entry is in: a
-    cancel, a status read and a retry find the entry there.
+  - Either way the new lane is made (stream, group and registry entry) when
+    it has no stream: a lane holding work is registered.
+  - An entry a worker holds (read, not settled: running, or read to run
+    next) stays where it is: nothing changes (reply 2). Its record must keep
+    naming the lane its entry is in: a cancel, a status read and a retry
+    find the entry there.
   - Otherwise the record's priority becomes the new one (what status shows,
     and the lane a cancel looks in).
 
   The caller names the lane the job's record names (ARGV[2]); a record that
   names another (changed meanwhile) changes nothing (reply 3: read it again).
-  Both lanes are of the record's client. Sent again, a call whose change was
-  made finds the job at that priority already (reply 0). The old lane is
-  scanned for the job's entry, as lane_cancel does: a lane stream holds its
-  unsettled entries only.
+  Both lanes are of the record's client. A record that names the new lane
+  already (the call sent again after its reply was lost, or a change made
+  before) changes nothing (reply 0). The old lane is scanned for the job's
+  entry, as lane_cancel does: a lane stream holds its unsettled entries only.
 
   Input:
     KEYS[1] from       sq:{<shard>}:lane:<prio>:<client>        STREAM
@@ -42,6 +45,7 @@
   Output:
     1 changed; 0 at that priority already; 2 a worker holds its entry (nothing
     changed); 3 its record names another lane than ARGV[2] (nothing changed)
+    a refusal (error reply) when ARGV[3] is a lane of another client
     ERR_JOB_NOT_FOUND (-1) no record of the job
     ERR_JOB_FINISHED (-4) the job is terminal (or cancelled)
 ]]
@@ -59,12 +63,13 @@ if not raw then return ERR_JOB_NOT_FOUND end
 if not lane_active(raw) then return ERR_JOB_FINISHED end
 local prio = lane_digits(raw, "priority")
 local client = string.match(raw, '"client":"([^"]*)"')
-if prio .. "|" .. tostring(client) ~= from then return 3 end
 local newPrio, newClient = string.match(to, "^(%d+)|(.*)$")
 if newClient ~= client then
   return redis.error_reply("ERR sq_lane_reprioritize refused: ARGV[3] is a lane of another client")
 end
-if to == from then return 0 end
+local named = prio .. "|" .. tostring(client)
+if named == to then return 0 end  -- (a call sent again after its reply was lost)
+if named ~= from then return 3 end
 
 -- the job's entry in its lane: held by a worker (pending: running), or read by none
 local entry = nil
@@ -101,11 +106,14 @@ if entry then
 end
 
 -- a retry waiting in the old lane's retry set: "<attempts>|<job>|..." or, carrying a
--- trace context, "<attempts>|<job>,<context>|..."
+-- trace context, "<attempts>|<job>,<context>|..."; the new lane is made for it too
+-- (a lane whose retry set holds anything is registered: the reaper's lane pass and
+-- the backlog walk the registry)
 for _, member in ipairs(rcall("ZRANGE", fromRetryKey, 0, -1)) do
   local sep = string.find(member, "|", 1, true)
   local head = sep and string.sub(member, sep + 1, sep + #job + 1)
   if head == job .. "|" or head == job .. "," then
+    ready()
     local due = rcall("ZSCORE", fromRetryKey, member)
     rcall("ZREM", fromRetryKey, member)
     rcall("ZADD", toRetryKey, due, member)

@@ -153,17 +153,20 @@ class LaneScripts(ScriptsBase):
         return int(r) == 1
 
     def lane_cancel(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, job: str,
-                    closer: str = "") -> tuple[bool, str]:
-        """Cancel a small job: (whether this call cancelled it, the id of its entry a
-        worker holds or ""). ``closer`` names the call: sent again after a lost reply,
-        it replies as the call that cancelled. JobNotFound-coded reply for no record.
-        See lane_cancel-7.lua."""
+                    closer: str = "") -> tuple[bool | None, str]:
+        """Cancel a small job whose record names ``lane``: (whether this call cancelled
+        it, the id of its entry a worker holds or ""); (None, "") when its record names
+        another lane (it moved meanwhile: read it again). ``closer`` names the call:
+        sent again after a lost reply, it replies as the call that cancelled.
+        JobNotFound-coded reply for no record. See lane_cancel-7.lua."""
         prio, client = lane
         r = self.run("lane_cancel",
                      (qk.lane(prio, client), qk.lane_retry(prio, client), qk.ljobs, qk.lactive,
                       qk.ldone, qk.events, qk.lkept),
                      [*ctx.args(qk), job, closer])
         raise_for_code("lane_cancel", r, job)
+        if int(r[0]) == 2:
+            return None, ""
         held = r[1].decode() if isinstance(r[1], bytes) else str(r[1])
         return bool(int(r[0])), held
 

@@ -249,10 +249,15 @@ class LaneJob:
         that), or the entry is settled, or the worker is dead, as a job lane job's
         cancel waits for the workers holding its entries."""
         q, qk = self.q, self.shard
-        rec = self._record()
-        prio, client = int(rec["priority"]), str(rec["client"])
-        done, held = q.scripts.lane_cancel(qk, (prio, client), LaneCtx.of(q), self.job_id,
-                                           token)
+        for _ in range(10):  # again while its record names another lane: it just moved
+            rec = self._record()
+            prio, client = int(rec["priority"]), str(rec["client"])
+            done, held = q.scripts.lane_cancel(qk, (prio, client), LaneCtx.of(q),
+                                               self.job_id, token)
+            if done is not None:
+                break
+        else:
+            raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")
         # not cancelled here (another did, or it ended): its state read again, not the
         # one read before the call
         state = "cancelled" if done else self._state_now(str(rec["state"]))
@@ -275,9 +280,9 @@ class LaneJob:
     def reprioritize(self, priority: int | None, concurrency: int | None) -> None:
         """``lane_reprioritize`` in the shard's slot: a waiting entry (or a retry of it)
         moves to the new priority's lane, whose next read takes it. An entry a worker
-        holds is running: refused (its record must name the lane its entry is in). A
-        concurrency is taken as it is: one sub-request runs one at a time whatever the
-        limit."""
+        holds (running, or read to run next) is refused: its record must name the lane
+        its entry is in. A concurrency is taken as it is: one sub-request runs one at a
+        time whatever the limit."""
         for _ in range(5):
             rec = self._record()
             _check_live(self.job_id, rec["state"])
@@ -293,8 +298,8 @@ class LaneJob:
                 continue  # it ended meanwhile: read again, which says so
             if code == 2:
                 raise ConfigError(f"job {self.job_id!r} is running (a worker holds its one "
-                                  "sub-request): a small job's priority changes while it "
-                                  "waits, not while it runs")
+                                  "sub-request, running it or about to): a small job's "
+                                  "priority changes while it waits, not while it runs")
             if code != 3:  # else its record named another lane: changed meanwhile
                 return
         raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")

@@ -230,8 +230,8 @@ _LIST = [
     Contract("lane_cancel", "cancel a small job", _k(
         "lane lane-retry ljobs lactive ldone events lkept"),
              (*LANE_CTX, name("job id"), tok("closer", empty=True)),
-             reply="{cancelled, held}", errors=("JOB_NOT_FOUND",), roles=_P,
-             flags=("allow-oom",), publishes=True, retry_of=((2, 1),)),
+             reply="{cancelled, held}; {2, \"\"} moved", errors=("JOB_NOT_FOUND",),
+             roles=_P, flags=("allow-oom",), publishes=True, retry_of=((2, 1),)),
     Contract("lane_delete", "delete a finished small job's records now",
              _k("ljobs lresults lerrors ldone"), (name("job id"),), reply="1",
              errors=("JOB_NOT_FOUND", "NOT_FINISHED"), roles=_A),

@@ -102,6 +102,8 @@ class LeaseKeeper:
         self.reads: dict[str, float] = {}
         #: the lane streams the slots read lately, and their entries held unseen
         self.unseen = UnseenLaneEntries(self)
+        #: the cancelled jobs the slots held entries of at the last beat (listed)
+        self.held_cancelled: list[str] = []
 
     # -- slot side ----------------------------------------------------------------
 
@@ -212,7 +214,9 @@ class LeaseKeeper:
                           "serving": (w.concurrency if w.governor is None
                                       else w.governor.active),
                           "processed": w.stats.processed, "failed": w.stats.failed,
-                          "leases": len(held), "cancels": ",".join(cancels.recent())},
+                          "leases": len(held),
+                          "cancels": ",".join(dict.fromkeys([*cancels.recent(),
+                                                             *self.held_cancelled]))},
                     tokens=held,
                     stats=stats if first else None,
                 )
@@ -235,9 +239,10 @@ class LeaseKeeper:
         record, for a lane entry), and of every live job a slot sent a read of lately (a
         read whose reply was lost left entries pending with this worker that it never
         saw), and note the cancelled ones (:mod:`streamq.cancels`): a slot starts no
-        more of their entries. The beat lists them in the worker's hash (``cancels``),
-        which is what ``Queue.cancel`` waits for. A watched job found finished or gone
-        is no longer watched (it can no longer be cancelled)."""
+        more of their entries. The beat lists in the worker's hash (``cancels``) the
+        newest it noted and every cancelled job the slots hold entries of (however many
+        were cancelled since), which is what ``Queue.cancel`` waits for. A watched job
+        found finished or gone is no longer watched (it can no longer be cancelled)."""
         with self.lock:
             held = {job for h in self.holds for job, ids in h.entries.items()
                     if ids and "{" not in job}  # small-job lanes are keyed by stream
@@ -247,27 +252,31 @@ class LeaseKeeper:
                 del self.reads[job]
             watched = [j for j in self.reads if j not in held and not cancels.seen(j)]
         jobs = sorted(held) + watched
-        if not jobs and not small:
-            return
-        pipe = self.w.redis.pipeline(transaction=False)
-        for job in jobs:
-            pipe.hget(self.w.keys.job(job).meta, "state")
-        for qk, job in small:
-            pipe.hget(qk.ljobs, job)
-        replies = pipe.execute(raise_on_error=False)
-        states, records = replies[:len(jobs)], replies[len(jobs):]
-        cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"] +
-                    [job for (_, job), raw in zip(small, records) if lane_cancelled(raw)])
-        ended = [job for job, state in zip(watched, states[len(held):])
-                 if not isinstance(state, Exception)
-                 and state not in (b"open", b"active", b"cancelled")]  # None: gone
-        with self.lock:
-            for job in ended:
-                self.reads.pop(job, None)
+        unseen = [(qk, job) for qk, job in small if not cancels.seen(job)]
+        if jobs or unseen:
+            pipe = self.w.redis.pipeline(transaction=False)
+            for job in jobs:
+                pipe.hget(self.w.keys.job(job).meta, "state")
+            for qk, job in unseen:
+                pipe.hget(qk.ljobs, job)
+            replies = pipe.execute(raise_on_error=False)
+            states, records = replies[:len(jobs)], replies[len(jobs):]
+            cancels.add([job for job, state in zip(jobs, states) if state == b"cancelled"] +
+                        [job for (_, job), raw in zip(unseen, records) if lane_cancelled(raw)])
+            ended = [job for job, state in zip(watched, states[len(held):])
+                     if not isinstance(state, Exception)
+                     and state not in (b"open", b"active", b"cancelled")]  # None: gone
+            with self.lock:
+                for job in ended:
+                    self.reads.pop(job, None)
+        # what the beat lists besides the newest: every cancelled job the slots hold
+        # entries of, however many were cancelled since (a canceller waits for it)
+        self.held_cancelled = [job for job in [*held, *(job for _, job in small)]
+                               if cancels.seen(job)]
 
     def _held_small(self) -> list[tuple[QueueKeys, str]]:
-        """The small jobs (shard, job id) of the lane entries the slots hold, not yet
-        seen cancelled; lane entries settled since are forgotten (under the lock)."""
+        """The small jobs (shard, job id) of the lane entries the slots hold; lane
+        entries settled since are forgotten (under the lock)."""
         tags = {qk.tag: qk for qk in self.w.shards}
         out: dict[tuple[str, str], QueueKeys] = {}
         for h in self.holds:
@@ -277,7 +286,7 @@ class LeaseKeeper:
                     continue
                 job = _lane_fields(flat)[0]
                 qk = tags.get(stream[4:stream.find("}")])
-                if job and qk is not None and not cancels.seen(job):
+                if job and qk is not None:
                     out[(qk.tag, job)] = qk
         return [(qk, job) for (_, job), qk in out.items()]
 

@@ -313,3 +313,39 @@ def test_the_reaper_and_a_hand_back_release_a_cancelled_jobs_held_entries(
     assert (readded, dead) == (0, 0)
     assert not r.exists(jk.tasks)
     q.close()
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_cancels_of_more_jobs_than_a_beat_lists_as_newest_each_return_complete(
+        small: bool, redis_url: str, queue_name: str, workers: Any) -> None:
+    # Given one slot that holds 90 one-entry jobs' entries (a batch read) while the
+    # handler of the first blocks
+    import threading
+
+    q = Queue(queue_name, redis_url)
+    gate, started = threading.Event(), []
+
+    def handler(p: Any) -> Any:
+        started.append(p["n"])
+        if p["n"] == 0:
+            gate.wait(30)
+        return p["n"]
+
+    jobs = [q.submit([{"n": i}], **({} if small else {"job_id": f"own-{i}"}))
+            for i in range(90)]
+    workers(queue_name, handler, concurrency=1, batch=100, prefetch=1)
+    wait_until(lambda: started == [0], 30, "the first handler running")
+    try:
+        # When the other 89 are cancelled (more than the 64 newest a beat lists)
+        for job in jobs[1:]:
+            q.cancel(job.id, wait=False)
+        # Then a cancel of the oldest of them, as of the newest, returns complete: the
+        # holding worker lists every cancelled job it holds
+        for job in (*jobs[1:4], *jobs[-3:]):
+            report = q.cancel(job.id, wait=True, timeout=10)
+            assert report.complete and not report.waiting, (job.id, report)
+    finally:
+        gate.set()
+    assert q.wait(jobs[0].id, timeout=30).state is JobState.SUCCEEDED
+    assert started == [0]  # nothing of a cancelled job started
+    q.close()

@@ -74,6 +74,8 @@ def test_a_retry_waiting_follows_the_new_priority(
         assert r.zcard(qk.lane_retry(40, "default")) == 0
         assert r.zcard(qk.lane_retry(7, "default")) == 1
         assert r.zscore(qk.retries, "lane|7|default") is not None
+        # (in a lane made for it: registered, as every lane holding work is)
+        assert r.zscore(qk.lanes, "7|default") == 7 and r.exists(qk.lane(7, "default"))
     st = q.wait(job.id, timeout=60)
     assert (st.state, st.priority, st.done, len(runs)) == (JobState.SUCCEEDED, 7, 1, 2)
     q.close()
@@ -127,5 +129,87 @@ def test_a_raw_call_naming_another_lane_changes_nothing(
     assert r.zscore(qk.lanes, "0|c1") == 0
     assert q.status(job.id).priority == 0
     # and sent again (its reply lost) it finds the job moved: nothing more changes
+    assert call((30, "c1"), (0, "c1")) == 0 and r.xlen(qk.lane(0, "c1")) == 1
     assert call((0, "c1"), (0, "c1")) == 0 and r.xlen(qk.lane(0, "c1")) == 1
+    q.close()
+
+
+def test_a_cancel_made_from_the_record_before_a_move_still_cancels_the_job(
+        redis_url: str, queue_name: str, workers: StartWorker, r: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a small job waiting at priority 40, and a cancel whose read of its record
+    # is followed at once by a move of the job to priority 7 (another caller's)
+    from streamq.producer import job_store
+
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 1}], priority=40)
+    qk = q.lane_shard(job.id)
+    read = job_store.LaneJob._record
+    moved: list[int] = []
+
+    def read_then_move(self: Any) -> Any:
+        rec = read(self)
+        if not moved:
+            moved.append(1)
+            other = Queue(queue_name, redis_url)
+            other.reprioritize(job.id, priority=7)
+            other.close()
+        return rec
+
+    monkeypatch.setattr(job_store.LaneJob, "_record", read_then_move)
+    # When the cancel runs
+    report = q.cancel(job.id, wait=True, timeout=5)
+    monkeypatch.setattr(job_store.LaneJob, "_record", read)
+    # Then it cancelled the job where it moved to: its entry there is gone, and a worker
+    # started afterwards runs nothing of it
+    assert moved and (report.state, report.cancelled, report.complete) == (
+        "cancelled", True, True)
+    assert r.xlen(qk.lane(7, "default")) == 0 and r.xlen(qk.lane(40, "default")) == 0
+    ran: list[Any] = []
+    workers(queue_name, lambda p: ran.append(p), concurrency=1)
+    other = q.submit([{"n": 2}], priority=7)  # (served: the worker reads that lane)
+    assert q.wait(other.id, timeout=30).state is JobState.SUCCEEDED
+    assert ran == [{"n": 2}] and q.status(job.id).state is JobState.CANCELLED
+    q.close()
+
+
+def test_the_reaper_promotes_a_retry_moved_to_a_new_lane(
+        redis_url: str, queue_name: str, r: redis.Redis) -> None:
+    # Given a small job whose first attempt failed (by hand: read and failed with a
+    # retry due at once), moved to priority 7 (a lane with no stream yet)
+    from streamq import Reaper
+    from streamq.producer.lane import backlog
+
+    q = Queue(queue_name, redis_url)
+    job = q.submit([{"n": 1}], priority=40)
+    qk = q.lane_shard(job.id)
+    lane40 = qk.lane(40, "default")
+    ((eid, _),) = r.xreadgroup("workers", "w1", {lane40: ">"}, count=1)[0][1]
+    q.scripts.run("lane_fail", (lane40, qk.lane_retry(40, "default"), qk.ljobs, qk.lerrors,
+                                qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead,
+                                qk.retries, qk.lkept),
+                  ("workers", 1000, 1000000, 1000, "40|default", eid.decode(), job.id, 1, 1,
+                   "boom", "j", '{"n":1}'))
+    q.reprioritize(job.id, priority=7)
+    # Then the queue's backlog still counts it, and a reaper's pass (no worker runs)
+    # promotes it into the new lane
+    assert sum(retrying for _, _, retrying in backlog(r, qk).values()) == 1
+    reaper = Reaper(queue_name, redis_url)
+    wait_until(lambda: reaper.run_once().retries_promoted == 1, 10,
+               "the reaper promoting the retry")
+    assert r.xlen(qk.lane(7, "default")) == 1 and r.zcard(qk.lane_retry(7, "default")) == 0
+    q.close()
+
+
+def test_a_queue_named_like_a_lane_moves_and_cancels_its_small_jobs(
+        redis_url: str, queue_name: str) -> None:
+    # Given a queue whose name reads like a lane's key part, and a small job of it
+    q = Queue(f"{queue_name}:lane:5:x", redis_url)
+    job = q.submit(["x"], priority=9)
+    # When it is moved, then cancelled
+    assert q.reprioritize(job.id, priority=3).priority == 3
+    report = q.cancel(job.id, wait=True, timeout=5)
+    # Then both found it where its record says
+    assert (report.state, report.cancelled, report.complete) == ("cancelled", True, True)
+    assert q.status(job.id).priority == 3
     q.close()
