@@ -373,8 +373,10 @@ class Maker:
             return job
         if n == "job":  # schedule_retry: a job, or a rate-limit wait of one
             return rng.choice([job, f"rate|{job}|1"])
-        if n in ("lane member", "new lane member"):  # (a new one: the same lane)
+        if n == "lane member":
             return f"{atk.lane_prio}|{atk.lane_client}"
+        if n == "new lane member":  # (its keys are made from it: valid's lane binds)
+            return f"{rng.choice([atk.lane_prio, 7])}|{atk.lane_client}"
         if n == "JSON record":
             return json.dumps({"job_id": job, "state": "succeeded", "total": 2})
         if n == "field":
@@ -452,6 +454,10 @@ class Maker:
                                + "|".join(str(args[a - 1]) for a in at))
         for key_i, other in c.retry_of:
             keys[key_i - 1] = keys[other - 1] + ":retry"
+        for key_i, at in c.lane_binds:  # a lane (or its retry set) of a member argument
+            prio, client = str(args[at - 1]).split("|", 1)
+            keys[key_i - 1] = (f"sq:{{{tag}}}:lane:{prio}:{client}"
+                               + (":retry" if c.keys[key_i - 1].name == "lane-retry" else ""))
         c.check(keys, args)  # the generator makes only what the contract accepts
         return Call(name, len(keys), keys, args)
 
