@@ -49,6 +49,7 @@ local group, job, closer = ARGV[1], ARGV[4], ARGV[5]
 --- @include "includes/errors"
 --- @include "includes/now_ms"
 --- @include "includes/lane_complete"
+--- @include "includes/lane_find"
 
 local raw = rcall("HGET", ctx.ljobs, job)
 if not raw then return ERR_JOB_NOT_FOUND end
@@ -57,31 +58,17 @@ if not raw then return ERR_JOB_NOT_FOUND end
 -- as it was before a move, would find neither; it changes nothing
 if lane_active(raw) then
   local prio, client = string.match(ctx.lane, "^sq:{[^}]*}:lane:(%d+):(.*)$")
-  if prio ~= lane_digits(raw, "priority") or client ~= string.match(raw, '"client":"([^"]*)"')
-  then
-    return {2, ""}
-  end
+  if tostring(prio) .. "|" .. tostring(client) ~= lane_member_of(raw) then return {2, ""} end
 end
 
 -- the job's entry: held by a worker (pending), or read by none (deleted: it never starts)
 local held = ""
-local from = "-"
-while rcall("EXISTS", ctx.lane) == 1 do
-  local got = rcall("XRANGE", ctx.lane, from, "+", "COUNT", 1000)
-  if #got == 0 then break end
-  for _, e in ipairs(got) do
-    local fields = e[2]
-    for k = 1, #fields, 2 do
-      if fields[k] == "j" and fields[k + 1] == job then
-        if #rcall("XPENDING", ctx.lane, group, e[1], e[1], 1) > 0 then
-          held = e[1]
-        elseif lane_active(raw) then
-          rcall("XDEL", ctx.lane, e[1])
-        end
-      end
-    end
+for _, e in ipairs(lane_entries_of(ctx.lane, job)) do
+  if #rcall("XPENDING", ctx.lane, group, e[1], e[1], 1) > 0 then
+    held = e[1]
+  elseif lane_active(raw) then
+    rcall("XDEL", ctx.lane, e[1])
   end
-  from = "(" .. got[#got][1]
 end
 if not lane_active(raw) then
   -- cancelled by this call before its reply was lost: the same reply again
@@ -92,13 +79,8 @@ if not lane_active(raw) then
   return {0, held}
 end
 
-for _, member in ipairs(rcall("ZRANGE", retryKey, 0, -1)) do
-  local sep = string.find(member, "|", 1, true)
-  -- "<attempts>|<job>|..." or, carrying a trace context, "<attempts>|<job>,<context>|..."
-  local head = sep and string.sub(member, sep + 1, sep + #job + 1)
-  if head == job .. "|" or head == job .. "," then
-    rcall("ZREM", retryKey, member)
-  end
+for _, member in ipairs(lane_retries_of(retryKey, job)) do
+  rcall("ZREM", retryKey, member)
 end
 ctx.done = lane_done()
 lane_complete(ctx, job, raw, "cancelled", 0, 0, now_ms())

@@ -57,37 +57,25 @@ local group, from, to, job = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 --- @include "includes/errors"
 --- @include "includes/lane_complete"
 --- @include "includes/copy_entry"
+--- @include "includes/lane_find"
 
 local raw = rcall("HGET", ljobsKey, job)
 if not raw then return ERR_JOB_NOT_FOUND end
 if not lane_active(raw) then return ERR_JOB_FINISHED end
 local prio = lane_digits(raw, "priority")
-local client = string.match(raw, '"client":"([^"]*)"')
 local newPrio, newClient = string.match(to, "^(%d+)|(.*)$")
-if newClient ~= client then
+if newClient ~= string.match(raw, '"client":"([^"]*)"') then
   return redis.error_reply("ERR sq_lane_reprioritize refused: ARGV[3] is a lane of another client")
 end
-local named = prio .. "|" .. tostring(client)
+local named = lane_member_of(raw)
 if named == to then return 0 end  -- (a call sent again after its reply was lost)
 if named ~= from then return 3 end
 
--- the job's entry in its lane: held by a worker (pending: running), or read by none
-local entry = nil
-local start = "-"
-while entry == nil and rcall("EXISTS", fromKey) == 1 do
-  local got = rcall("XRANGE", fromKey, start, "+", "COUNT", 1000)
-  if #got == 0 then break end
-  for _, e in ipairs(got) do
-    local fields = e[2]
-    for k = 1, #fields, 2 do
-      if fields[k] == "j" and fields[k + 1] == job then entry = e end
-    end
-    if entry then break end
-  end
-  start = "(" .. got[#got][1]
-end
-if entry and #rcall("XPENDING", fromKey, group, entry[1], entry[1], 1) > 0 then
-  return 2
+-- the job's entry in its lane: held by a worker (pending: running, or read to run
+-- next), or read by none
+local entries = lane_entries_of(fromKey, job)
+for _, e in ipairs(entries) do
+  if #rcall("XPENDING", fromKey, group, e[1], e[1], 1) > 0 then return 2 end
 end
 
 -- the new lane, made (stream, group, registry entry) when it has no stream
@@ -98,27 +86,24 @@ local function ready()
   end
 end
 
-if entry then
+for _, e in ipairs(entries) do
   ready()
-  copy_entry(toKey, entry[1], entry[2])
-  rcall("XDEL", fromKey, entry[1])
-  if rcall("LLEN", wakeKey) < tonumber(ARGV[5]) then rcall("LPUSH", wakeKey, "1") end
+  copy_entry(toKey, e[1], e[2])
+  rcall("XDEL", fromKey, e[1])
+end
+if #entries > 0 and rcall("LLEN", wakeKey) < tonumber(ARGV[5]) then
+  rcall("LPUSH", wakeKey, "1")
 end
 
--- a retry waiting in the old lane's retry set: "<attempts>|<job>|..." or, carrying a
--- trace context, "<attempts>|<job>,<context>|..."; the new lane is made for it too
--- (a lane whose retry set holds anything is registered: the reaper's lane pass and
--- the backlog walk the registry)
-for _, member in ipairs(rcall("ZRANGE", fromRetryKey, 0, -1)) do
-  local sep = string.find(member, "|", 1, true)
-  local head = sep and string.sub(member, sep + 1, sep + #job + 1)
-  if head == job .. "|" or head == job .. "," then
-    ready()
-    local due = rcall("ZSCORE", fromRetryKey, member)
-    rcall("ZREM", fromRetryKey, member)
-    rcall("ZADD", toRetryKey, due, member)
-    rcall("ZADD", retriesKey, "LT", due, "lane|" .. to)
-  end
+-- a retry waiting in the old lane's retry set; the new lane is made for it too (a
+-- lane whose retry set holds anything is registered: the reaper's lane pass and the
+-- backlog walk the registry)
+for _, member in ipairs(lane_retries_of(fromRetryKey, job)) do
+  ready()
+  local due = rcall("ZSCORE", fromRetryKey, member)
+  rcall("ZREM", fromRetryKey, member)
+  rcall("ZADD", toRetryKey, due, member)
+  rcall("ZADD", retriesKey, "LT", due, "lane|" .. to)
 end
 
 -- the record's settings are flat and their names never values (lane_complete): the

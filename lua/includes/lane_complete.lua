@@ -58,6 +58,11 @@ local function lane_digits(raw, name)
   return string.match(raw, "^%d+", at + #key) or "0"
 end
 
+-- the lane member "<prio>|<client>" a record names: the lane its entry or retry is in
+local function lane_member_of(raw)
+  return lane_digits(raw, "priority") .. "|" .. tostring(string.match(raw, '"client":"([^"]*)"'))
+end
+
 -- a number field of a record, as a number (0 when it has none)
 local function lane_field(raw, name)
   return tonumber(lane_digits(raw, name))

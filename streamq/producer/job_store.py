@@ -15,7 +15,7 @@ so; docs/design/job-life.md lists each difference.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import redis
@@ -229,6 +229,14 @@ class LaneJob:
             raise JobNotFound(self.job_id)  # expired since it was found
         return lane.parse(raw, self.shard.tag)
 
+    def _records(self, tries: int = 10) -> Iterator[dict[str, Any]]:
+        """The record, read again for each call that found it naming another lane than
+        the one read (the job moved meanwhile: ``lane_reprioritize``), ``tries`` times
+        at most."""
+        for _ in range(tries):
+            yield self._record()
+        raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")
+
     def status(self) -> JobStatus:
         rec = self._record()
         return lane.status(self.job_id, rec,
@@ -249,15 +257,13 @@ class LaneJob:
         that), or the entry is settled, or the worker is dead, as a job lane job's
         cancel waits for the workers holding its entries."""
         q, qk = self.q, self.shard
-        for _ in range(10):  # again while its record names another lane: it just moved
-            rec = self._record()
+        for rec in self._records():
             prio, client = int(rec["priority"]), str(rec["client"])
-            done, held = q.scripts.lane_cancel(qk, (prio, client), LaneCtx.of(q),
-                                               self.job_id, token)
-            if done is not None:
+            cancelled, held = q.scripts.lane_cancel(qk, (prio, client), LaneCtx.of(q),
+                                                    self.job_id, token)
+            if cancelled is not None:  # (None: it moved)
                 break
-        else:
-            raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")
+        done = bool(cancelled)
         # not cancelled here (another did, or it ended): its state read again, not the
         # one read before the call
         state = "cancelled" if done else self._state_now(str(rec["state"]))
@@ -283,8 +289,7 @@ class LaneJob:
         holds (running, or read to run next) is refused: its record must name the lane
         its entry is in. A concurrency is taken as it is: one sub-request runs one at a
         time whatever the limit."""
-        for _ in range(5):
-            rec = self._record()
+        for rec in self._records():
             _check_live(self.job_id, rec["state"])
             if priority is None:
                 return
@@ -302,7 +307,6 @@ class LaneJob:
                                   "priority changes while it waits, not while it runs")
             if code != 3:  # else its record named another lane: changed meanwhile
                 return
-        raise ConfigError(f"job {self.job_id!r} changed priority meanwhile: try again")
 
 
     def delete(self) -> None:

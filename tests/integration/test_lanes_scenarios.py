@@ -71,36 +71,39 @@ def cancel_while_running(c: Ctx) -> dict[str, Any]:
             "after": seen(c.q, job.id), "again": c.q.cancel(job.id, token="stop-1").cancelled}
 
 
-@scenario
-def cancel_waiting_for_a_running_handler(c: Ctx) -> dict[str, Any]:
-    job = c.submit([{"n": 1, "block": True}])
+def _cancelled_running(c: Ctx, payload: dict[str, Any], release: bool) -> tuple[Any, Any]:
+    """A job of ``payload`` cancelled while its handler runs (the gate released after
+    the cancel, with ``release``), once the handler's result is in; the job and the
+    cancel's report."""
+    job = c.submit([payload])
     c.worker()
     c.running(job.id)
     # the holding worker's heartbeat (every 0.5 s) notes the cancel well within the
     # wait; the running handler still holds the entry when it ends
-    report = c.q.cancel(job.id, timeout=5)
-    c.gate.release()
+    report = c.q.cancel(job.id, timeout=10)
+    if release:
+        c.gate.release()
     wait_until(lambda: c.q.status(job.id).in_flight == 0, 30, "the handler's result")
+    return job, report
+
+
+def _told(report: Any) -> tuple[Any, ...]:
+    return (report.state, report.cancelled, report.held, report.complete,
+            len(report.waiting))
+
+
+@scenario
+def cancel_waiting_for_a_running_handler(c: Ctx) -> dict[str, Any]:
+    job, report = _cancelled_running(c, {"n": 1, "block": True}, release=True)
     again = c.q.cancel(job.id, timeout=30)
-    return {"report": (report.state, report.cancelled, report.held, report.complete,
-                       len(report.waiting)),
-            "again": (again.state, again.cancelled, again.held, again.complete,
-                      len(again.waiting)),
-            "after": seen(c.q, job.id)}
+    return {"report": _told(report), "again": _told(again), "after": seen(c.q, job.id)}
 
 
 @scenario
 def a_running_handler_sees_its_cancel(c: Ctx) -> dict[str, Any]:
-    job = c.submit([{"n": 1, "until_cancelled": True}])
-    c.worker()
-    c.running(job.id)
-    # the holding worker's heartbeat (every 0.5 s) notes the cancel: the cancel returns
-    # complete, and the handler, which polls current_task().cancelled, ends early
-    report = c.q.cancel(job.id, timeout=10)
-    wait_until(lambda: c.q.status(job.id).in_flight == 0, 30, "the handler's result")
-    return {"report": (report.state, report.cancelled, report.held, report.complete,
-                       len(report.waiting)),
-            "after": seen(c.q, job.id)}
+    # the handler polls current_task().cancelled: it ends early once its worker noted it
+    job, report = _cancelled_running(c, {"n": 1, "until_cancelled": True}, release=False)
+    return {"report": _told(report), "after": seen(c.q, job.id)}
 
 
 @scenario
