@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -160,15 +161,19 @@ class AsyncEntries:
                          payloads: list[Any], limit: float | None) -> list[_Outcome]:
         """One group's entries in order, each with its own current task, each cancelled
         at its job's timeout ``limit``."""
-        w, clock = self.w, time.perf_counter
+        w, clock, me = self.w, time.perf_counter, threading.get_ident()
         outcomes: list[_Outcome] = []
         for task, payload in zip(tasks, payloads):
-            if w.stopping.is_set() or cancels.seen(task[1]):
+            # this thread noted as starting the job from its check of the cancels to the
+            # handler's call (:mod:`streamq.base.cancels`; nothing awaits between)
+            if cancels.begin(task[1], me) or w.stopping.is_set():
+                cancels.started(me)
                 outcomes.append(None)
                 continue
             hooks.at("in_handler")
             started = clock()
             _current.set(task if limit is None else (*task, time.time() + limit))
+            cancels.started(me)
             try:
                 value = await guarded(w.handler(payload), limit,
                                       None if limit is None else started + limit)

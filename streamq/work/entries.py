@@ -59,11 +59,20 @@ class EntryRunner:
 
         Returns the results not yet acknowledged, and whether a job of a token completed
         (its token is dropped)."""
+        try:
+            return self._run(src, entries, ids, waits, durations)
+        finally:  # however the batch ended, this thread is starting nothing
+            cancels.started(threading.get_ident())
+
+    def _run(self, src: Source, entries: list[Read], ids: list[str],
+             waits: list[float], durations: list[float]) -> tuple[list[Done], bool]:
+        """:meth:`run_entries`, with this thread noted as starting each entry's job from
+        its check of the cancels to its handler's call (:mod:`streamq.base.cancels`)."""
         w, out = self.w, self.w.outcomes
         done: list[Done] = []
         completed = slow = False  # slow: the last handler took SLOW_ENTRY_S or more
-        queue, stopping, cancelled, fields, limit = (w.q.name, w.stopping, cancels.seen,
-                                                     src.fields, src.limit)
+        queue, stopping, fields, limit = w.q.name, w.stopping, src.fields, src.limit
+        me, begin, starts = threading.get_ident(), cancels.begin, cancels.started
         handler, sync, flush_s, faults, clock = (w.handler, w.loop is None, w.ack_flush_s,
                                                  hooks.active(), time.perf_counter)
         # wall-clock s = clock() + to_wall: a queue wait without a second clock read per entry
@@ -80,7 +89,7 @@ class EntryRunner:
                 out.observe(waits, durations)
                 completed = report_malformed(src, eid, job, (index, kind, raw), e) or completed
                 continue
-            if suspect or cancelled(job):
+            if begin(job, me) or suspect:  # (begin first: it notes the job as starting)
                 go = self._gate(src, eid, job, suspect, entries[n:], (done, waits, durations))
                 completed = go[1] or completed
                 if go[0] is None:
@@ -94,6 +103,7 @@ class EntryRunner:
             waits.append(wait if wait > 0.0 else 0.0)
             task: tuple[Any, ...] = (queue, job, index, eid, attempt) if limit is None else (
                 queue, job, index, eid, attempt, started + to_wall + limit)
+            starts(me)  # the handler is called now: a beat may list its job
             try:
                 if sync:  # inline rather than a method call: this runs per sub-request
                     reset = _current.set(task)

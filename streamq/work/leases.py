@@ -200,6 +200,10 @@ class LeaseKeeper:
         try:
             self.see_cancels()
             self.unseen.drop_cancelled()
+            # listed after they were noted, but those a slot is about to start
+            # (:mod:`streamq.base.cancels`)
+            noted = ",".join(cancels.listable(list(dict.fromkeys(
+                [*cancels.recent(), *self.held_cancelled]))))
             for qk, held in by_shard.items():
                 first = qk == w.keys
                 lost += w.scripts.heartbeat(
@@ -215,8 +219,7 @@ class LeaseKeeper:
                                       else w.governor.active),
                           "processed": w.stats.processed, "failed": w.stats.failed,
                           "leases": len(held),
-                          "cancels": ",".join(dict.fromkeys([*cancels.recent(),
-                                                             *self.held_cancelled]))},
+                          "cancels": noted},
                     tokens=held,
                     stats=stats if first else None,
                 )

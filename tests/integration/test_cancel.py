@@ -349,3 +349,63 @@ def test_cancels_of_more_jobs_than_a_beat_lists_as_newest_each_return_complete(
     assert q.wait(jobs[0].id, timeout=30).state is JobState.SUCCEEDED
     assert started == [0]  # nothing of a cancelled job started
     q.close()
+
+
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_cancel_made_between_a_slots_check_and_its_handler_returns_after_the_start(
+        small: bool, kind: str, r: redis.Redis, redis_url: str, queue_name: str,
+        workers: Any) -> None:
+    # Given a slot that checked its job is not cancelled and stops there, before its
+    # handler is called (the worker's "in_handler" point: a thread switch there, made
+    # as long as the test needs)
+    import threading
+
+    from streamq.base import hooks
+
+    q = Queue(queue_name, redis_url)
+    between, go, end, starts_seen = (threading.Event(), threading.Event(), threading.Event(),
+                                     [])
+
+    def hook(point: str) -> None:
+        if point == "in_handler" and not between.is_set():
+            between.set()
+            go.wait(30)
+
+    def run(p: Any) -> Any:
+        starts_seen.append(p["n"])
+        end.wait(30)
+        return p["n"]
+
+    async def arun(p: Any) -> Any:
+        return run(p)
+
+    job = q.submit([{"n": 1}], **({} if small else {"job_id": f"own-{queue_name}"}))
+    hooks.install(hook)
+    try:
+        workers(queue_name, run if kind == "sync" else arun, concurrency=1, batch=1)
+        wait_until(between.is_set, 30, "the slot between its check and its handler")
+        # When the job is cancelled meanwhile, and its worker beats with it noted
+        got: list[Any] = []
+        canceller = threading.Thread(target=lambda: got.append(
+            (q.cancel(job.id, wait=True, timeout=20), list(starts_seen))))
+        canceller.start()
+        wait_until(lambda: q.status(job.id).state is JobState.CANCELLED, 30, "the cancel")
+        wait_beats(r, queue_name, 3)
+        # Then the cancel has not returned: its worker does not list a job a slot is
+        # about to start, and this one's handler has not started
+        assert got == [] and starts_seen == []
+        go.set()
+        canceller.join(40)
+        # and once the handler started, it returns complete, the start before it, while
+        # the handler runs on
+        report, started_then = got[0]
+        assert report.complete and report.state == "cancelled", report
+        assert started_then == [1] and not end.is_set()
+    finally:
+        go.set()
+        end.set()
+        hooks.install(None)
+    assert q.wait(job.id, timeout=30).state is JobState.CANCELLED
+    assert q.results(job.id) == {0: 1}  # what ran keeps its result
+    q.close()

@@ -143,6 +143,29 @@ def test_a_cancelled_job_of_the_whole_batch_starts_nothing() -> None:
     done, _ = _runner(ran.append).run_entries(src, reads, ids, [], [])
     assert (ran, done) == ([], []) and src.calls == [
         ("hand_back", ["1000-0", "1001-0", "1002-0"])]
+    assert cancels.listable([gone]) == [gone]  # the slot starts nothing of it: a beat lists it
+
+
+def test_a_job_is_listed_as_noted_only_outside_a_slots_check_to_start_step() -> None:
+    # a beat lists a cancelled job only when no slot is between its check of the cancels
+    # and its handler's call (the "in_handler" point is in that step)
+    from streamq.base import hooks
+
+    job = f"job-{uuid.uuid4().hex}"
+    src = Recorder({"0": job, "1": job})
+    reads, ids = _entries(2)
+    seen: list[tuple[str, list[str]]] = []
+
+    def note(where: str) -> None:
+        seen.append((where, cancels.listable([job])))
+
+    hooks.install(lambda point: note("checked") if point == "in_handler" else None)
+    try:
+        _runner(lambda p: note("handler")).run_entries(src, reads, ids, [], [])
+    finally:
+        hooks.install(None)
+    assert seen == [("checked", []), ("handler", [job])] * 2
+    assert cancels.listable([job]) == [job]
 
 
 def test_a_suspect_entry_acknowledges_what_is_done_then_records_its_start() -> None:
