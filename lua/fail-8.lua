@@ -29,6 +29,9 @@
     (settled already), 1 retry scheduled, 2 dead-lettered. The meta field
     "started" keeps the earliest delivery of the entries settled (the job's
     first start, includes/first_start).
+    ERR sq_fail refused: entry <id> holds another sub-request (or payload): the
+    call named the entry with an index, type or payload it does not hold; nothing
+    is written
 ]]
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, retryKey, inflightKey, dlqKey, unannouncedKey =
@@ -41,6 +44,7 @@ local group, entryId, index, attempts, delay =
 --- @include "includes/complete_job"
 --- @include "includes/dead_letter"
 --- @include "includes/first_start"
+--- @include "includes/entries_of"
 
 local function reply(outcome, completed)
   local r = job_reply(metaKey, completed)
@@ -48,6 +52,19 @@ local function reply(outcome, completed)
   return r
 end
 
+-- the entry holds the sub-request and payload the call names (a retry or a dead
+-- letter is made of them; a malformed entry's index is -1, its missing or empty type "b"); one
+-- settled before changes nothing
+local entry = entries_of(tasksKey, {entryId})[entryId]
+if not entry then return reply(0, 0) end
+local held = field_of(entry, "i")  -- (1-15 digits, as the worker reads it; else -1)
+held = (held and #held <= 15 and string.match(held, "^%d+$")) and tostring(tonumber(held)) or "-1"
+if held ~= index then return entry_refused("fail", entryId, "another sub-request") end
+local kind = field_of(entry, "t")
+if kind == nil or kind == "" then kind = "b" end
+if kind ~= ARGV[7] or (field_of(entry, "p") or "") ~= ARGV[8] then
+  return entry_refused("fail", entryId, "another payload")
+end
 local nowMs = now_ms()
 local started = first_start(tasksKey, group, entryId, nowMs)
 if rcall("XACK", tasksKey, group, entryId) == 0 then

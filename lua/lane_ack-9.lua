@@ -27,6 +27,8 @@
 
   Output:
     {acknowledged, completed}: entries this call acknowledged, jobs it completed
+    ERR sq_lane_ack refused: entry <id> holds another job: a triple named an entry
+    with a job it does not hold (includes/entries_of); nothing is written
 ]]
 local rcall = redis.call
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[3], lerrors = KEYS[4],
@@ -41,27 +43,40 @@ local group = ARGV[1]
 --- @include "includes/chunked"
 --- @include "includes/lane_complete"
 --- @include "includes/delete_settled"
+--- @include "includes/entries_of"
 
 local nowMs = now_ms()
 ctx.done = lane_done()
 local acked, completed, ids, jobs = 0, 0, {}, {}
 local starts = rcall("EXISTS", ctx.lstarts) == 1
--- one XACK of every id (chunked); when it acknowledged them all (the usual case)
--- each counts; otherwise some were settled before this call, and since every
--- script that settles a lane entry deletes it in the same call, the ones this
--- call acknowledged are those still in the stream
-for j = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[j] end
-local ackedNow = 0
-for i = 1, #ids, 500 do
-  ackedNow = ackedNow + rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
-end
-local all = ackedNow == #ids
-local mine = {}
+-- each entry once (an entry listed twice counts once), read before anything is
+-- written: it must hold the job the call names (includes/entries_of). One no longer
+-- in the stream was settled before this call (every script that settles a lane entry
+-- deletes it in the same call) and changes nothing; the rest are acknowledged with
+-- one XACK (chunked) and count
+local seen, mine = {}, {}
 for j = 4, #ARGV, 3 do
-  if all or #rcall("XRANGE", ctx.lane, ARGV[j], ARGV[j]) > 0 then
+  if not seen[ARGV[j]] then
+    seen[ARGV[j]] = true
+    ids[#ids + 1] = ARGV[j]
+  end
+end
+local held = entries_of(ctx.lane, ids)
+for j = 4, #ARGV, 3 do
+  local entry = held[ARGV[j]]
+  if entry and seen[ARGV[j]] then
+    if field_of(entry, "j") ~= ARGV[j + 1] then
+      return entry_refused("lane_ack", ARGV[j], "another job")
+    end
+    seen[ARGV[j]] = false
     mine[#mine + 1] = j
     jobs[#jobs + 1] = ARGV[j + 1]
   end
+end
+ids = {}
+for n, j in ipairs(mine) do ids[n] = ARGV[j] end
+for i = 1, #ids, 500 do
+  rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
 end
 -- the records read with one command; a job that succeeded keeps its result in its
 -- record, one cancelled while it ran (or retried in place) in `lresults`

@@ -37,6 +37,8 @@
 
   Output:
     0 the entry was settled already, 1 retry scheduled, 2 dead-lettered
+    ERR sq_lane_fail refused: entry <id> holds another job (or payload): the call
+    named the entry with a job, type or payload it does not hold; nothing is written
 ]]
 local rcall = redis.call
 local retryKey, deadKey, retriesKey = KEYS[2], KEYS[9], KEYS[10]
@@ -51,7 +53,21 @@ local attempts, delay = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 --- @include "includes/now_ms"
 --- @include "includes/lane_complete"
+--- @include "includes/entries_of"
 
+-- the entry holds the job and payload the call names (a retry or a dead letter is
+-- made of them; a malformed entry's missing or empty type is "b"); one settled before changes
+-- nothing
+local entry = entries_of(ctx.lane, {entryId})[entryId]
+if not entry then return 0 end
+if (field_of(entry, "j") or "") ~= job then
+  return entry_refused("lane_fail", entryId, "another job")
+end
+local kind = field_of(entry, "t")
+if kind == nil or kind == "" then kind = "b" end
+if kind ~= ARGV[11] or (field_of(entry, "p") or "") ~= ARGV[12] then
+  return entry_refused("lane_fail", entryId, "another payload")
+end
 if rcall("XACK", ctx.lane, group, entryId) == 0 then return 0 end
 rcall("XDEL", ctx.lane, entryId)
 rcall("HDEL", ctx.lstarts, entryId)

@@ -10,7 +10,11 @@
   runs once: a replay that claimed it first refuses this call, and a later
   replay is refused. Idempotent by the token, kept in the record: a call that
   finds the job active under its own token was applied before and its reply
-  lost; it changes nothing.
+  lost; it changes nothing. The record notes the serial of the dead letter put
+  back (`dead`), so the job's next dead letter has the next serial and can be
+  retried or replayed in its turn. Refused: a lane member other than the lane the
+  record names, and markers other than this dead letter's (KEYS[9] named after
+  the letter's job, creation, field and serial, KEYS[10] after its entry id).
 
   Input:
     KEYS[1] lane     sq:{<shard>}:lane:<prio>:<client>  STREAM (+ consumer group ARGV[1])
@@ -56,11 +60,21 @@ if lane_active(raw) then
 end
 local rest = string.match(raw, '^{"state":"failed","done":%d+,"failed":%d+,"finished":%d+,(.*)$')
 if not rest then return ERR_NOTHING_TO_RETRY end
+if lane_member_of(raw) ~= member then
+  return redis.error_reply("ERR sq_lane_retry refused: ARGV[2] is not the lane the job's record names")
+end
 local letter = rcall("XRANGE", deadKey, deadId, deadId)
 if #letter == 0 then return ERR_NOTHING_TO_RETRY end
 local f = {}
 for k = 1, #letter[1][2], 2 do f[letter[1][2][k]] = letter[1][2][k + 1] end
 if f.job ~= job or f.index ~= "0" then return ERR_NOTHING_TO_RETRY end
+-- the markers are this dead letter's: named after its job, creation, field and serial,
+-- and after its entry (the keys' tag is KEYS[1]'s)
+local tag = string.match(laneKey, "^(.-}:)")
+if byLetter ~= tag .. "replayed:" .. job .. "|" .. (f.c or "") .. "|0|" .. (f.n or "")
+    or byEntry ~= tag .. "replayed-id:" .. deadId then
+  return redis.error_reply("ERR sq_lane_retry refused: KEYS[9] and KEYS[10] are not the markers of this dead letter")
+end
 if rcall("EXISTS", byLetter) == 1 or rcall("EXISTS", byEntry) == 1 then
   return ERR_NOTHING_TO_RETRY  -- a replay claimed it
 end
@@ -70,8 +84,9 @@ if rcall("EXISTS", laneKey) == 0 then
   rcall("ZADD", lanesKey, tonumber(string.match(member, "^(%d+)|")), member)
 end
 rcall("XADD", laneKey, "*", "j", job, "t", f.t or "b", "p", f.p or "")
-rest = string.gsub(rest, '^"retry":"[^"]*",', '', 1)
-rcall("HSET", ljobsKey, job, LANE_ACTIVE .. mark .. rest)
+rest = string.gsub(string.gsub(rest, '^"retry":"[^"]*",', '', 1), '^"dead":%d+,', '', 1)
+-- the record notes the serial of the dead letter put back: the next is one past it
+rcall("HSET", ljobsKey, job, LANE_ACTIVE .. mark .. '"dead":' .. (f.n or "1") .. "," .. rest)
 rcall("HDEL", lerrorsKey, job)
 rcall("ZADD", lactiveKey, lane_field(raw, "created") or 0, job)
 rcall("ZREM", ldoneKey, job)

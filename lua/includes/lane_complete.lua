@@ -203,17 +203,19 @@ end
 ]]
 local function lane_dead(ctx, dead, deadMax, job, raw, entryId, errText, attempts, kind,
                          payload, nowMs)
-  local created, field = 0, "0"
+  local created, field, serial = 0, "0", 1
   if raw then
-    created = lane_field(raw, "created")
+    -- its serial: one past the dead letter its last retry in place put back (`dead`
+    -- in the record, lane_retry), so each dead letter of the job is one of its own
+    created, serial = lane_field(raw, "created"), lane_field(raw, "dead") + 1
     rcall("HSET", ctx.lerrors, job,
-          cjson.encode({error = errText, attempts = tonumber(attempts), at = nowMs, n = 1}))
+          cjson.encode({error = errText, attempts = tonumber(attempts), at = nowMs, n = serial}))
   else
     field = "entry:" .. entryId
   end
   rcall("XADD", dead, "MAXLEN", "~", deadMax, "*", "job", job or "", "index", field,
         "error", errText, "attempts", attempts, "at", nowMs, "t", kind or "b",
-        "p", payload or "", "n", 1, "c", created)
+        "p", payload or "", "n", serial, "c", created)
   if raw then
     lane_complete(ctx, job, raw, "failed", 0, 1, nowMs)
   end

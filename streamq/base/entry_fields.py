@@ -5,6 +5,7 @@ acknowledges. No Redis here: both lanes' work reads entries through these.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -37,12 +38,14 @@ def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(it, it))
 
 
+#: an index or count as the functions write it and read it back (fail-8.lua): 1-15
+#: digits; anything else (a sign, spaces, "_") is no index
+_DIGITS = re.compile(rb"[0-9]{1,15}")
+
+
 def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:
-    try:
-        value = int(fields[name])
-    except (KeyError, ValueError):
-        return None
-    return value if value >= 0 else None
+    value = fields.get(name)
+    return int(value) if value is not None and _DIGITS.fullmatch(value) else None
 
 
 def _plain(flat: list[bytes]) -> bool:
@@ -53,12 +56,7 @@ def _plain(flat: list[bytes]) -> bool:
 def _parse(flat: list[bytes]) -> tuple[int | None, bytes | None, bytes | None, int, bool]:
     """An entry's index, type, payload, attempt number and whether it is suspect."""
     if _plain(flat):
-        index: int | None
-        try:
-            index = int(flat[1])
-        except ValueError:
-            index = None
-        return (index if index is None or index >= 0 else None), flat[3], flat[5], 1, False
+        return (int(flat[1]) if _DIGITS.fullmatch(flat[1]) else None), flat[3], flat[5], 1, False
     fields = _fields(flat)
     attempt = 1 if b"a" not in fields else (_int_field(fields, b"a") or 0) + 1
     return (_int_field(fields, b"i"), fields.get(b"t"), fields.get(b"p"), attempt,

@@ -123,25 +123,28 @@ def retry_lane(q: RetryHome, qk: QueueKeys, job_id: str, rec: dict[str, Any], ra
     if rec["state"] != "failed":
         raise_for_code("lane_retry", int(NOTHING), job_id)
     err: Any = r.hget(qk.lerrors, job_id)
-    at = int(json.loads(err)["at"]) if err else 0
-    dead_id = _dead_entry(q, qk, job_id, at)
+    error = json.loads(err) if err else {}
+    at, serial = int(error.get("at", 0)), int(error.get("n", 1))
+    dead_id = _dead_entry(q, qk, job_id, at, serial)
     if dead_id is None:
         raise ConfigError(f"job {job_id!r} has nothing to retry: its dead letter is gone "
                           "(replayed or purged)")
-    letter = dead_letter_key(job_id, int(rec.get("created") or 0), "0", 1)
+    letter = dead_letter_key(job_id, int(rec.get("created") or 0), "0", serial)
     q.scripts.lane_retry(qk, (int(rec["priority"]), str(rec["client"])), job_id, dead_id,
                          letter, token, marker_life_ms(int(rec.get("retention") or 0)))
     return 1
 
 
-def _dead_entry(q: RetryHome, qk: QueueKeys, job_id: str, at_ms: int) -> str | None:
-    """The dead-stream entry of a small job's dead letter, written at ``at_ms`` (Redis's
-    clock), or None."""
+def _dead_entry(q: RetryHome, qk: QueueKeys, job_id: str, at_ms: int, serial: int
+                ) -> str | None:
+    """The dead-stream entry of a small job's dead letter of serial ``serial``, written
+    at ``at_ms`` (Redis's clock), or None."""
     start, end = f"{max(0, at_ms - _NEAR_MS)}-0", f"{at_ms + _NEAR_MS}-18446744073709551615"
     while True:
         page: Any = q.redis.xrange(qk.dead, start, end, count=_PAGE)
         for eid, f in page:
-            if f.get(b"job") == job_id.encode() and f.get(b"index") == b"0":
+            if (f.get(b"job") == job_id.encode() and f.get(b"index") == b"0"
+                    and f.get(b"n") == str(serial).encode()):
                 return _text(eid)
         if len(page) < _PAGE:
             return None

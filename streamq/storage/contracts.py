@@ -96,13 +96,18 @@ def pat(n: str, regex: str, lua: str, doc: str, size: int = 300, *, empty: bool 
 
 
 GROUP_ARG = enum("group", GROUP)
-SHARD = pat("queue", _NAME + r"(?:~[0-9]{1,4})?", "^[%w_%.:%-]+~?%d*$", "<queue>[~<n>]", 140)
+SHARD = pat("queue", _NAME + r"(?:~[0-9]{1,4})?", "^[%w_%.:%-]+$\n^[%w_%.:%-]+~%d%d?%d?%d?$",
+            "<queue>[~<n>]", 140)
 ENTRY = Arg("entry id", "entry")
 KIND = enum("payload type", "b", "s", "j")
 #: the type letter a failure carries: a malformed entry's own, whatever it was
 FAILED_KIND = text("payload type", 16)
 PAYLOAD = text("payload", _BIG)
-TRACE = tok("trace context", size=512, empty=True)
+#: a W3C traceparent (version, trace id, parent id, flags: lowercase hex): kept in a
+#: small job's retry member between "," and "|", so neither may be in it
+TRACE = pat("trace context", r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}",
+            "^[%da-f][%da-f]%-" + "[%da-f]" * 32 + "%-" + "[%da-f]" * 16 + "%-[%da-f][%da-f]$",
+            "<traceparent>", 55, empty=True)
 PRIORITY = i("priority", 0, MAX_PRIORITY)
 CONCURRENCY = i("concurrency", 1, MAX_CONCURRENCY)
 WAKE_CAP = i("cap on wake-up signals", 0, 100_000)
@@ -110,8 +115,9 @@ TOKEN = pat("token", _NAME + r"#[0-9]{1,5}", "^[%w_%.:%-]+#%d+$", "<job>#<n>", 1
 LANE_MEMBER = pat("lane member", r"[0-9]{1,2}\|" + _NAME, "^%d%d?|[%w_%.:%-]+$", "<prio>|<client>",
                   132)
 JSON = pat("JSON record", r"\{.*\}", "^{.*}$", "{...}", _TEXT)
+_D20 = "%d" + "%d?" * 19  # 1 to 20 digits (Lua patterns have no {1,20})
 FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
-            "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:%d+%-%d+$",
+            "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:" + _D20 + "%-" + _D20 + "$",
             "<index> or entry:<id>", 60)
 #: what every lane script that completes jobs is told (channels come from its tag)
 LANE_CTX = (GROUP_ARG, i("events cap"), ms("events retention"))
@@ -203,7 +209,7 @@ _LIST = [
                 "creating"), (i("events cap"), ms("events retention")),
              rest=(name("job id"), enum("state", "succeeded", "partial", "failed", "aborted",
                                         "cancelled"),
-                   i("total"), i("done"), i("failed"), ms("retention"), i("concurrency"),
+                   i("total"), i("done"), i("failed"), ms("retention"), CONCURRENCY,
                    tok("dedup key", empty=True), JSON, tok("incarnation", empty=True),
                    i("dead")),
              reply="one code per job", roles=("producer", "worker", "reaper"),
@@ -229,7 +235,7 @@ _LIST = [
              publishes=True),
     Contract("lane_cancel", "cancel a small job", _k(
         "lane lane-retry ljobs lactive ldone events lkept"),
-             (*LANE_CTX, name("job id"), tok("closer", empty=True)),
+             (*LANE_CTX, name("job id"), name("closer", empty=True)),
              reply="{cancelled, held}; {2, \"\"} moved", errors=("JOB_NOT_FOUND",),
              roles=_P, flags=("allow-oom",), publishes=True, retry_of=((2, 1),)),
     Contract("lane_delete", "delete a finished small job's records now",
@@ -351,10 +357,10 @@ _LIST = [
                   "^[%w_%.:%-]+$\n^rate|[%w_%.:%-]+|%d+$", "<job> or rate|<job>|<n>", 150),
               ms("delay")), reply="0|1", roles=_W, flags=("allow-oom",)),
     Contract("set_rate", "set or clear a rate limit", _k("rates buckets"),
-             (pat("limit", r"queue|client:" + _NAME, "^[%w_%.:%-]+$", "queue|client:<name>",
-                  140),
-              pat("rate", r"[0-9]{1,12}(?:\.[0-9]{1,9})?\|[0-9]{1,12}", "^[%d%.]+|%d+$",
-                  "<per second>|<burst>", 40, empty=True)),
+             (pat("limit", r"queue|client:" + _NAME, "^queue$\n^client:[%w_%.:%-]+$",
+                  "queue|client:<name>", 140),
+              pat("rate", r"[0-9]{1,12}(?:\.[0-9]{1,9})?\|[0-9]{1,12}",
+                  "^%d+|%d+$\n^%d+%.%d+|%d+$", "<per second>|<burst>", 40, empty=True)),
              reply="0|1", roles=_A, flags=("allow-oom",)),
     Contract("settle", "a slot's round: settle its tokens and claim new ones", _k(
         "ready leased owners tokens parked wake fair kick retries worker paused"),

@@ -358,6 +358,32 @@ def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_a
 
 
 @pytest.mark.parametrize("lane", LANES)
+def test_a_job_that_fails_again_after_a_retry_in_place_is_retried_and_replayed_again(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    # Given a failed job retried in place, its cause not mended: it failed again
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, lane, workers, [{"n": 1, "bad": True}])
+    (first,) = q.dead_letters(job_id=job.id)
+    assert q.retry(job.id) == 1
+    assert q.wait(job.id, timeout=30).state is JobState.FAILED
+    wait_until(lambda: len(q.dead_letters(job_id=job.id)) == 1, 10, "its second dead letter")
+    (second,) = q.dead_letters(job_id=job.id)
+    # Then its second dead letter is a new one: its own serial and id
+    assert second.id != first.id and second.serial == first.serial + 1, (first, second)
+    # And it is retried in place again, and the third failure can be replayed
+    assert q.retry(job.id) == 1
+    assert q.wait(job.id, timeout=30).state is JobState.FAILED
+    wait_until(lambda: len(q.dead_letters(job_id=job.id)) == 1, 10, "its third dead letter")
+    (third,) = q.dead_letters(job_id=job.id)
+    assert third.serial == first.serial + 2
+    mode["bad"] = False
+    target = q.replay_dead(third.id)
+    assert q.wait(target, timeout=30).state is JobState.SUCCEEDED
+    assert ran == [1, 1, 1, 1]
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
 def test_a_job_retried_in_place_is_kept_its_retention_from_its_second_finish(
         lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
     from streamq import JobNotFound

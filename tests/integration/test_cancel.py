@@ -407,5 +407,7 @@ def test_a_cancel_made_between_a_slots_check_and_its_handler_returns_after_the_s
         end.set()
         hooks.install(None)
     assert q.wait(job.id, timeout=30).state is JobState.CANCELLED
-    assert q.results(job.id) == {0: 1}  # what ran keeps its result
+    # what ran keeps its result (acknowledged once the released handler returns: the
+    # job was terminal since the cancel)
+    wait_until(lambda: q.results(job.id) == {0: 1}, 30, "the handler's result")
     q.close()

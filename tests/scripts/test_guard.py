@@ -30,6 +30,7 @@ from streamq.storage.contracts import CONTRACTS
 from streamq.storage.luaload import LuaScript, build_library
 
 CALLS = 150  # per function
+_TRACE = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"  # a W3C traceparent
 
 #: values any argument may get: most fit no argument
 _ANY = ["", "0", "-1", "1.5", "1e3", " 1", "+1", "9" * 16, "-" + "9" * 15, "SET", "FLUSHALL",
@@ -37,7 +38,7 @@ _ANY = ["", "0", "-1", "1.5", "1e3", " 1", "+1", "9" * 16, "-" + "9" * 15, "SET"
         "12", "entry:1-2", "entry:1-", "q1~2", "q1~", "+5", "@5", "{}", '{"a":1}', "{",
         "job#3", "job#", "5|cli", "555|cli", "rate|cli|3", "queue", "client:cli", "1.5|10",
         "1|", "j|d", "j|", "|d", "j|a b", "0-0", "1" * 20 + "-1", "1" * 21 + "-1", "r", "p",
-        "05|cli", "0|cli", "5|cli:x"]
+        "05|cli", "0|cli", "5|cli:x", _TRACE]
 #: parts of keys a kind with a suffix may get
 _PARTS = ["worker:w-1", "worker:", "worker:a b", "lane:5:cli", "lane:55:cli", "lane:555:cli",
           "lane:05:cli", "lane:0:cli",
@@ -290,3 +291,45 @@ def test_a_key_named_after_arguments_or_beside_its_lane_is_held_to_them(
         with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: KEYS"):
             guards.fcall(f"sq_{name}", len(bad_keys), *bad_keys, *args)
         assert not _passes(c, bad_keys, args), bad_keys
+
+
+#: values functions once took that their contracts refuse: (function, ARGV position,
+#: 1-based or -1 for a call's last, the value): a job's concurrency of 10^9 (finish_jobs
+#: builds a table of one entry per unit: Redis stopped for every client), a closer that
+#: ends the JSON string it is written into (a small job's record), a trace context with
+#: the "|" or "," its retry member is split on, a rate and a limit the Lua pattern let
+#: through but no reader parses, a shard suffix of no digit or of nine, an entry field
+#: of 25 digits
+ONCE_TAKEN = [
+    ("finish_jobs", 9, "1000000000"),
+    ("lane_cancel", 5, 'x","state":"succeeded","done":1,"z":"'),
+    ("lane_cancel", 5, "x\\"),
+    ("lane_submit", -1, _TRACE[:20] + "|" + _TRACE[21:]),
+    ("lane_submit", -1, _TRACE[:20] + "," + _TRACE[21:]),
+    ("lane_submit", -1, _TRACE.upper()),
+    ("set_rate", 2, "1.2.3|5"),
+    ("set_rate", 1, "nonsense"),
+    ("create_job", 1, "qp~"),
+    ("create_job", 1, "qp~123456789"),
+    ("announced", 1, "entry:" + "1" * 25 + "-1"),
+]
+
+
+@pytest.mark.parametrize(("name", "at", "value"), ONCE_TAKEN)
+def test_a_value_its_readers_cannot_take_is_refused(
+        guards: redis.Redis, name: str, at: int, value: str) -> None:
+    # Given a valid call of the function (the argument at `at` present and not empty)
+    c = CONTRACTS[name]
+    made = _Calls(c, random.Random(f"once-taken:{name}:{at}"))
+    keys, args = next(call for call in (made.call() for _ in range(20000))
+                      if _passes(c, *call) and len(call[1]) >= abs(at)
+                      and call[1][at if at < 0 else at - 1] not in ("", b"")
+                      and (name != "lane_submit" or (len(call[1]) - 5) % 3 == 1))
+    assert guards.fcall(f"sq_{name}", len(keys), *keys, *args) == b"ran"
+    # When that argument is the value
+    bad = list(args)
+    bad[at if at < 0 else at - 1] = value
+    # Then the guard refuses the call, and so does the contract's Python twin
+    with pytest.raises(redis.ResponseError, match=f"sq_{name} refused: ARGV"):
+        guards.fcall(f"sq_{name}", len(keys), *keys, *bad)
+    assert not _passes(c, keys, bad)
