@@ -142,3 +142,24 @@ def run_both(scenario: Callable[[Ctx], dict[str, Any]], url: str, workers: Start
             ctx.gate.release()  # a blocked handler never holds a worker's teardown
             ctx.q.close()
     return out
+
+
+def differences(small: Any, job: Any, path: str = "") -> list[str]:
+    """Where what was seen of the small job and of the job-lane job differ."""
+    if isinstance(small, dict) and isinstance(job, dict):
+        return [d for k in sorted({*small, *job}, key=str)
+                for d in differences(small.get(k), job.get(k), f"{path}.{k}")]
+    return [] if small == job else [f"{path}: small {small!r}, job lane {job!r}"]
+
+
+def seen_alike(scenario: Callable[[Ctx], dict[str, Any]], url: str, workers: StartWorker,
+               meant: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``scenario`` once per lane and assert both saw the same, after ``meant`` (a
+    check of a documented difference, which takes its fields out); what each saw."""
+    got = run_both(scenario, url, workers)
+    small, job = got["small"], got["job"]
+    if meant is not None:
+        meant(small, job)
+    assert differences(small, job) == []
+    return small, job

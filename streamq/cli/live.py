@@ -144,7 +144,7 @@ class Dashboard:
 
     def frame(self) -> RenderableType:
         try:
-            ov = queue_overview.overview(self.r, self.shards)
+            ov = queue_overview.overview(self.r, self.shards, small_rows=False)  # shows no row
             ws = queue_pending.workers(self.r, self.qk)
         except CONNECTION_ERRORS as e:
             return Panel(Text(f"Redis unavailable: {e} (retrying)", style="bold red"),

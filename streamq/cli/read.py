@@ -13,7 +13,7 @@ from rich.table import Table
 
 from streamq.base.keys import QueueKeys, check_name
 from streamq.base.models import JobStatus
-from streamq.ops import queue_overview, queue_pending
+from streamq.ops import queue_overview, queue_pending, queue_rows
 from streamq.ops.queue_overview import QueueNotFound
 from streamq.producer.client import Queue
 from streamq.services.shards import read_shards
@@ -114,17 +114,24 @@ def pending(
     json_out: JsonOut = False,
     redis_url: RedisUrl = DEFAULT_URL,
 ) -> None:
-    """Pending entries (delivered, not acknowledged) as XPENDING sees them."""
+    """Pending entries (delivered, not acknowledged) as XPENDING sees them, of jobs on
+    their own streams and small jobs alike."""
     r = client(redis_url)
     q = Queue(queue, client=r)
     if job is not None:
         job_status(q, job)
-        jobs = [job]
+        jobs, lanes, only = [job], [q.lane_shard(job)], [job]
     else:
-        queue_overview.require_queue(r, q.known_shards)
-        jobs = queue_overview.active_job_ids(r, q.known_shards)
-    rep = queue_pending.pending(r, q.keys, jobs, consumer=consumer, min_idle_ms=int(min_idle * 1000),
-                          details=details or job is not None)
+        shards = q.known_shards
+        queue_overview.require_queue(r, shards)
+        # the unfinished jobs, and those cancelled while their handlers run (their
+        # entries are still pending); every small job's held entry, in its lane
+        jobs = queue_overview.active_job_ids(r, shards)
+        jobs += queue_rows.cancelled_held(r, shards, jobs)
+        lanes, only = shards, None
+    rep = queue_pending.pending(r, q.keys, jobs, lanes=lanes, lane_jobs=only, consumer=consumer,
+                                min_idle_ms=int(min_idle * 1000),
+                                details=details or job is not None)
     if json_out:
         emit_json(rep.as_dict())
         return

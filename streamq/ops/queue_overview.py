@@ -1,6 +1,7 @@
 """Read-side views of a queue for operators: its overview, its jobs' rows, a dead letter.
 
-The pending entries and the workers are :mod:`streamq.queue_pending`'s.
+The jobs' rows are :mod:`streamq.ops.queue_rows`'s; the pending entries and the workers
+:mod:`streamq.ops.queue_pending`'s.
 
 Plain Redis reads, pipelined, with no Lua and no writes, using only commands
 the read-only ``inspector`` ACL role of ``deploy/users.acl`` allows. The numbers come
@@ -10,29 +11,25 @@ what ``redis-cli`` shows at the same moment. Used by the ``streamq`` CLI.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
 
-from streamq.base import config
-from streamq.base.keys import JobKeys, QueueKeys
+from streamq.base.keys import QueueKeys
 from streamq.errors import StreamqError
-from streamq.producer import deadletters, lane
+from streamq.ops import queue_rows
+from streamq.ops.queue_rows import JobRow, _s, job_rows
+from streamq.producer import deadletters, lane, lane_held
 from streamq.producer.deadletters import DeadLetter
+from streamq.producer.lane_held import Held
 from streamq.producer.rates import RateLimits, read_rates
-from streamq.services import schedule
 from streamq.storage.connection import Client
 from streamq.storage.connection import server_ms as connection_server_ms
 
-#: Pending entries examined per job for idle-time and delivery statistics.
-PENDING_CAP = 10_000
 #: Window of the completion rate and throughput, in milliseconds.
 RATE_WINDOW_MS = 60_000
-#: Jobs read per pipelined round trip.
-_CHUNK = 200
-_META = ("state", "priority", "client", "total", "done", "failed", "created", "due")
 
 
 class QueueNotFound(StreamqError):
@@ -46,10 +43,6 @@ class QueueNotFound(StreamqError):
 
 class DeadLetterNotFound(StreamqError):
     """Raised when an id names no entry of the queue's dead-letter stream."""
-
-
-def _s(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 Shards = QueueKeys | Sequence[QueueKeys]
@@ -87,87 +80,6 @@ def active_job_ids(r: Client, shards: Shards) -> list[str]:
     return [j for _, j in sorted(rows)]
 
 
-# -- jobs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """One unfinished job as its keys show it now."""
-
-    job_id: str
-    state: str  #: meta.state ("scheduled" for a scheduled job not yet due), or "missing"
-    #: for a registered job without meta
-    priority: int
-    client: str
-    total: int
-    done: int
-    failed: int
-    in_flight: int  #: XPENDING count: delivered, not acknowledged
-    queued: int  #: XLEN - pending + retry: waiting for a worker
-    retrying: int  #: ZCARD retry: waiting for their next attempt
-    oldest_idle_ms: int | None  #: largest idle time among its pending entries
-    created_ms: int
-    consumers: dict[str, int] = field(default_factory=dict)  #: XPENDING per consumer
-
-
-def job_rows(r: Client, queue: str, job_ids: Sequence[str], *,
-             idle: bool = True) -> list[JobRow]:
-    """Read each job's meta, stream length, retries and pending list (pipelined)."""
-    out: list[JobRow] = []
-    for start in range(0, len(job_ids), _CHUNK):
-        chunk = job_ids[start : start + _CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for job in chunk:
-            jk = JobKeys(job, queue)
-            pipe.hmget(jk.meta, *_META)
-            pipe.xlen(jk.tasks)
-            pipe.zcard(jk.retry)
-            pipe.xpending(jk.tasks, config.GROUP)
-        got = pipe.execute(raise_on_error=False)
-        idle_of = _max_idle(r, queue, [(job, _pending_count(got[4 * n + 3]))
-                                for n, job in enumerate(chunk)]) if idle else {}
-        for n, job in enumerate(chunk):
-            meta, xlen, retrying, summary = got[4 * n : 4 * n + 4]
-            pending = _pending_count(summary)
-            consumers = ({_s(c["name"]): int(c["pending"]) for c in summary["consumers"]}
-                         if pending else {})
-            retry_n = int(retrying) if isinstance(retrying, int) else 0
-            length = int(xlen) if isinstance(xlen, int) else 0
-            m = [_s(v) if v is not None else None for v in meta]
-            queued = max(0, length - pending) + retry_n
-            state = m[0] or "missing"
-            if schedule.not_yet_due(state, m[7], length, int(m[4] or 0), int(m[5] or 0),
-                                    retry_n):
-                # its sub-requests wait for its time, not for a retry
-                state, retry_n = "scheduled", 0
-            out.append(JobRow(
-                job_id=job, state=state, priority=int(m[1] or 0),
-                client=m[2] or "", total=int(m[3] or 0), done=int(m[4] or 0),
-                failed=int(m[5] or 0), in_flight=pending,
-                queued=queued, retrying=retry_n,
-                oldest_idle_ms=idle_of.get(job), created_ms=int(m[6] or 0),
-                consumers=consumers))
-    return out
-
-
-def _pending_count(summary: Any) -> int:
-    return int(summary["pending"]) if isinstance(summary, dict) else 0
-
-
-def _max_idle(r: Client, queue: str, jobs: Iterable[tuple[str, int]]) -> dict[str, int]:
-    busy = [(job, n) for job, n in jobs if n > 0]
-    if not busy:
-        return {}
-    pipe = r.pipeline(transaction=False)
-    for job, n in busy:
-        pipe.xpending_range(JobKeys(job, queue).tasks, config.GROUP, "-", "+", min(n, PENDING_CAP))
-    out: dict[str, int] = {}
-    for (job, _), entries in zip(busy, pipe.execute(raise_on_error=False)):
-        if isinstance(entries, list) and entries:
-            out[job] = max(int(e["time_since_delivered"]) for e in entries)
-    return out
-
-
 # -- queue overview --------------------------------------------------------------------
 
 
@@ -189,7 +101,7 @@ class Overview:
     queue: str
     shards: int  #: the queue's shards (:mod:`streamq.shards`); the counts are their sums
     at_ms: int
-    active_jobs: int  #: ZCARD active
+    active_jobs: int  #: ZCARD active + ZCARD lactive
     by_priority: list[PriorityRow]
     ready: int  #: tokens waiting for a worker (ZCARD ready)
     leased: int  #: tokens held by workers (ZCARD leased)
@@ -197,11 +109,14 @@ class Overview:
     workers_live: int
     workers_dead: int  #: registered, heartbeat deadline past
     dead_letters: int  #: XLEN dead
-    in_flight: int  #: pending entries over all unfinished jobs
+    #: pending entries over all unfinished jobs, and those of cancelled jobs whose
+    #: handlers still run (both lanes)
+    in_flight: int
     queued: int
     oldest_pending_idle_ms: int | None
     completions_last_minute: int
     throughput_per_s: float  #: sub-requests done per second, from the last minute's completions
+    #: every unfinished job's row, then those of the cancelled jobs whose handlers run
     jobs: list[JobRow]
     #: shards paused (``Queue.pause``): workers claim nothing there until resumed
     paused_shards: int = 0
@@ -236,8 +151,12 @@ def recent_completions(r: Client, shards: Shards, window_ms: int = RATE_WINDOW_M
     return count, done
 
 
-def overview(r: Client, shards: Shards) -> Overview:
-    """Queue overview over every shard; raises QueueNotFound for a queue with no key."""
+def overview(r: Client, shards: Shards, *, small_rows: bool = True) -> Overview:
+    """Queue overview over every shard; raises QueueNotFound for a queue with no key.
+
+    Its rows are every unfinished job's, in registration order, then those of the
+    cancelled jobs whose handlers still run, on both lanes; ``small_rows`` False leaves
+    the small jobs' rows out (a view that shows no row: its counts are the same)."""
     shards = _shards(shards)
     qk = shards[0]
     require_queue(r, shards)
@@ -245,6 +164,7 @@ def overview(r: Client, shards: Shards) -> Overview:
     active = ready = leased = parked = dead_letters = paused = 0
     #: small jobs (streamq.lane) by priority: (queued, in flight, retrying)
     lanes: dict[int, tuple[int, int, int]] = {}
+    held: dict[str, list[Held]] = {}  #: the lane entries workers hold, by shard tag
     live_ids: set[bytes] = set()
     dead_ids: set[bytes] = set()
     for shard in shards:
@@ -262,16 +182,13 @@ def overview(r: Client, shards: Shards) -> Overview:
             active + a + small, ready + rd, leased + le, parked + pa, dead_letters + dl)
         live_ids.update(live)
         dead_ids.update(dead_w)
-        for p, counts in lane.backlog(r, shard).items():
-            if not any(counts):
-                continue  # an idle lane (dropped by the reaper's next pass)
-            have = lanes.get(p, (0, 0, 0))
-            lanes[p] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2])
+        _add_backlog(lanes, lane.backlog(r, shard))
+        held[shard.tag] = lane_held.held(r, shard)
     # a worker registers on every shard: counted once, live when live on any
     live, dead_w = len(live_ids), len(dead_ids - live_ids)
-    rows = job_rows(r, shards[0].name, active_job_ids(r, shards))
+    rows, own = _rows(r, shards, held, small_rows)
     prio: dict[int, list[JobRow]] = {}
-    for row in rows:
+    for row in own:
         prio.setdefault(row.priority, []).append(row)
     by_priority = []
     for p in sorted({*prio, *lanes}):
@@ -280,7 +197,8 @@ def overview(r: Client, shards: Shards) -> Overview:
         by_priority.append(PriorityRow(
             p, len(js) + queued + flying + retrying, sum(j.queued for j in js) + queued + retrying,
             sum(j.in_flight for j in js) + flying, sum(j.retrying for j in js) + retrying))
-    idles = [row.oldest_idle_ms for row in rows if row.oldest_idle_ms is not None]
+    idles = [row.oldest_idle_ms for row in own if row.oldest_idle_ms is not None]
+    idles += [h.idle_ms for hs in held.values() for h in hs]
     count, done = recent_completions(r, shards, now=t)
     return Overview(
         queue=qk.name, shards=len(shards), at_ms=t, active_jobs=int(active), by_priority=by_priority,
@@ -293,6 +211,52 @@ def overview(r: Client, shards: Shards) -> Overview:
         jobs=rows, paused_shards=paused,
         scheduled_jobs=sum(1 for row in rows if row.state == "scheduled"),
         rate_limits=read_rates(r, qk))
+
+
+def _add_backlog(lanes: dict[int, tuple[int, int, int]],
+                 shard: dict[int, tuple[int, int, int]]) -> None:
+    """Add a shard's lanes' (queued, in flight, retrying) by priority to ``lanes``."""
+    for p, counts in shard.items():
+        if not any(counts):
+            continue  # an idle lane (dropped by the reaper's next pass)
+        have = lanes.get(p, (0, 0, 0))
+        lanes[p] = (have[0] + counts[0], have[1] + counts[1], have[2] + counts[2])
+
+
+def _rows(r: Client, shards: Sequence[QueueKeys], held: dict[str, list[Held]],
+          small: bool) -> tuple[list[JobRow], list[JobRow]]:
+    """(the overview's rows, those of jobs on their own streams): every unfinished job
+    in registration order (``active`` and ``lactive``), then the cancelled jobs whose
+    entries workers still hold: a running handler is work in flight, whatever became
+    of its job (both lanes: a small job's held entry is in its lane, and a job on its
+    own stream is listed by the beats of the workers holding it)."""
+    order: list[tuple[float, str, QueueKeys | None]] = []
+    for shard in shards:
+        pipe = r.pipeline(transaction=False)
+        pipe.zrange(shard.active, 0, -1, withscores=True)
+        if small:
+            pipe.zrange(shard.lactive, 0, -1, withscores=True)
+        got: Any = pipe.execute()
+        order += [(score, _s(j), None) for j, score in got[0]]
+        order += [(score, _s(j), shard) for j, score in (got[1] if small else [])]
+    order.sort(key=lambda e: (e[0], e[1]))
+    own_ids = [j for _, j, home in order if home is None]
+    own = job_rows(r, shards[0].name, own_ids)
+    own += [row for row in job_rows(r, shards[0].name,
+                                    queue_rows.cancelled_held(r, shards, own_ids))
+            if row.in_flight]
+    by_id = {row.job_id: row for row in own}
+    later = [row.job_id for row in own[len(own_ids):]]
+    for shard in shards if small else []:
+        mine = [j for _, j, home in order if home is shard]
+        unfinished = set(mine)
+        ended = list(dict.fromkeys(h.job_id for h in held[shard.tag]
+                                   if h.job_id not in unfinished))
+        rows = queue_rows.small_rows(r, shard, mine + ended, held[shard.tag])
+        by_id.update({row.job_id: row for row in rows
+                      if row.job_id in unfinished or row.in_flight})
+        later += [j for j in ended if j in by_id]
+    return [by_id[j] for _, j, _ in order if j in by_id] + [by_id[j] for j in later], own
 
 
 # -- dead letters ----------------------------------------------------------------------

@@ -7,14 +7,16 @@ read-only ``inspector`` ACL role allows (as :mod:`streamq.queue_overview`). Used
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamq.base import config
 from streamq.base.keys import QueueKeys
 from streamq.base.members import owner_worker
-from streamq.ops.queue_overview import PENDING_CAP, _s, server_ms
+from streamq.ops.queue_overview import server_ms
+from streamq.ops.queue_rows import PENDING_CAP, _s
+from streamq.producer import lane_held
 from streamq.storage.connection import Client
 
 
@@ -59,45 +61,70 @@ def live_workers(r: Client, qk: QueueKeys, now: int | None = None) -> set[str]:
     return {_s(w) for w in raw}
 
 
+class _Raw(NamedTuple):
+    """A pending entry of either lane: a job stream's (index read when details are
+    asked for) or a small job's lane entry (index 0)."""
+
+    job_id: str
+    entry_id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+    small: bool
+
+
 def pending(r: Client, qk: QueueKeys, job_ids: Sequence[str], *,
+            lanes: Sequence[QueueKeys] = (), lane_jobs: Collection[str] | None = None,
             consumer: str | None = None, min_idle_ms: int = 0, details: bool = False,
             cap: int = PENDING_CAP) -> PendingReport:
-    """Pending entries of the given jobs, grouped by job and consumer (XPENDING)."""
+    """Pending entries of the given jobs on their own streams (XPENDING) and of the
+    small jobs on the lanes of the shards ``lanes`` (every one, or those in
+    ``lane_jobs``), grouped by job and consumer: a job shows the same whichever lane it
+    rides."""
     alive = live_workers(r, qk)
     pipe = r.pipeline(transaction=False)
     for job in job_ids:
         pipe.xpending_range(qk.job(job).tasks, config.GROUP, "-", "+", cap,
                             consumername=consumer, idle=min_idle_ms or None)
-    raw_entries: list[tuple[str, dict[str, Any]]] = []
+    raw: list[_Raw] = []
     for job, got in zip(job_ids, pipe.execute(raise_on_error=False)):
         if isinstance(got, list):  # an error: the job has no stream or group (finished)
-            raw_entries.extend((job, e) for e in got)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for job, e in raw_entries:
-        groups.setdefault((job, _s(e["consumer"])), []).append(e)
+            raw.extend(_Raw(job, _s(e["message_id"]), _s(e["consumer"]),
+                            int(e["time_since_delivered"]), int(e["times_delivered"]), False)
+                       for e in got)
+    for shard in lanes:
+        raw.extend(_Raw(h.job_id, h.entry_id, h.consumer, h.idle_ms, h.deliveries, True)
+                   for h in lane_held.held(r, shard, jobs=lane_jobs, consumer=consumer,
+                                           min_idle_ms=min_idle_ms, cap=cap))
+    groups: dict[tuple[str, str], list[_Raw]] = {}
+    for e in raw:
+        groups.setdefault((e.job_id, e.consumer), []).append(e)
     out_groups = [
-        PendingGroup(job, c, len(es), max(int(e["time_since_delivered"]) for e in es),
-                     max(int(e["times_delivered"]) for e in es), c in alive)
+        PendingGroup(job, c, len(es), max(e.idle_ms for e in es),
+                     max(e.deliveries for e in es), c in alive)
         for (job, c), es in groups.items()]
-    entries = _entries(r, qk, raw_entries) if details else None
-    return PendingReport(qk.name, len(raw_entries), out_groups, entries)
+    entries = _entries(r, qk, raw) if details else None
+    return PendingReport(qk.name, len(raw), out_groups, entries)
 
 
-def _entries(r: Client, qk: QueueKeys, raw: list[tuple[str, dict[str, Any]]]) -> list[PendingEntry]:
+def _entries(r: Client, qk: QueueKeys, raw: list[_Raw]) -> list[PendingEntry]:
+    """The entries, with the index a job stream's entry carries (a small job has one
+    sub-request: index 0)."""
+    own = [e for e in raw if not e.small]
     pipe = r.pipeline(transaction=False)
-    for job, e in raw:
-        pipe.xrange(qk.job(job).tasks, e["message_id"], e["message_id"])
-    out = []
-    for (job, e), found in zip(raw, pipe.execute(raise_on_error=False)):
+    for e in own:
+        pipe.xrange(qk.job(e.job_id).tasks, e.entry_id, e.entry_id)
+    index_of: dict[tuple[str, str], int | None] = {}
+    for e, found in zip(own, pipe.execute(raise_on_error=False)):
         index = None
         if isinstance(found, list) and found:
             try:
                 index = int(found[0][1][b"i"])
             except (KeyError, ValueError):
                 index = None
-        out.append(PendingEntry(job, _s(e["message_id"]), index, _s(e["consumer"]),
-                                int(e["time_since_delivered"]), int(e["times_delivered"])))
-    return out
+        index_of[(e.job_id, e.entry_id)] = index
+    return [PendingEntry(e.job_id, e.entry_id, 0 if e.small else index_of[(e.job_id, e.entry_id)],
+                         e.consumer, e.idle_ms, e.deliveries) for e in raw]
 
 
 # -- workers ---------------------------------------------------------------------------

@@ -174,7 +174,8 @@ class Backend:
         return read_shards(self.r, check_name("queue name", name)) or [QueueKeys(name)]
 
     def _overview(self, name: str) -> queue_overview.Overview:
-        return queue_overview.overview(self.r, self.shards(name))
+        # the dashboard shows no job row of the overview: the small jobs' are not read
+        return queue_overview.overview(self.r, self.shards(name), small_rows=False)
 
     def require_queue(self, name: str) -> list[QueueKeys]:
         """The queue's shards; QueueNotFound for a queue with no key, CorruptShards for

@@ -4,7 +4,11 @@ dead letters and completion record.
 Sub-requests are shown a page of indexes at a time. A sub-request's state comes from
 where it is now: a result in ``results`` (done), an error record in ``errors`` (dead
 letter), a member of ``retry`` (waiting for its next attempt), an entry in the stream
-pending in the group (running) or not yet delivered (queued). Each read is bounded
+pending in the group (running) or not yet delivered (queued); a cancelled job's
+sub-request that is none of these will not run (cancelled). A small job's one
+sub-request is read from where its lane keeps the same things (its record, ``lresults``,
+``lerrors`` and its dead letter, its lane's pending list, retry set and entries), so
+it shows as the same job on a stream of its own. Each read is bounded
 (:data:`SCAN_CAP` entries of the stream, the pending list and the retry set).
 """
 
@@ -19,7 +23,7 @@ from streamq.base import config
 from streamq.base.codec import decode, decode_result
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.models import Completion, JobState, JobStatus
-from streamq.producer import lane
+from streamq.producer import lane, lane_held
 from streamq.storage.connection import Client
 
 from ..errors import StreamqError
@@ -111,8 +115,10 @@ def _error(raw: bytes) -> tuple[Any, int | None]:
 
 
 def sub_requests(r: Client, queue: str, job_id: str, total: int, offset: int, count: int = SUB_PAGE,
-                 limit: int | None = PREVIEW_CHARS) -> list[SubRequest]:
-    """Sub-requests ``offset`` .. ``offset + count - 1`` of a (big) job."""
+                 limit: int | None = PREVIEW_CHARS, cancelled: bool = False
+                 ) -> list[SubRequest]:
+    """Sub-requests ``offset`` .. ``offset + count - 1`` of a (big) job; ``cancelled``: the
+    job was cancelled, so one neither settled nor held will not run (``cancelled``)."""
     jk = JobKeys(job_id, queue)
     idx = list(range(max(0, offset), min(total, offset + count)))
     if not idx:
@@ -136,14 +142,7 @@ def sub_requests(r: Client, queue: str, job_id: str, total: int, offset: int, co
     held: dict[str, dict[str, Any]] = {}
     if isinstance(pending, list):
         held = {_s(e["message_id"]): e for e in pending}
-    retrying: dict[int, tuple[int, Any]] = {}
-    if isinstance(retry, list):
-        for member in retry:
-            parts = member.split(b"|", 2)
-            if len(parts) == 3 and parts[1].isdigit():
-                payload = parts[2]
-                retrying[int(parts[1])] = (int(parts[0] or 0),
-                                           _decoded(payload[:1], payload[1:]))
+    retrying = _retries(retry)
     out = []
     for n, i in enumerate(idx):
         res = results[n] if isinstance(results, list) else None
@@ -170,26 +169,82 @@ def sub_requests(r: Client, queue: str, job_id: str, total: int, offset: int, co
             else:
                 out.append(SubRequest(i, "queued", 0, payload=Value.of(payload, limit)))
         else:
-            out.append(SubRequest(i, "unknown", None))
+            out.append(SubRequest(i, "cancelled" if cancelled else "unknown", None))
     return out
 
 
-def _small_subs(r: Client, qk: QueueKeys, st: JobStatus, rec: dict[str, Any],
-                limit: int | None) -> list[SubRequest]:
+def _retries(members: Any) -> dict[int, tuple[int, Any]]:
+    """index -> (attempts, decoded payload) of a job's retry set, whose members are
+    ``<attempts>|<index>|<type>[,<context>]|<payload>`` (fail, add_entries)."""
+    out: dict[int, tuple[int, Any]] = {}
+    for member in members if isinstance(members, list) else []:
+        parts = member.split(b"|", 3)
+        if len(parts) == 4 and parts[1].isdigit():
+            kind = parts[2].split(b",", 1)[0]
+            out[int(parts[1])] = (int(parts[0] or 0), _decoded(kind, parts[3]))
+    return out
+
+
+def _small_subs(r: Client, qk: QueueKeys, st: JobStatus, rec: dict[str, Any], kept: Any,
+                limit: int | None) -> tuple[list[SubRequest], int]:
+    """A small job's one sub-request read where its lane keeps it, as
+    :func:`sub_requests` reads a job's own stream: its result, its error and dead
+    letter's payload, the entry a worker holds, its retry waiting or its queued entry.
+    Also the retries waiting (0 or 1)."""
     pipe = r.pipeline(transaction=False)
-    pipe.hget(qk.ljobs, st.job_id)
     pipe.hget(qk.lresults, st.job_id)
     pipe.hget(qk.lerrors, st.job_id)
-    kept, res, err = pipe.execute()
+    res, err = pipe.execute()
     res = (lane.result_of(kept) if kept is not None else None) or res
     if res is not None:
-        return [SubRequest(0, "done", None, result=Value.of(_result(res), limit))]
+        return [SubRequest(0, "done", None, result=Value.of(_result(res), limit))], 0
     if err is not None:
         rec_err, attempts = _error(err)
-        return [SubRequest(0, "dead", attempts, error=Value.of(rec_err, limit))]
-    state = "running" if st.in_flight else "queued" if st.queued else (
-        "cancelled" if st.state == JobState.CANCELLED else "unknown")
-    return [SubRequest(0, state, None)]
+        at = rec_err.get("at") if isinstance(rec_err, dict) else None
+        dl = _dead_payload(r, qk, st.job_id, at)
+        return [SubRequest(0, "dead", attempts, error=Value.of(rec_err, limit),
+                           payload=Value.of(_decoded(*dl), limit) if dl else None)], 0
+    where = (int(rec["priority"]), str(rec["client"]))
+    if st.in_flight:
+        for h in lane_held.held(r, qk, [where], jobs={st.job_id}):
+            return [SubRequest(0, "running", h.deliveries, consumer=h.consumer,
+                               idle_ms=h.idle_ms,
+                               payload=Value.of(_decoded(h.kind, h.payload), limit))], 0
+    if st.queued:
+        waits = lane_held.retrying(r, qk, [where], {st.job_id})
+        if st.job_id in waits:
+            attempts, kind, payload = waits[st.job_id]
+            return [SubRequest(0, "retrying", attempts,
+                               payload=Value.of(_decoded(kind, payload), limit))], 1
+        got = lane_held.queued(r, qk, where, st.job_id, SCAN_CAP)
+        return [SubRequest(0, "queued", 0,
+                           payload=Value.of(_decoded(*got), limit) if got else None)], 0
+    state = "cancelled" if st.state == JobState.CANCELLED else "unknown"
+    return [SubRequest(0, state, None)], 0
+
+
+def _dead_payload(r: Client, qk: QueueKeys, job_id: str, at: Any
+                  ) -> tuple[bytes, bytes] | None:
+    """(type, payload) of a small job's dead letter, written in the call that stored its
+    error at ``at`` (ms): the first entry of ``dead`` from then naming the job."""
+    if not isinstance(at, int | float):
+        return None
+    got: Any = r.xrange(qk.dead, int(at), "+", count=SCAN_CAP)
+    me = job_id.encode()
+    for _, f in got:
+        if f.get(b"job") == me:
+            return f.get(b"t", b"b"), f.get(b"p", b"")
+    return None
+
+
+def _by_state(st: JobStatus, retrying: int) -> dict[str, int]:
+    """Sub-requests by state, from the job's counts; a cancelled job's that will not
+    run are ``cancelled``."""
+    out = {"done": st.done, "dead": st.failed, "running": st.in_flight,
+           "queued": max(0, st.queued - retrying), "retrying": retrying}
+    if st.state == JobState.CANCELLED:
+        out["cancelled"] = max(0, st.total - st.done - st.failed - st.in_flight - st.queued)
+    return out
 
 
 def completion(r: Client, qk: QueueKeys, st: JobStatus) -> Completion | None:
@@ -243,25 +298,30 @@ def detail(r: Client, shard: QueueKeys, small_shard: QueueKeys, st: JobStatus, o
     jk = JobKeys(st.job_id, st.queue)
     meta: Any = r.hgetall(jk.meta)
     if not meta:  # a small job: one sub-request, its record in the lane's hash
-        raw = r.hget(small_shard.ljobs, st.job_id)
-        rec = lane.parse(raw, small_shard.tag) if raw is not None else {}
-        subs = _small_subs(r, small_shard, st, rec, limit)
-        settings = readable_settings({k: _s(v) for k, v in rec.items()})
-        return JobDetail(st, True, None, _count(subs), subs, 0,
-                         completion(r, small_shard, st), settings)
+        return _small_detail(r, small_shard, st, limit)
     m = {_s(k): _s(v) for k, v in meta.items()}
     retrying = int(r.zcard(jk.retry))
-    by_state = {"done": st.done, "dead": st.failed, "running": st.in_flight,
-                "queued": max(0, st.queued - retrying), "retrying": retrying}
-    subs = sub_requests(r, st.queue, st.job_id, st.total, offset, limit=limit)
+    subs = sub_requests(r, st.queue, st.job_id, st.total, offset, limit=limit,
+                        cancelled=st.state == JobState.CANCELLED)
     settings = readable_settings(m)
     started = m.get("started")
-    return JobDetail(st, False, int(started) if started else None, by_state, subs, offset,
-                     completion(r, shard, st), settings)
+    return JobDetail(st, False, int(started) if started else None, _by_state(st, retrying),
+                     subs, offset, completion(r, shard, st), settings)
 
 
-def _count(subs: list[SubRequest]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in subs:
-        out[s.state] = out.get(s.state, 0) + 1
-    return out
+def _small_detail(r: Client, qk: QueueKeys, st: JobStatus, limit: int | None) -> JobDetail:
+    """A small job's detail, shown as the same job on its own stream is. Its record
+    has no first start (docs/design/job-life.md)."""
+    kept = r.hget(qk.ljobs, st.job_id)
+    rec = lane.parse(kept, qk.tag) if kept is not None else {}
+    subs, retrying = (_small_subs(r, qk, st, rec, kept, limit) if rec else
+                      ([SubRequest(0, "unknown", None)], 0))
+    raw = {k: _s(v) for k, v in rec.items()}
+    raw["concurrency"] = "1"  # one sub-request: one at a time
+    if "retention" not in raw and st.finished_ms is not None:
+        # a job that succeeded keeps a short record: its retention is where it is kept
+        kept_ms = lane_held.retention_ms(r, qk, st.job_id, st.finished_ms,
+                                         config.DEFAULT_RETENTION_S * 1000)
+        raw["retention"] = "" if kept_ms is None else str(kept_ms)
+    return JobDetail(st, True, None, _by_state(st, retrying), subs, 0,
+                     completion(r, qk, st), readable_settings(raw))

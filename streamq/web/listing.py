@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamq.base.keys import JobKeys, QueueKeys, check_name
-from streamq.base.models import JobStatus
-from streamq.ops import queue_overview
+from streamq.ops import queue_rows
 from streamq.producer import lane
 from streamq.storage.connection import Client
 
@@ -150,10 +149,10 @@ def _kept_jobs(r: Client, shards: Sequence[QueueKeys]) -> int:
     return sum(max(0, got[k] - got[k + 1] - got[k + 2]) for k in range(0, len(got), 3))
 
 
-def _job_row(jr: queue_overview.JobRow) -> Row | None:
+def _job_row(jr: queue_rows.JobRow, small: bool = False) -> Row | None:
     return None if jr.state == "missing" else Row(
         jr.job_id, jr.state, jr.priority, jr.client, jr.total, jr.done, jr.failed,
-        jr.in_flight, jr.queued, jr.created_ms, False)
+        jr.in_flight, jr.queued, jr.created_ms, small)
 
 
 def _big_rows(r: Client, queue: str, jobs: list[str]) -> dict[str, Row | None]:
@@ -170,40 +169,50 @@ def _big_rows(r: Client, queue: str, jobs: list[str]) -> dict[str, Row | None]:
     if not jobs:
         return out
     try:
-        out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, queue, jobs, idle=False)})
+        out.update({jr.job_id: _job_row(jr) for jr in queue_rows.job_rows(r, queue, jobs, idle=False)})
         return out
     except (ValueError, TypeError, KeyError, StreamqError):
         pass  # one job's keys are not a job's: read them one by one
     for j in jobs:
         try:
-            out.update({jr.job_id: _job_row(jr) for jr in queue_overview.job_rows(r, queue, [j], idle=False)})
+            out.update({jr.job_id: _job_row(jr) for jr in queue_rows.job_rows(r, queue, [j], idle=False)})
         except (ValueError, TypeError, KeyError, StreamqError):
             out[j] = None
     return out
+
+
+def _small_rows(r: Client, shards: Sequence[QueueKeys], jobs: list[str]
+                ) -> dict[str, Row | None]:
+    """Rows of small jobs, read as the overview reads them (the entry a worker holds is
+    in flight, as on the job lane); a record that is not a small job's shows nothing."""
+    homes: dict[str, tuple[QueueKeys, list[str]]] = {}
+    for j in jobs:
+        home = lane.shard_of_job(list(shards), j)
+        homes.setdefault(home.tag, (home, []))[1].append(j)
+    out: dict[str, Row | None] = dict.fromkeys(jobs)
+    for home, mine in homes.values():
+        try:
+            got = queue_rows.small_rows(r, home, mine)
+        except _UNREADABLE:  # one record is not a small job's: read them one by one
+            got = []
+            for j in mine:
+                try:
+                    got += queue_rows.small_rows(r, home, [j])
+                except _UNREADABLE:
+                    continue
+        out.update({jr.job_id: _job_row(jr, True) for jr in got})
+    return out
+
+
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, StreamqError)
 
 
 def rows_of(r: Client, shards: Sequence[QueueKeys], jobs: Sequence[tuple[str, bool]]
             ) -> list[Row | None]:
     """The rows of jobs (id, small), None for one that is gone or unreadable."""
     by_id = _big_rows(r, shards[0].name, [j for j, small in jobs if not small])
-    small = [j for j, is_small in jobs if is_small]
-    if small:
-        pipe = r.pipeline(transaction=False)
-        homes = [lane.shard_of_job(list(shards), j) for j in small]
-        for j, home in zip(small, homes):
-            pipe.hget(home.ljobs, j)
-        for j, home, rec in zip(small, homes, pipe.execute()):
-            try:
-                by_id[j] = None if rec is None else _small_row(
-                    lane.status(j, lane.parse(rec, home.tag)))
-            except (ValueError, TypeError, KeyError, AttributeError, StreamqError):
-                by_id[j] = None  # not a small job's record
+    by_id.update(_small_rows(r, shards, [j for j, small in jobs if small]))
     return [by_id.get(j) for j, _ in jobs]
-
-
-def _small_row(st: JobStatus) -> Row:
-    return Row(st.job_id, st.state.value, st.priority, st.client, st.total, st.done, st.failed,
-               st.in_flight, st.queued, st.created_ms, True)
 
 
 def page(r: Client, shards: Sequence[QueueKeys], f: JobFilter, cursor_raw: str | None,

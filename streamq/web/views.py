@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from streamq.base.keys import check_name
 from streamq.base.replies import new_token
 from streamq.ops import queue_overview, queue_pending
+from streamq.ops.queue_rows import cancelled_held
 from streamq.producer import deadletters
 from streamq.services.shards import CorruptShards
 
@@ -181,13 +182,19 @@ def pending(request: Request) -> Response:
     consumer = request.query_params.get("consumer") or None
     if job_id is not None:
         check_name("job id", job_id)
-        ids = [job_id]
+        ids, lanes, only = [job_id], [backend.queue(name).lane_shard(job_id)], [job_id]
+        capped = False
     else:
+        # the oldest unfinished jobs, those cancelled while their handlers run, and
+        # every small job's held entry (in its lane), as `streamq pending` shows
         ids = _oldest_active(backend, shards, PENDING_JOBS)
-    rep = queue_pending.pending(backend.r, shards[0], ids, consumer=consumer,
-                          details=job_id is not None)
+        capped = len(ids) == PENDING_JOBS
+        ids += cancelled_held(backend.r, shards, ids)
+        lanes, only = shards, None
+    rep = queue_pending.pending(backend.r, shards[0], ids, lanes=lanes, lane_jobs=only,
+                                consumer=consumer, details=job_id is not None)
     return render(request, "pending.html", queue=name, rep=rep, job=job_id,
-                  consumer=consumer, capped=job_id is None and len(ids) == PENDING_JOBS)
+                  consumer=consumer, capped=capped)
 
 
 def _oldest_active(backend: Backend, shards: list[Any], n: int) -> list[str]:

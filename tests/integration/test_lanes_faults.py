@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 from conftest import Procs, wait_until
-from lanes_harness import Ctx, StartWorker, run_both, seen, snap
+from lanes_harness import Ctx, StartWorker, differences, run_both, seen, snap
 from proxy import ReplyDropProxy
-from test_lanes_scenarios import differences
 
 from streamq import Queue, Worker
 

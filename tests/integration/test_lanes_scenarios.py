@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import wait_beats, wait_until
-from lanes_harness import Ctx, StartWorker, records, run_both, seen, snap
+from lanes_harness import Ctx, StartWorker, records, seen, seen_alike, snap
 
 from streamq.errors import ConfigError, WaitTimeout
 
@@ -295,16 +295,4 @@ MEANT: dict[str, Callable[[dict[str, Any], dict[str, Any]], list[str]]] = {
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_a_scenario_is_seen_the_same_on_both_lanes(
         name: str, redis_url: str, workers: StartWorker) -> None:
-    got = run_both(SCENARIOS[name], redis_url, workers)
-    small, job = got["small"], got["job"]
-    if name in MEANT:
-        MEANT[name](small, job)
-    assert differences(small, job) == []
-
-
-def differences(small: Any, job: Any, path: str = "") -> list[str]:
-    """Where what was seen of the small job and of the job-lane job differ."""
-    if isinstance(small, dict) and isinstance(job, dict):
-        return [d for k in sorted({*small, *job}, key=str)
-                for d in differences(small.get(k), job.get(k), f"{path}.{k}")]
-    return [] if small == job else [f"{path}: small {small!r}, job lane {job!r}"]
+    seen_alike(SCENARIOS[name], redis_url, workers, MEANT.get(name))

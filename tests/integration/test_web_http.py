@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import httpx
 import pytest
 import redis
 from conftest import ROOT, module_args, start_redis, wait_until
+from lanes_harness import LANES, StartWorker, submit_on
 from web_fixtures import Data, WebServer, WorkerProcs, csrf_of, populate, routes, start_web
 
 from streamq import JobState, Queue
@@ -195,6 +197,45 @@ def test_the_pending_and_workers_views_show_a_running_job_and_its_worker(
             text = c.get(f"/q/{q}/workers").text
             return f'data-worker="{worker_id}" data-alive="no"' in text
         wait_until(dead, 20, "the worker shown dead")
+    queue.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_running_one_entry_job_shows_the_same_on_both_lanes_pages(
+        lane: str, web_server: WebServer, queue_name: str, redis_url: str,
+        workers: StartWorker) -> None:
+    """A one-entry job a worker runs, small or on a stream of its own: the Pending view
+    lists its entry (in the queue and for the job), the Jobs view shows it in flight,
+    and its page shows its sub-request running with its worker and payload."""
+    q = queue_name
+    queue = Queue(q, redis_url)
+    gate, entered = threading.Event(), threading.Event()
+
+    def hold(p: Any) -> Any:
+        entered.set()
+        gate.wait(60)
+        return p
+
+    job = submit_on(queue, lane, [{"n": 1}])
+    workers(q, hold, concurrency=1)
+    try:
+        assert entered.wait(30), "the handler never started"
+        with web_server.client() as c:
+            pending = c.get(f"/q/{q}/pending").text
+            assert re.search(rf'<tr data-job="{job.id}" data-consumer="[^"]+">', pending), pending
+            detail = c.get(f"/q/{q}/pending?job={job.id}").text
+            entries = re.search(r'id="pending-entries".*?<tbody>(.*?)</tbody>', detail, re.S)
+            assert entries and entries.group(1).count("<tr>") == 1, detail
+            jobs = c.get(f"/q/{q}/jobs").text
+            row = re.search(rf'<tr data-job="{job.id}">(.*?)</tr>', jobs, re.S)
+            # done / total, failed, in flight, queued
+            assert row and "<td>0 / 1</td><td>0</td><td>1</td><td>0</td>" in row.group(1), jobs
+            page = c.get(f"/q/{q}/jobs/{job.id}").text
+            sub = re.search(r'<tr data-index="0" data-state="running">(.*?)</tr>', page, re.S)
+            assert sub and "idle" in sub.group(1) and "&#34;n&#34;: 1" in sub.group(1), page
+    finally:
+        gate.set()
+    queue.wait(job.id, timeout=30)
     queue.close()
 
 

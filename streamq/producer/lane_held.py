@@ -1,0 +1,155 @@
+"""What the small-job lane holds of its jobs besides their records: the entries workers
+hold (read, not acknowledged), the retries waiting, the entries queued, and the retention
+a finished job is kept for, read as the job lane's readers read a job's stream, pending
+list and retry set, so every view shows a small job as it shows the same job on a
+stream of its own (one promise, both paths).
+
+Plain reads (XPENDING, XRANGE, ZRANGE, ZSCORE), bounded by ``cap`` entries a key, with
+only the commands the read-only ``inspector`` role allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streamq.base import config
+from streamq.base.members import parse_lane_member
+
+if TYPE_CHECKING:
+    from streamq.base.keys import QueueKeys
+    from streamq.storage.connection import Client
+
+#: Entries read at most from one lane stream, pending list or retry set.
+CAP = 10_000
+
+Lane = tuple[int, str]  #: (priority, client)
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lane entry a worker holds: read by ``consumer``, not acknowledged."""
+
+    job_id: str
+    entry_id: str
+    consumer: str
+    idle_ms: int  #: since its delivery (XPENDING)
+    deliveries: int  #: times delivered (XPENDING), as a job stream entry's
+    priority: int
+    client: str
+    kind: bytes  #: the payload's type
+    payload: bytes  #: the encoded payload
+
+
+def lanes_of(client: Client, qk: QueueKeys) -> list[Lane]:
+    """The shard's lanes (its ``lanes`` registry)."""
+    members: Any = client.zrange(qk.lanes, 0, -1)
+    return [parse_lane_member(_s(m)) for m in members]
+
+
+def held(client: Client, qk: QueueKeys, lanes: Iterable[Lane] | None = None, *,
+         jobs: Collection[str] | None = None, consumer: str | None = None,
+         min_idle_ms: int = 0, cap: int = CAP) -> list[Held]:
+    """The entries workers hold in the shard's lanes (all, or ``lanes``), of every job or
+    of ``jobs``, by ``consumer`` and idle at least ``min_idle_ms`` when given; oldest
+    first in each lane. Two round trips: the pending lists, then the entries they name
+    (a lane keeps its unsettled entries only, so those between its oldest and its newest
+    pending one are exactly the held ones)."""
+    todo = lanes_of(client, qk) if lanes is None else list(dict.fromkeys(lanes))
+    if not todo:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for p, c in todo:
+        pipe.xpending_range(qk.lane(p, c), config.GROUP, "-", "+", cap,
+                            consumername=consumer, idle=min_idle_ms or None)
+    pending = [(lane, got) for lane, got in zip(todo, pipe.execute(raise_on_error=False))
+               if isinstance(got, list) and got]  # an error: no stream or no group
+    if not pending:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for (p, c), got in pending:
+        pipe.xrange(qk.lane(p, c), got[0]["message_id"], got[-1]["message_id"], count=cap)
+    out: list[Held] = []
+    for ((p, c), got), entries in zip(pending, pipe.execute(raise_on_error=False)):
+        fields = {_s(i): f for i, f in entries} if isinstance(entries, list) else {}
+        for e in got:
+            f = fields.get(_s(e["message_id"]))
+            job = _s(f.get(b"j", b"")) if f else ""
+            if not job or (jobs is not None and job not in jobs):
+                continue
+            assert f is not None
+            out.append(Held(job, _s(e["message_id"]), _s(e["consumer"]),
+                            int(e["time_since_delivered"]), int(e["times_delivered"]),
+                            p, c, f.get(b"t", b"b"), f.get(b"p", b"")))
+    return out
+
+
+def retrying(client: Client, qk: QueueKeys, lanes: Iterable[Lane],
+             jobs: Collection[str] | None = None, cap: int = CAP
+             ) -> dict[str, tuple[int, bytes, bytes]]:
+    """The small jobs whose retry waits in ``lanes``' retry sets (of ``jobs`` when
+    given): job -> (attempts counted, type, encoded payload). A member is
+    ``<attempts>|<job>|<type><payload>``, its job ``<job>,<trace context>`` for an
+    entry that carries one."""
+    todo = list(dict.fromkeys(lanes))
+    pipe = client.pipeline(transaction=False)
+    for p, c in todo:
+        pipe.zrange(qk.lane_retry(p, c), 0, cap - 1)
+    out: dict[str, tuple[int, bytes, bytes]] = {}
+    for got in pipe.execute(raise_on_error=False):
+        for member in got if isinstance(got, list) else []:
+            parts = member.split(b"|", 2)
+            if len(parts) != 3 or not parts[0].isdigit() or not parts[2]:
+                continue
+            job = _s(parts[1].split(b",", 1)[0])
+            if jobs is None or job in jobs:
+                out[job] = (int(parts[0]), parts[2][:1], parts[2][1:])
+    return out
+
+
+def queued(client: Client, qk: QueueKeys, lane: Lane, job_id: str, cap: int = CAP
+           ) -> tuple[bytes, bytes] | None:
+    """(type, encoded payload) of the small job's entry among the first ``cap`` of its
+    lane, None when it is not there (or further along)."""
+    got: Any = client.xrange(qk.lane(*lane), "-", "+", count=cap)
+    me = job_id.encode()
+    for _, f in got:
+        if f.get(b"j") == me:
+            return f.get(b"t", b"b"), f.get(b"p", b"")
+    return None
+
+
+def retention_ms(client: Client, qk: QueueKeys, job_id: str, finished_ms: int,
+                 default_ms: int | None = None, cap: int = 100) -> int | None:
+    """The retention a finished small job is kept for, when its record no longer says it
+    (a job that succeeded keeps a short record): its forget-after time in ``ldone``, or
+    the ``lkept`` entry naming it, whose id is its finish + that retention. The
+    retentions tried in ``lkept``: ``default_ms`` and those of the entries around its
+    finish and at the stream's end (``cap`` of each). None when neither names it."""
+    score: Any = client.zscore(qk.ldone, job_id)
+    if score is not None:
+        return int(score) - finished_ms
+    pipe = client.pipeline(transaction=False)
+    pipe.xrange(qk.lkept, finished_ms, "+", count=cap)
+    pipe.xrevrange(qk.lkept, "+", finished_ms, count=cap)
+    tried = {default_ms} if default_ms is not None else set()
+    for entries in pipe.execute():
+        for _, f in entries:
+            r = f.get(b"r", b"")
+            if r.isdigit():
+                tried.add(int(r))
+    candidates = sorted(tried)
+    pipe = client.pipeline(transaction=False)
+    for r in candidates:
+        pipe.xrange(qk.lkept, f"{finished_ms + r}-0", f"{finished_ms + r}-18446744073709551615")
+    me = job_id.encode()
+    for r, entries in zip(candidates, pipe.execute()):
+        for _, f in entries:
+            if f.get(b"r") == str(r).encode() and me in f.get(b"j", b"").split(b" "):
+                return r
+    return None
