@@ -22,7 +22,7 @@ from streamq.producer.creating import LIVE as _LIVE
 from streamq.producer.creating import Creating
 from streamq.producer.deadletters import DeadLetter
 from streamq.producer.following import Following
-from streamq.producer.job_store import JobSettings, find_job
+from streamq.producer.job_store import JobSettings, find_job, reused_small
 from streamq.producer.jobs import Job, StreamingJob, wrap_connection_errors
 from streamq.services import schedule
 from streamq.services.shards import load_shards, read_shards, shard_index
@@ -40,8 +40,6 @@ def now_ms() -> int:
 
 
 _check_range = check_range
-
-
 
 
 class Queue(Following, Controls, Creating, Connected):
@@ -151,14 +149,18 @@ class Queue(Following, Controls, Creating, Connected):
         _check_range("max_deliveries", max_deliveries, 1, 1000)
         check_client(client)
 
-    def _job_id(self, job_id: str | None, dedup_key: str | None) -> str:
+    def _job_id(self, job_id: str | None, dedup_key: str | None) -> tuple[str, bool]:
+        """The id of the job to create (a dedup key's holder when one holds it), and
+        whether a small job of that id is kept (:func:`reused_small`: it is the job)."""
+        given = job_id is not None
         job_id = check_name("job id", job_id) if job_id is not None else new_job_id()
         if dedup_key is not None:
             if not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 512:
                 raise ConfigError("dedup_key must be a non-empty string of at most 512 characters")
-            job_id = self.scripts.reserve_dedup(self.shard_for(job_id, dedup_key), dedup_key,
-                                                job_id)
-        return job_id
+            held = self.scripts.reserve_dedup(self.shard_for(job_id, dedup_key), dedup_key,
+                                              job_id)
+            given, job_id = given or held != job_id, held  # (a new id names no job)
+        return job_id, given and reused_small(self, job_id, dedup_key)
 
     @traced_submit("submit")
     @wrap_connection_errors
@@ -180,8 +182,9 @@ class Queue(Following, Controls, Creating, Connected):
 
         Every payload is validated before anything is sent: a bad one raises
         PayloadError (or PayloadTooLarge) and enqueues nothing. An existing
-        ``job_id``, or a ``dedup_key`` already seen, returns the existing job
-        (``job.created`` is False) and enqueues nothing.
+        ``job_id`` (a small job's too, until its retention passed), or a
+        ``dedup_key`` already seen, returns the existing job (``job.created`` is
+        False) and enqueues nothing.
 
         ``delay`` (seconds) or ``at`` (a timezone-aware datetime) schedules the job:
         it is stored now, its status is ``scheduled``, and its sub-requests become
@@ -205,7 +208,9 @@ class Queue(Following, Controls, Creating, Connected):
             jid = new_job_id()
             lane.submit(self, [(jid, entries[0])], priority, client, max_deliveries)
             return Job(self, jid)
-        jid = self._job_id(job_id, dedup_key)
+        jid, small = self._job_id(job_id, dedup_key)
+        if small:
+            return Job(self, jid, created=False)
         first, rest = entries[: config.ADD_CHUNK], entries[config.ADD_CHUNK :]
         qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
@@ -324,7 +329,10 @@ class Queue(Following, Controls, Creating, Connected):
         """
         self._options(priority, concurrency, client, max_deliveries)
         limit = timeout_ms(timeout)
-        jid = self._job_id(job_id, dedup_key)
+        jid, small = self._job_id(job_id, dedup_key)
+        if small:  # never open: adds raise JobClosed, as to a finalized job
+            return StreamingJob(self, jid, created=False, concurrency=1,
+                                shard=self.lane_shard(jid), closed=True)
         qk = self.shard_for(jid, dedup_key)
         call = self._create_call(jid, priority, concurrency, client, max_deliveries,
                                  dedup_key or "", [], "open", token, qk=qk, timeout_ms=limit)

@@ -31,6 +31,7 @@ from streamq.model.queue_view import QueueStore
 from streamq.producer import lane, retrying
 from streamq.producer.flow import live_workers
 from streamq.services import schedule, watchdog
+from streamq.services.shards import shard_index
 
 
 class JobHome(QueueStore, Protocol):
@@ -94,21 +95,54 @@ def lane_shard(q: JobHome, job_id: str) -> QueueKeys:
 
 
 def find_job(q: JobHome, job_id: str) -> JobStore:
-    """The store of job ``job_id`` of queue ``q`` (one round trip); JobNotFound for an
-    unknown job, a job of another queue, or an invalid id."""
+    """The store of job ``job_id`` of queue ``q`` (one round trip; more for a finished
+    small job, whose retention is checked: :func:`streamq.lane.kept`); JobNotFound for
+    an unknown job, a job of another queue, a small job whose retention passed, or an
+    invalid id."""
     check_name("job id", job_id)
     qk = lane_shard(q, job_id)
     pipe = q.redis.pipeline(transaction=False)
     pipe.hget(qk.job(job_id).meta, "queue")
     pipe.hget(qk.ljobs, job_id)
-    tag, rec = pipe.execute()
+    pipe.zscore(qk.ldone, job_id)
+    tag, rec, forget = pipe.execute()
     if tag is not None:
         if shard_queue(tag.decode()) != q.name:
             raise JobNotFound(job_id)
         return StreamJob(q, job_id, q.shard_of(tag.decode()))
-    if rec is not None and shard_queue(str(lane.parse(rec, qk.tag)["queue"])) == q.name:
+    if (rec is not None and shard_queue(str(lane.parse(rec, qk.tag)["queue"])) == q.name
+            and lane.kept(q.redis, [(qk, job_id, rec, forget)])[0]):
         return LaneJob(q, job_id, qk)
     raise JobNotFound(job_id)
+
+
+def small_job_kept(q: JobHome, job_id: str) -> bool:
+    """Whether ``job_id`` names a small job of ``q`` that is still kept (not past its
+    retention): an id a caller gives to a new job is checked here first, as the job
+    lane's create finds a job of that id (:meth:`streamq.Queue.submit`)."""
+    qk = lane_shard(q, job_id)
+    rec = lane.kept_records(q.redis, [(qk, job_id)])[0]
+    return rec is not None and shard_queue(str(lane.parse(rec, qk.tag)["queue"])) == q.name
+
+
+def reused_small(q: JobHome, job_id: str, dedup_key: str | None) -> bool:
+    """Whether the id a new job is to get (``job_id``, a dedup key's holder when one
+    holds it) names a small job still kept: the caller then returns that job (created
+    False) and creates nothing, as the job lane's create returns the job an id names. A
+    small job holds no dedup key: one reserved for it here is released at once (the
+    reaper would release it, its job having no meta).
+
+    The check comes before the create, not in it: a small job made between the two is
+    not seen. Its id would have to be taken before its submit returned it, and small
+    job ids are generated (random), so a caller meets only small jobs that exist."""
+    if not small_job_kept(q, job_id):
+        return False
+    if dedup_key is not None:
+        qk = q.shards[shard_index(dedup_key, len(q.shards))]
+        written: Any = q.redis.zscore(qk.creating, f"{job_id}|{dedup_key}")
+        if written is not None:
+            q.scripts.drop_intent(qk, job_id, dedup_key, int(written))
+    return True
 
 
 def _live(q: JobHome, qk: QueueKeys, workers: list[str]) -> list[str]:

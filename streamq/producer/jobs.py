@@ -11,7 +11,7 @@ import redis
 from streamq.base import config
 from streamq.base.keys import QueueKeys
 from streamq.base.models import JobStatus
-from streamq.errors import ConfigError, ConnectionFailed
+from streamq.errors import ConfigError, ConnectionFailed, JobClosed
 from streamq.model.scripts import new_token
 from streamq.services.tracing import traced_submit
 from streamq.storage.connection import CONNECTION_ERRORS
@@ -64,11 +64,14 @@ class StreamingJob(Job):
     it stays open, so nothing incomplete can be reported as complete."""
 
     def __init__(self, queue: Queue, job_id: str, created: bool, concurrency: int,
-                 shard: QueueKeys | None = None) -> None:
+                 shard: QueueKeys | None = None, closed: bool = False) -> None:
         super().__init__(queue, job_id, created)
         self.concurrency = concurrency
         #: the queue shard the job lives on
         self.shard = shard if shard is not None else queue.keys
+        #: a job that is never open (a small job): adds raise JobClosed, a finalize
+        #: changes nothing, as for a job finalized before
+        self.closed = closed
 
     def add(self, payload: Any) -> int:
         """Add one sub-request; return its index."""
@@ -91,6 +94,8 @@ class StreamingJob(Job):
         """Add sub-requests already encoded by :func:`streamq.codec.encode`."""
         if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 64):
             raise ConfigError("batch_id must be a string of 1 to 64 characters")
+        if self.closed:
+            raise JobClosed(f"job {self.id!r} is finalized: no sub-request can be added")
         jk, out = self.shard.job(self.id), list[int]()
         base = batch_id or new_token()
         for start in range(0, len(entries), config.ADD_CHUNK):
@@ -103,6 +108,8 @@ class StreamingJob(Job):
     @wrap_connection_errors
     def finalize(self) -> None:
         """Declare that no more sub-requests come; the job may complete at once."""
+        if self.closed:
+            return
         reply = self.queue.scripts.finalize_job(self.shard.job(self.id))
         if reply.completed:
             self.queue._finish(self.id, reply, self.shard)

@@ -13,6 +13,10 @@ is no cross-slot step and no token. A submit is one script in one round trip.
 
 Lane jobs have generated ids: a job's shard is the one its id names, which is
 how readers find it (:func:`shard_of_job`).
+
+A finished small job is forgotten once its retention passed, by Redis's clock, as a
+job lane job's keys expire then: every reader asks :func:`kept`, so a record that no
+trim removed yet (trims run inside other lane calls and reaper passes) shows nothing.
 """
 
 from __future__ import annotations
@@ -30,10 +34,14 @@ from streamq.base.keys import QueueKeys, shard_queue
 from streamq.base.members import parse_lane_member
 from streamq.base.models import JobState, JobStatus
 from streamq.services.shards import shard_index
+from streamq.storage.connection import server_ms
 
 if TYPE_CHECKING:
     from streamq.model.queue_view import QueueStore as Queue
     from streamq.storage.connection import Client
+
+#: ``lkept`` entries read per round trip by :func:`kept`
+KEPT_PAGE = 500
 
 
 def enabled() -> bool:
@@ -164,3 +172,92 @@ def backlog(client: Client, qk: QueueKeys) -> dict[int, tuple[int, int, int]]:
         q, f, rt = out.get(p, (0, 0, 0))
         out[p] = (q + max(0, length - pending), f + pending, rt + retrying)
     return out
+
+
+def _forget_after(raw: Any, score: Any) -> tuple[int, int] | None:
+    """When a small job's record may be forgotten (ms, Redis's clock: its finish + its
+    retention, as lua/includes/lane_complete.lua keeps it) and its finish, from the
+    record and its ``ldone`` score as read: None while it has not finished (or for a
+    record that is not a small job's: its reader says so); (-1, finish) when only its
+    ``lkept`` entry tells (the short record of a job that succeeded names no
+    retention)."""
+    try:
+        rec = parse(raw, "")
+        if rec.get("state") not in _FINISHED or not rec.get("finished"):
+            return None
+        finished = int(rec["finished"])
+        if score is not None:
+            return int(float(score)), finished
+        if rec.get("retention") is None:
+            return -1, finished
+        return finished + int(rec["retention"]), finished
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+
+
+_FINISHED = frozenset(s.value for s in JobState if s not in (
+    JobState.OPEN, JobState.ACTIVE, JobState.SCHEDULED))
+
+
+def kept(client: Client, jobs: Sequence[tuple[QueueKeys, str, Any, Any]]) -> list[bool]:
+    """Whether each small job (its shard, id, record and ``ldone`` score as read, None
+    for none) is still kept: False for no record, or for a finished job whose retention
+    passed by Redis's clock (its shard's, read after the records), whether or not a trim
+    removed its record yet.
+
+    A record that names its retention says when; a job in ``ldone`` has that time as
+    its score; the short record of a job that succeeded is forgotten when an ``lkept``
+    entry at or before the clock names it (an entry's id is its jobs' finish + their
+    retention: the entries from its finish to the clock are read, those no trim
+    removed yet)."""
+    times = [None if raw is None else _forget_after(raw, score) for _, _, raw, score in jobs]
+    clocks: dict[str, int] = {}
+    asked: dict[str, tuple[QueueKeys, int, set[bytes]]] = {}
+    out = []
+    for (qk, job_id, raw, _), forget in zip(jobs, times):
+        if raw is None or forget is None:
+            out.append(raw is not None)
+            continue
+        if qk.tag not in clocks:
+            clocks[qk.tag] = server_ms(client, qk.ljobs)
+        if forget[0] >= 0:
+            out.append(forget[0] > clocks[qk.tag])
+            continue
+        finished = forget[1]
+        _, since, names = asked.get(qk.tag, (qk, finished, set()))
+        asked[qk.tag] = (qk, min(since, finished), names | {job_id.encode()})
+        out.append(True)  # unless an lkept entry names it (below)
+    passed: set[tuple[str, bytes]] = set()
+    for tag, (qk, since, names) in asked.items():
+        passed |= {(tag, j) for j in _named(client, qk, since, clocks[tag], names)}
+    return [ok and (qk.tag, job_id.encode()) not in passed
+            for ok, (qk, job_id, _, _) in zip(out, jobs)]
+
+
+def _named(client: Client, qk: QueueKeys, since: int, now: int, names: set[bytes]
+           ) -> set[bytes]:
+    """Those of ``names`` an ``lkept`` entry of shard ``qk`` from ``since`` to ``now``
+    (ms) names."""
+    found: set[bytes] = set()
+    start = str(since)
+    while names - found:
+        got: Any = client.xrange(qk.lkept, start, now, count=KEPT_PAGE)
+        for _, f in got:
+            found |= names.intersection((f.get(b"j") or b"").split())
+        if len(got) < KEPT_PAGE:
+            break
+        last = got[-1][0]
+        start = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+    return found
+
+
+def kept_records(client: Client, jobs: Sequence[tuple[QueueKeys, str]]) -> list[Any]:
+    """The records of small jobs (shard, id) that are still kept (:func:`kept`), None
+    for one that is not (one round trip; more when one has finished: :func:`kept`)."""
+    pipe = client.pipeline(transaction=False)
+    for qk, job_id in jobs:
+        pipe.hget(qk.ljobs, job_id)
+        pipe.zscore(qk.ldone, job_id)
+    got = pipe.execute()
+    read = [(qk, j, got[2 * n], got[2 * n + 1]) for n, (qk, j) in enumerate(jobs)]
+    return [raw if ok else None for (_, _, raw, _), ok in zip(read, kept(client, read))]

@@ -191,6 +191,9 @@ def _small_rows(r: Client, shards: Sequence[QueueKeys], jobs: list[str]
         homes.setdefault(home.tag, (home, []))[1].append(j)
     out: dict[str, Row | None] = dict.fromkeys(jobs)
     for home, mine in homes.values():
+        # a small job past its retention shows nothing, trimmed or not (lane.kept)
+        kept = lane.kept_records(r, [(home, j) for j in mine])
+        mine = [j for j, rec in zip(mine, kept) if rec is not None]
         try:
             got = queue_rows.small_rows(r, home, mine)
         except _UNREADABLE:  # one record is not a small job's: read them one by one
