@@ -24,8 +24,6 @@
     A cancelled job's entries still pending (they were running at the cancel)
     store their results, which expire with the job, and complete nothing.
     A job that is gone (expired or never created) replies {0, 0, "", 0, ...}.
-    ERR sq_ack refused: entry <id> holds another sub-request: a triple named an
-    entry with an index it does not hold (includes/entries_of); nothing is written
 ]]
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, inflightKey, dlqKey =
@@ -37,46 +35,44 @@ local group = ARGV[1]
 --- @include "includes/chunked"
 --- @include "includes/delete_settled"
 --- @include "includes/first_start"
---- @include "includes/entries_of"
 
--- Each entry once (an entry listed twice counts once), read before anything is
--- written: it must hold the sub-request index the call names (includes/entries_of:
--- its result is stored under that index). One no longer in the stream was settled
--- before this call (every script that settles an entry deletes it in the same call)
--- and changes nothing; the rest are acknowledged with one XACK (in slices of 500)
--- and count. Then store their results, 500 per HSET, and, unless the job completed
--- (complete_job deletes the whole stream), delete those entries (delete_settled:
--- XTRIM MINID below the oldest pending entry, XDEL for the rest)
-local ids, fields, seen = {}, {}, {}
+-- XACK every id at once (in slices of 500). Only what XACK acknowledged may
+-- count. When it acknowledged them all (the usual case) that is every id;
+-- otherwise some were settled before this call, and a delivered entry is
+-- still in the stream exactly while it is pending (every script that settles
+-- an entry deletes it in the same call), so the ones this call acknowledged
+-- are the ones still in the stream (each id once). Then store their results,
+-- 500 per HSET, and, unless the job completed (complete_job deletes the whole
+-- stream), delete those entries (delete_settled: XTRIM MINID below the
+-- oldest pending entry, XDEL for the rest)
+local ids, fields = {}, {}
 for j = 2, #ARGV, 3 do
-  if not seen[ARGV[j]] then
-    seen[ARGV[j]] = true
-    ids[#ids + 1] = ARGV[j]
-  end
+  ids[#ids + 1] = ARGV[j]
 end
-local held = entries_of(tasksKey, ids)
-local kept = {}
-for j = 2, #ARGV, 3 do
-  local id = ARGV[j]
-  local entry = held[id]
-  if entry and seen[id] then
-    local index = field_of(entry, "i")  -- (as the worker reads it: 1-15 digits)
-    if not (index and #index <= 15 and string.match(index, "^%d+$")
-            and tostring(tonumber(index)) == ARGV[j + 1]) then
-      return entry_refused("ack", id, "another sub-request")
-    end
-    seen[id] = false
-    kept[#kept + 1] = id
+-- the batch was read at once: its first entry's delivery stands for it
+local nowMs = now_ms()
+local started = first_start(tasksKey, group, ids[1], nowMs)
+local ackedNow = 0
+for i = 1, #ids, 500 do
+  ackedNow = ackedNow + rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
+end
+if ackedNow == #ids then
+  for j = 2, #ARGV, 3 do
     fields[#fields + 1] = ARGV[j + 1]
     fields[#fields + 1] = ARGV[j + 2]
   end
-end
-ids = kept
--- the batch was read at once: its first entry's delivery stands for it
-local nowMs = now_ms()
-local started = ids[1] and first_start(tasksKey, group, ids[1], nowMs)
-for i = 1, #ids, 500 do
-  rcall("XACK", tasksKey, group, unpack(ids, i, math.min(i + 499, #ids)))
+else
+  local kept, seen = {}, {}
+  for j = 2, #ARGV, 3 do
+    local id = ARGV[j]
+    if not seen[id] and #rcall("XRANGE", tasksKey, id, id) > 0 then
+      kept[#kept + 1] = id
+      fields[#fields + 1] = ARGV[j + 1]
+      fields[#fields + 1] = ARGV[j + 2]
+    end
+    seen[id] = true
+  end
+  ids = kept
 end
 -- meta is read once (the reply and the counters) and written once: the counters,
 -- and the terminal state when this call completes the job

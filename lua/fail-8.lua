@@ -29,9 +29,9 @@
     (settled already), 1 retry scheduled, 2 dead-lettered. The meta field
     "started" keeps the earliest delivery of the entries settled (the job's
     first start, includes/first_start).
-    ERR sq_fail refused: entry <id> holds another sub-request (or payload): the
-    call named the entry with an index, type or payload it does not hold; nothing
-    is written
+    ERR sq_fail: entry <id> holds another sub-request (or payload) than the call
+    names: the call named the entry with an index, type or payload it does not
+    hold; nothing is written
 ]]
 local rcall = redis.call
 local tasksKey, metaKey, resultsKey, errorsKey, retryKey, inflightKey, dlqKey, unannouncedKey =
@@ -57,8 +57,8 @@ end
 -- settled before changes nothing
 local entry = entries_of(tasksKey, {entryId})[entryId]
 if not entry then return reply(0, 0) end
-local held = field_of(entry, "i")  -- (1-15 digits, as the worker reads it; else -1)
-held = (held and #held <= 15 and string.match(held, "^%d+$")) and tostring(tonumber(held)) or "-1"
+local held = field_of(entry, "i")  -- (1-9 digits, as the worker reads it; else -1)
+held = (held and #held <= 9 and string.match(held, "^%d+$")) and tostring(tonumber(held)) or "-1"
 if held ~= index then return entry_refused("fail", entryId, "another sub-request") end
 local kind = field_of(entry, "t")
 if kind == nil or kind == "" then kind = "b" end

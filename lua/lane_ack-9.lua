@@ -3,8 +3,10 @@
   each entry XACK acknowledged, its result is stored, the job's record turns
   succeeded and its completion is recorded and published once. An entry XACK
   did not acknowledge (settled before: a resent call, or reclaimed from a
-  worker presumed dead) changes nothing. Acknowledged entries are deleted
-  (includes/delete_settled: those below the lane's oldest pending entry by one
+  worker presumed dead) changes nothing, and an entry listed twice counts once.
+  The job each triple names is taken as the entry's (a worker is trusted with
+  results: reading every entry back would copy its payload into the call).
+  Acknowledged entries are deleted (includes/delete_settled: those below the lane's oldest pending entry by one
   XTRIM, as every lane script that settles an entry deletes it). The
   result of an entry whose job was cancelled while it ran is stored and counted
   in the record (`done`); the job stays cancelled.
@@ -27,8 +29,6 @@
 
   Output:
     {acknowledged, completed}: entries this call acknowledged, jobs it completed
-    ERR sq_lane_ack refused: entry <id> holds another job: a triple named an entry
-    with a job it does not hold (includes/entries_of); nothing is written
 ]]
 local rcall = redis.call
 local ctx = {lane = KEYS[1], ljobs = KEYS[2], lresults = KEYS[3], lerrors = KEYS[4],
@@ -43,40 +43,28 @@ local group = ARGV[1]
 --- @include "includes/chunked"
 --- @include "includes/lane_complete"
 --- @include "includes/delete_settled"
---- @include "includes/entries_of"
 
 local nowMs = now_ms()
 ctx.done = lane_done()
 local acked, completed, ids, jobs = 0, 0, {}, {}
 local starts = rcall("EXISTS", ctx.lstarts) == 1
--- each entry once (an entry listed twice counts once), read before anything is
--- written: it must hold the job the call names (includes/entries_of). One no longer
--- in the stream was settled before this call (every script that settles a lane entry
--- deletes it in the same call) and changes nothing; the rest are acknowledged with
--- one XACK (chunked) and count
-local seen, mine = {}, {}
-for j = 4, #ARGV, 3 do
-  if not seen[ARGV[j]] then
-    seen[ARGV[j]] = true
-    ids[#ids + 1] = ARGV[j]
-  end
+-- one XACK of every id (chunked); when it acknowledged them all (the usual case)
+-- each counts; otherwise some were settled before this call, or an id is listed
+-- twice, and since every script that settles a lane entry deletes it in the same
+-- call, the ones this call acknowledged are those still in the stream, each once
+for j = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[j] end
+local ackedNow = 0
+for i = 1, #ids, 500 do
+  ackedNow = ackedNow + rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
 end
-local held = entries_of(ctx.lane, ids)
+local all = ackedNow == #ids
+local mine, seen = {}, {}
 for j = 4, #ARGV, 3 do
-  local entry = held[ARGV[j]]
-  if entry and seen[ARGV[j]] then
-    if field_of(entry, "j") ~= ARGV[j + 1] then
-      return entry_refused("lane_ack", ARGV[j], "another job")
-    end
-    seen[ARGV[j]] = false
+  if all or (not seen[ARGV[j]] and #rcall("XRANGE", ctx.lane, ARGV[j], ARGV[j]) > 0) then
     mine[#mine + 1] = j
     jobs[#jobs + 1] = ARGV[j + 1]
   end
-end
-ids = {}
-for n, j in ipairs(mine) do ids[n] = ARGV[j] end
-for i = 1, #ids, 500 do
-  rcall("XACK", ctx.lane, group, unpack(ids, i, math.min(i + 499, #ids)))
+  seen[ARGV[j]] = true
 end
 -- the records read with one command; a job that succeeded keeps its result in its
 -- record, one cancelled while it ran (or retried in place) in `lresults`

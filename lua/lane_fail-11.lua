@@ -37,8 +37,9 @@
 
   Output:
     0 the entry was settled already, 1 retry scheduled, 2 dead-lettered
-    ERR sq_lane_fail refused: entry <id> holds another job (or payload): the call
-    named the entry with a job, type or payload it does not hold; nothing is written
+    ERR sq_lane_fail: entry <id> holds another job (or payload) than the call
+    names: the call named the entry with a job, type or payload it does not hold;
+    nothing is written
 ]]
 local rcall = redis.call
 local retryKey, deadKey, retriesKey = KEYS[2], KEYS[9], KEYS[10]

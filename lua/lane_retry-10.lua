@@ -25,7 +25,7 @@
     KEYS[6] ldone    sq:{<shard>}:ldone    ZSET job -> forget-after ms
     KEYS[7] dead     sq:{<shard>}:dead     STREAM of dead letters
     KEYS[8] wake     sq:{<shard>}:wake     LIST of wake-up signals
-    KEYS[9]  by_letter  sq:{<shard>}:replayed:<job>|<field>|<serial>  STRING (field 0)
+    KEYS[9]  by_letter  sq:{<shard>}:replayed:<job>|<created>|<field>|<serial>  STRING (field 0)
     KEYS[10] by_entry   sq:{<shard>}:replayed-id:<dead entry id>        STRING
     ARGV[1] consumer group name
     ARGV[2] lane member "<prio>|<client>"

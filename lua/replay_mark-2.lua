@@ -8,7 +8,7 @@
   the dead-stream entry id (a second replay of an entry already deleted).
 
   Input:
-    KEYS[1] by_letter  sq:{<queue>}:replayed:<job>|<field>|<serial>  STRING "<token>|<target job>"
+    KEYS[1] by_letter  sq:{<queue>}:replayed:<job>|<created>|<field>|<serial>  STRING "<token>|<target job>"
     KEYS[2] by_entry   sq:{<queue>}:replayed-id:<entry id>           STRING, the same value
     ARGV[1] token of this replay (chosen by the caller, kept across its retries)
     ARGV[2] lifetime of both markers, ms

@@ -387,6 +387,9 @@ class Maker:
             return "queue"
         if n == "rate":
             return "10|10"
+        if n == "trace context":  # a W3C traceparent, or none
+            return rng.choice(["", "00-" + "4bf92f3577b34da6a3ce929d0e0e4736"
+                               + "-00f067aa0ba902b7-01"])
         if n == "spec":
             return json.dumps({"name": job, "payloads": ["x"], "every": 60})
         raise AssertionError(f"no valid value for {c.name}'s {n!r} ({a.kind})")

@@ -3,7 +3,8 @@
   entry with what it holds (its job, its sub-request index, its payload); a call
   naming an entry with another job's id, another index or another payload would
   write that job's records, or a retry of a payload no one submitted, so it is
-  refused first (`entry_refused`).
+  refused first (`entry_refused`: "sq_<name>: entry <id> holds another job than the
+  call names", an error of the function, past its guard).
   entries_of(stream, ids): id -> the entry's flat field list, or false for an entry
   no longer in the stream (settled before: every script that settles an entry
   deletes it); one XRANGE over the span of `ids` (a batch read at once is one run of
@@ -34,5 +35,6 @@ local function field_of(flat, name)
 end
 
 local function entry_refused(script, id, what)
-  return redis.error_reply("ERR sq_" .. script .. " refused: entry " .. id .. " holds " .. what)
+  return redis.error_reply("ERR sq_" .. script .. ": entry " .. id .. " holds " .. what ..
+                           " than the call names (nothing written)")
 end

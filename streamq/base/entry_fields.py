@@ -38,9 +38,10 @@ def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(it, it))
 
 
-#: an index or count as the functions write it and read it back (fail-8.lua): 1-15
-#: digits; anything else (a sign, spaces, "_") is no index
-_DIGITS = re.compile(rb"[0-9]{1,15}")
+#: an index or count as the functions write it and read it back (fail-8.lua): 1-9
+#: digits (the contracts take none from 10^9 on); anything else (a sign, spaces,
+#: "_", more digits) is no index
+_DIGITS = re.compile(rb"[0-9]{1,9}")
 
 
 def _int_field(fields: dict[bytes, bytes], name: bytes) -> int | None:

@@ -72,7 +72,8 @@ def status(queue: QueueArg, job: JobArg = None, json_out: JsonOut = False,
             t.add_row(k, _opt(v))
         console().print(t)
         return
-    ov = queue_overview.overview(r, q.known_shards)
+    # (the text shows no job's row: small jobs' rows are read for --json alone)
+    ov = queue_overview.overview(r, q.known_shards, small_rows=json_out)
     if json_out:
         emit_json(ov.as_dict())
         return

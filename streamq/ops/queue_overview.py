@@ -165,6 +165,7 @@ def overview(r: Client, shards: Shards, *, small_rows: bool = True) -> Overview:
     #: small jobs (streamq.lane) by priority: (queued, in flight, retrying)
     lanes: dict[int, tuple[int, int, int]] = {}
     held: dict[str, list[Held]] = {}  #: the lane entries workers hold, by shard tag
+    small_idles: list[int] = []  #: idle times of those entries (ms)
     live_ids: set[bytes] = set()
     dead_ids: set[bytes] = set()
     for shard in shards:
@@ -183,7 +184,11 @@ def overview(r: Client, shards: Shards, *, small_rows: bool = True) -> Overview:
         live_ids.update(live)
         dead_ids.update(dead_w)
         _add_backlog(lanes, lane.backlog(r, shard))
-        held[shard.tag] = lane_held.held(r, shard)
+        # the held entries themselves (their jobs: read with their payloads) only when
+        # rows are wanted; their idle times from the pending lists alone
+        held[shard.tag] = lane_held.held(r, shard) if small_rows else []
+        small_idles += ([h.idle_ms for h in held[shard.tag]] if small_rows
+                        else lane_held.idle_times(r, shard))
     # a worker registers on every shard: counted once, live when live on any
     live, dead_w = len(live_ids), len(dead_ids - live_ids)
     rows, own = _rows(r, shards, held, small_rows)
@@ -198,7 +203,7 @@ def overview(r: Client, shards: Shards, *, small_rows: bool = True) -> Overview:
             p, len(js) + queued + flying + retrying, sum(j.queued for j in js) + queued + retrying,
             sum(j.in_flight for j in js) + flying, sum(j.retrying for j in js) + retrying))
     idles = [row.oldest_idle_ms for row in own if row.oldest_idle_ms is not None]
-    idles += [h.idle_ms for hs in held.values() for h in hs]
+    idles += small_idles
     count, done = recent_completions(r, shards, now=t)
     return Overview(
         queue=qk.name, shards=len(shards), at_ms=t, active_jobs=int(active), by_priority=by_priority,

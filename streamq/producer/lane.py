@@ -212,7 +212,7 @@ def kept(client: Client, jobs: Sequence[tuple[QueueKeys, str, Any, Any]]) -> lis
     removed yet)."""
     times = [None if raw is None else _forget_after(raw, score) for _, _, raw, score in jobs]
     clocks: dict[str, int] = {}
-    asked: dict[str, tuple[QueueKeys, int, set[bytes]]] = {}
+    asked: dict[str, tuple[QueueKeys, dict[bytes, int]]] = {}
     out = []
     for (qk, job_id, raw, _), forget in zip(jobs, times):
         if raw is None or forget is None:
@@ -223,31 +223,44 @@ def kept(client: Client, jobs: Sequence[tuple[QueueKeys, str, Any, Any]]) -> lis
         if forget[0] >= 0:
             out.append(forget[0] > clocks[qk.tag])
             continue
-        finished = forget[1]
-        _, since, names = asked.get(qk.tag, (qk, finished, set()))
-        asked[qk.tag] = (qk, min(since, finished), names | {job_id.encode()})
+        asked.setdefault(qk.tag, (qk, {}))[1][job_id.encode()] = forget[1]
         out.append(True)  # unless an lkept entry names it (below)
     passed: set[tuple[str, bytes]] = set()
-    for tag, (qk, since, names) in asked.items():
-        passed |= {(tag, j) for j in _named(client, qk, since, clocks[tag], names)}
+    for tag, (qk, finishes) in asked.items():
+        passed |= {(tag, j) for j in _named(client, qk, finishes, clocks[tag])}
     return [ok and (qk.tag, job_id.encode()) not in passed
             for ok, (qk, job_id, _, _) in zip(out, jobs)]
 
 
-def _named(client: Client, qk: QueueKeys, since: int, now: int, names: set[bytes]
+def _named(client: Client, qk: QueueKeys, finishes: dict[bytes, int], now: int
            ) -> set[bytes]:
-    """Those of ``names`` an ``lkept`` entry of shard ``qk`` from ``since`` to ``now``
-    (ms) names."""
+    """Those of the jobs (id -> finish ms) of shard ``qk`` whose ``lkept`` entry (its id
+    their finish + their retention) is at or before ``now``, read in a bounded number
+    of commands: the KEPT_PAGE entries from each finish on, then the entry at each
+    finish + each retention those entries name (and the default). A job whose retention
+    none of them names counts as kept until a trim forgets it."""
+    by_finish: dict[int, set[bytes]] = {}
+    for job, finish in finishes.items():
+        by_finish.setdefault(finish, set()).add(job)
+    pipe = client.pipeline(transaction=False)
+    for finish in by_finish:
+        pipe.xrange(qk.lkept, finish, now, count=KEPT_PAGE)
     found: set[bytes] = set()
-    start = str(since)
-    while names - found:
-        got: Any = client.xrange(qk.lkept, start, now, count=KEPT_PAGE)
+    looks: list[tuple[set[bytes], int]] = []
+    for (finish, names), got in zip(by_finish.items(), pipe.execute()):
+        retentions = {config.DEFAULT_RETENTION_S * 1000}
         for _, f in got:
             found |= names.intersection((f.get(b"j") or b"").split())
-        if len(got) < KEPT_PAGE:
-            break
-        last = got[-1][0]
-        start = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+            if (f.get(b"r") or b"").isdigit():
+                retentions.add(int(f[b"r"]))
+        looks += [(names - found, finish + r) for r in sorted(retentions)
+                  if finish + r <= now and names - found]
+    pipe = client.pipeline(transaction=False)
+    for _, at in looks:
+        pipe.xrange(qk.lkept, f"{at}-0", f"{at}-18446744073709551615")
+    for (names, _), got in zip(looks, pipe.execute()):
+        for _, f in got:
+            found |= names.intersection((f.get(b"j") or b"").split())
     return found
 
 

@@ -46,6 +46,11 @@ class Held:
     payload: bytes  #: the encoded payload
 
 
+def _entries(reply: Any) -> list[Any]:
+    """An XRANGE reply's entries (none for an error)."""
+    return reply if isinstance(reply, list) else []
+
+
 def lanes_of(client: Client, qk: QueueKeys) -> list[Lane]:
     """The shard's lanes (its ``lanes`` registry)."""
     members: Any = client.zrange(qk.lanes, 0, -1)
@@ -72,10 +77,19 @@ def held(client: Client, qk: QueueKeys, lanes: Iterable[Lane] | None = None, *,
     if not pending:
         return []
     pipe = client.pipeline(transaction=False)
+    alone = consumer is not None or min_idle_ms > 0  # others' entries lie between
     for (p, c), got in pending:
-        pipe.xrange(qk.lane(p, c), got[0]["message_id"], got[-1]["message_id"], count=cap)
+        if alone:
+            for e in got:
+                pipe.xrange(qk.lane(p, c), e["message_id"], e["message_id"])
+        else:
+            pipe.xrange(qk.lane(p, c), got[0]["message_id"], got[-1]["message_id"], count=cap)
+    replies = pipe.execute(raise_on_error=False)
+    if alone:  # one reply per entry: joined per lane
+        it = iter(replies)
+        replies = [[x for _ in got for x in _entries(next(it))] for _, got in pending]
     out: list[Held] = []
-    for ((p, c), got), entries in zip(pending, pipe.execute(raise_on_error=False)):
+    for ((p, c), got), entries in zip(pending, replies):
         fields = {_s(i): f for i, f in entries} if isinstance(entries, list) else {}
         for e in got:
             f = fields.get(_s(e["message_id"]))
@@ -87,6 +101,17 @@ def held(client: Client, qk: QueueKeys, lanes: Iterable[Lane] | None = None, *,
                             int(e["time_since_delivered"]), int(e["times_delivered"]),
                             p, c, f.get(b"t", b"b"), f.get(b"p", b"")))
     return out
+
+
+def idle_times(client: Client, qk: QueueKeys, cap: int = CAP) -> list[int]:
+    """How long each entry workers hold in the shard's lanes was delivered ago (ms): their
+    pending lists alone (no entry is read, so no payload), ``cap`` entries a lane."""
+    todo = lanes_of(client, qk)
+    pipe = client.pipeline(transaction=False)
+    for p, c in todo:
+        pipe.xpending_range(qk.lane(p, c), config.GROUP, "-", "+", cap)
+    return [int(e["time_since_delivered"]) for got in pipe.execute(raise_on_error=False)
+            if isinstance(got, list) for e in got]
 
 
 def retrying(client: Client, qk: QueueKeys, lanes: Iterable[Lane],

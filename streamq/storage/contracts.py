@@ -52,7 +52,7 @@ KINDS: dict[str, KeyKind] = {
     "announced": KeyKind("announced", "shard", "STRING", r"announced:" + _TOKEN,
                          "^announced:[!-z|~]+$", "announced:<job>|<created>|<field>|<serial>"),
     "replayed": KeyKind("replayed", "shard", "STRING", r"replayed:" + _TOKEN,
-                        "^replayed:[!-z|~]+$", "replayed:<job>|<field>|<serial>"),
+                        "^replayed:[!-z|~]+$", "replayed:<job>|<created>|<field>|<serial>"),
     "replayed-id": KeyKind("replayed-id", "shard", "STRING", r"replayed-id:[0-9]{1,20}-[0-9]{1,20}",
                            "^replayed%-id:%d+%-%d+$", "replayed-id:<entry id>"),
 }
@@ -116,6 +116,7 @@ LANE_MEMBER = pat("lane member", r"[0-9]{1,2}\|" + _NAME, "^%d%d?|[%w_%.:%-]+$",
                   132)
 JSON = pat("JSON record", r"\{.*\}", "^{.*}$", "{...}", _TEXT)
 _D20 = "%d" + "%d?" * 19  # 1 to 20 digits (Lua patterns have no {1,20})
+_D12, _D9 = "%d" + "%d?" * 11, "%d" + "%d?" * 8
 FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
             "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:" + _D20 + "%-" + _D20 + "$",
             "<index> or entry:<id>", 60)
@@ -360,7 +361,8 @@ _LIST = [
              (pat("limit", r"queue|client:" + _NAME, "^queue$\n^client:[%w_%.:%-]+$",
                   "queue|client:<name>", 140),
               pat("rate", r"[0-9]{1,12}(?:\.[0-9]{1,9})?\|[0-9]{1,12}",
-                  "^%d+|%d+$\n^%d+%.%d+|%d+$", "<per second>|<burst>", 40, empty=True)),
+                  f"^{_D12}|{_D12}$\n^{_D12}%.{_D9}|{_D12}$", "<per second>|<burst>", 40,
+                  empty=True)),
              reply="0|1", roles=_A, flags=("allow-oom",)),
     Contract("settle", "a slot's round: settle its tokens and claim new ones", _k(
         "ready leased owners tokens parked wake fair kick retries worker paused"),
