@@ -132,10 +132,13 @@ class LaneScripts(ScriptsBase):
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
         return nxt, int(r[1]), int(r[2])
 
-    def lane_delete(self, qk: QueueKeys, job: str) -> None:
+    def lane_delete(self, qk: QueueKeys, lane: tuple[int, str], job: str) -> None:
         """Delete a finished small job's records now; JobNotFound for no record,
-        ConfigError for one not finished. See lane_delete-4.lua."""
-        r = self.run("lane_delete", (qk.ljobs, qk.lresults, qk.lerrors, qk.ldone), (job,))
+        ConfigError for one not finished; an entry of it a worker still holds is
+        acknowledged and deleted. See lane_delete-5.lua."""
+        prio, client = lane
+        r = self.run("lane_delete", (qk.lane(prio, client), qk.ljobs, qk.lresults, qk.lerrors,
+                                     qk.ldone), (GROUP, lane_member(prio, client), job))
         raise_for_code("lane_delete", r, job)
 
     def lane_retry(self, qk: QueueKeys, lane: tuple[int, str], job: str, dead_id: str,

@@ -344,7 +344,9 @@ class LaneJob:
 
 
     def delete(self) -> None:
-        self.q.scripts.lane_delete(self.shard, self.job_id)
+        rec = self._record()  # (its lane: a finished job's record no longer moves)
+        self.q.scripts.lane_delete(self.shard, (int(rec["priority"]), str(rec["client"])),
+                                   self.job_id)
 
     def retry(self, token: str) -> int:
         raw: Any = self.q.redis.hget(self.shard.ljobs, self.job_id)

@@ -296,6 +296,40 @@ def test_a_deleted_job_is_gone_and_an_unfinished_one_is_refused_unless_cancelled
     q.close()
 
 
+@pytest.mark.parametrize("lane", LANES)
+def test_a_job_deleted_while_its_handler_runs_leaves_nothing_when_the_handler_then_fails(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    import threading
+
+    from streamq import JobNotFound
+
+    # Given a job of one delivery whose handler runs, held there
+    q = Queue(queue_name, redis_url)
+    go, running = threading.Event(), threading.Event()
+
+    def handle(p: Any) -> Any:
+        if p["n"] == 1:
+            running.set()
+            go.wait(30)
+            raise ValueError("too late")
+        return p["n"]
+
+    job = _submit(q, lane, [{"n": 1}], max_deliveries=1)
+    workers(queue_name, handle, concurrency=1)
+    assert running.wait(30)
+    # When it is deleted (cancelled first), and its handler then fails for good
+    q.delete(job.id, cancel=True)
+    go.set()
+    probe = _submit(q, lane, [{"n": 2}])  # (run by the same slot after that failure)
+    assert q.wait(probe.id, timeout=30).state is JobState.SUCCEEDED
+    # Then nothing of it is left: no dead letter to replay into a new job, no status
+    assert q.dead_letters(job_id=job.id) == []
+    assert not any(d.job_id == job.id for d in q.dead_letters())
+    with pytest.raises(JobNotFound):
+        q.status(job.id)
+    q.close()
+
+
 def _failed_once(q: Queue, lane: str, workers: StartWorker, payloads: list[Any]
                  ) -> tuple[Any, dict[str, Any], list[Any]]:
     """A job of ``payloads`` whose sub-requests with ``bad`` failed for good (one
