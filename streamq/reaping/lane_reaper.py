@@ -70,9 +70,11 @@ def recover_lanes(p: LanePass, report: PassReport) -> None:
                 break
         stream = qk.lane(*lane)
         waiting = undelivered(client, stream) + int(client.zcard(qk.lane_retry(*lane)))
-        report.backlog[lane[0]] = report.backlog.get(lane[0], 0) + waiting
         report.consumers_deleted += delete_idle_consumers(client, scripts, stream, alive,
                                                           p.min_idle_ms)
-        if not waiting:
-            scripts.lane_drop(qk, lane)  # idle: workers stop reading it (made again on use)
+        # idle: dropped (workers stop reading it; made again on use), and counted nowhere,
+        # as a finished job on its own stream is; one whose entries run counts 0 waiting,
+        # as an active job does
+        if waiting or not scripts.lane_drop(qk, lane):
+            report.backlog[lane[0]] = report.backlog.get(lane[0], 0) + waiting
         hooks.at("reaper_mid_pass")

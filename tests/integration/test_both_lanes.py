@@ -330,6 +330,37 @@ def test_a_job_deleted_while_its_handler_runs_leaves_nothing_when_the_handler_th
     q.close()
 
 
+@pytest.mark.parametrize("lane", LANES)
+def test_the_reapers_backlog_counts_a_running_job_and_forgets_a_finished_one(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    import threading
+
+    from streamq.reaping.reaper import Reaper
+
+    # Given a job of priority 6 whose one sub-request runs, held there
+    q = Queue(queue_name, redis_url)
+    go, running = threading.Event(), threading.Event()
+
+    def handle(p: Any) -> Any:
+        running.set()
+        go.wait(30)
+        return p["n"]
+
+    job = _submit(q, lane, [{"n": 1}], priority=6)
+    workers(queue_name, handle, concurrency=1)
+    assert running.wait(30)
+    reaper = Reaper(queue_name, redis_url)
+    # When a reaper passes while it runs, and again once it finished
+    running_backlog = reaper.run_once().backlog
+    go.set()
+    assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED
+    finished_backlog = reaper.run_once().backlog
+    # Then its priority counts nothing waiting while it runs, and is gone after
+    assert running_backlog == {6: 0}
+    assert finished_backlog == {}
+    q.close()
+
+
 def _failed_once(q: Queue, lane: str, workers: StartWorker, payloads: list[Any]
                  ) -> tuple[Any, dict[str, Any], list[Any]]:
     """A job of ``payloads`` whose sub-requests with ``bad`` failed for good (one
