@@ -296,27 +296,37 @@ def test_a_deleted_job_is_gone_and_an_unfinished_one_is_refused_unless_cancelled
     q.close()
 
 
-@pytest.mark.parametrize("lane", LANES)
-def test_a_job_deleted_while_its_handler_runs_leaves_nothing_when_the_handler_then_fails(
-        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+def _held(q: Queue, lane: str, workers: StartWorker, fail: bool = False, **kw: Any
+          ) -> tuple[Any, Any]:
+    """A job of one sub-request ``{"n": 1}`` submitted with ``kw``, whose handler runs and
+    is held there until the event returned is set (then it returns, or with ``fail``
+    raises); other payloads run at once."""
     import threading
 
-    from streamq import JobNotFound
-
-    # Given a job of one delivery whose handler runs, held there
-    q = Queue(queue_name, redis_url)
     go, running = threading.Event(), threading.Event()
 
     def handle(p: Any) -> Any:
         if p["n"] == 1:
             running.set()
             go.wait(30)
-            raise ValueError("too late")
+            if fail:
+                raise ValueError("too late")
         return p["n"]
 
-    job = _submit(q, lane, [{"n": 1}], max_deliveries=1)
-    workers(queue_name, handle, concurrency=1)
+    job = _submit(q, lane, [{"n": 1}], **kw)
+    workers(q.name, handle, concurrency=1)
     assert running.wait(30)
+    return job, go
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_job_deleted_while_its_handler_runs_leaves_nothing_when_the_handler_then_fails(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    from streamq import JobNotFound
+
+    # Given a job of one delivery whose handler runs, held there
+    q = Queue(queue_name, redis_url)
+    job, go = _held(q, lane, workers, fail=True, max_deliveries=1)
     # When it is deleted (cancelled first), and its handler then fails for good
     q.delete(job.id, cancel=True)
     go.set()
@@ -333,22 +343,11 @@ def test_a_job_deleted_while_its_handler_runs_leaves_nothing_when_the_handler_th
 @pytest.mark.parametrize("lane", LANES)
 def test_the_reapers_backlog_counts_a_running_job_and_forgets_a_finished_one(
         lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
-    import threading
-
     from streamq.reaping.reaper import Reaper
 
     # Given a job of priority 6 whose one sub-request runs, held there
     q = Queue(queue_name, redis_url)
-    go, running = threading.Event(), threading.Event()
-
-    def handle(p: Any) -> Any:
-        running.set()
-        go.wait(30)
-        return p["n"]
-
-    job = _submit(q, lane, [{"n": 1}], priority=6)
-    workers(queue_name, handle, concurrency=1)
-    assert running.wait(30)
+    job, go = _held(q, lane, workers, priority=6)
     reaper = Reaper(queue_name, redis_url)
     # When a reaper passes while it runs, and again once it finished
     running_backlog = reaper.run_once().backlog
