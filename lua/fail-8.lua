@@ -44,7 +44,7 @@ local group, entryId, index, attempts, delay =
 --- @include "includes/complete_job"
 --- @include "includes/dead_letter"
 --- @include "includes/first_start"
---- @include "includes/entries_of"
+--- @include "includes/entry_of"
 
 local function reply(outcome, completed)
   local r = job_reply(metaKey, completed)
@@ -55,7 +55,7 @@ end
 -- the entry holds the sub-request and payload the call names (a retry or a dead
 -- letter is made of them; a malformed entry's index is -1, its missing or empty type "b"); one
 -- settled before changes nothing
-local entry = entries_of(tasksKey, {entryId})[entryId]
+local entry = entry_of(tasksKey, entryId)
 if not entry then return reply(0, 0) end
 local held = field_of(entry, "i")  -- (1-9 digits, as the worker reads it; else -1)
 held = (held and #held <= 9 and string.match(held, "^%d+$")) and tostring(tonumber(held)) or "-1"

@@ -54,12 +54,12 @@ local attempts, delay = tonumber(ARGV[8]), tonumber(ARGV[9])
 
 --- @include "includes/now_ms"
 --- @include "includes/lane_complete"
---- @include "includes/entries_of"
+--- @include "includes/entry_of"
 
 -- the entry holds the job and payload the call names (a retry or a dead letter is
 -- made of them; a malformed entry's missing or empty type is "b"); one settled before changes
 -- nothing
-local entry = entries_of(ctx.lane, {entryId})[entryId]
+local entry = entry_of(ctx.lane, entryId)
 if not entry then return 0 end
 if (field_of(entry, "j") or "") ~= job then
   return entry_refused("lane_fail", entryId, "another job")

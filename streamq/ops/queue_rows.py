@@ -19,6 +19,7 @@ from streamq.base import config
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.models import JobState
 from streamq.producer import lane, lane_held
+from streamq.producer.job_store import noted_cancels
 from streamq.producer.lane_held import Held
 from streamq.services import schedule
 from streamq.storage.connection import Client
@@ -169,11 +170,8 @@ def cancelled_held(r: Client, shards: Sequence[QueueKeys], skip: Iterable[str] =
         live += [_s(w) for w in got]
     if not live:
         return []
-    pipe = r.pipeline(transaction=False)
-    for qk in shards:
-        for w in dict.fromkeys(live):
-            pipe.hget(qk.worker(w), "cancels")
-    named = {j for got in pipe.execute() for j in _s(got or b"").split(",") if j}
+    named = {j for qk in shards for noted in noted_cancels(r, qk, list(dict.fromkeys(live)))
+             for j in noted}
     ids = sorted(named - set(skip))
     if not ids:
         return []

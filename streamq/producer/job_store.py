@@ -366,16 +366,22 @@ def _settings(text: list[Any]) -> JobSettings:
                        int(text[3] or 0))
 
 
+def noted_cancels(client: Any, qk: QueueKeys, workers: Sequence[str]) -> list[set[str]]:
+    """The jobs each of ``workers``' hashes on shard ``qk`` lists as cancels its beat
+    noted (``cancels``: what a cancel waits for), in one round trip."""
+    if not workers:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for worker in workers:
+        pipe.hget(qk.worker(worker), "cancels")
+    return [set((noted or b"").decode().split(",")) - {""} for noted in pipe.execute()]
+
+
 def _unlisted(q: JobHome, qk: QueueKeys, workers: list[str], job_id: str) -> list[str]:
     """Those of live ``workers`` whose hash does not list ``job_id`` among the cancels
     their beat noted (``cancels``)."""
-    if not workers:
-        return []
-    pipe = q.redis.pipeline(transaction=False)
-    for worker in workers:
-        pipe.hget(qk.worker(worker), "cancels")
-    return [w for w, noted in zip(workers, pipe.execute())
-            if job_id not in (noted or b"").decode().split(",")]
+    return [w for w, noted in zip(workers, noted_cancels(q.redis, qk, workers))
+            if job_id not in noted]
 
 
 def _check_live(job_id: str, state: Any) -> None:

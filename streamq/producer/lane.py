@@ -248,20 +248,53 @@ def _named(client: Client, qk: QueueKeys, finishes: dict[bytes, int], now: int
     found: set[bytes] = set()
     looks: list[tuple[set[bytes], int]] = []
     for (finish, names), got in zip(by_finish.items(), pipe.execute()):
-        retentions = {config.DEFAULT_RETENTION_S * 1000}
-        for _, f in got:
-            found |= names.intersection((f.get(b"j") or b"").split())
-            if (f.get(b"r") or b"").isdigit():
-                retentions.add(int(f[b"r"]))
+        found |= names & _names(got)
+        retentions = _retentions(got) | {config.DEFAULT_RETENTION_S * 1000}
         looks += [(names - found, finish + r) for r in sorted(retentions)
                   if finish + r <= now and names - found]
-    pipe = client.pipeline(transaction=False)
-    for _, at in looks:
-        pipe.xrange(qk.lkept, f"{at}-0", f"{at}-18446744073709551615")
-    for (names, _), got in zip(looks, pipe.execute()):
-        for _, f in got:
-            found |= names.intersection((f.get(b"j") or b"").split())
+    for (names, _), named in zip(looks, _named_at(client, qk, [at for _, at in looks])):
+        found |= names & named
     return found
+
+
+def retention_ms(client: Client, qk: QueueKeys, job_id: str, finished_ms: int,
+                 default_ms: int | None = None, cap: int = 100) -> int | None:
+    """The retention a finished small job is kept for, when its record no longer says it
+    (a job that succeeded keeps a short record): its forget-after time in ``ldone``, or
+    the ``lkept`` entry naming it, whose id is its finish + that retention. The
+    retentions tried in ``lkept``: ``default_ms`` and those of the entries around its
+    finish and at the stream's end (``cap`` of each). None when neither names it."""
+    score: Any = client.zscore(qk.ldone, job_id)
+    if score is not None:
+        return int(score) - finished_ms
+    pipe = client.pipeline(transaction=False)
+    pipe.xrange(qk.lkept, finished_ms, "+", count=cap)
+    pipe.xrevrange(qk.lkept, "+", finished_ms, count=cap)
+    tried = set() if default_ms is None else {default_ms}
+    for entries in pipe.execute():
+        tried |= _retentions(entries)
+    candidates = sorted(tried)
+    named = _named_at(client, qk, [finished_ms + r for r in candidates])
+    return next((r for r, names in zip(candidates, named) if job_id.encode() in names), None)
+
+
+def _names(entries: Any) -> set[bytes]:
+    """The jobs ``lkept`` entries name (their ``j``)."""
+    return {j for _, f in entries for j in (f.get(b"j") or b"").split()}
+
+
+def _retentions(entries: Any) -> set[int]:
+    """The retentions (ms) ``lkept`` entries name (their ``r``)."""
+    return {int(f[b"r"]) for _, f in entries if (f.get(b"r") or b"").isdigit()}
+
+
+def _named_at(client: Client, qk: QueueKeys, ats: Sequence[int]) -> list[set[bytes]]:
+    """The jobs named by the ``lkept`` entries at each forget-after time (ms) of
+    ``ats`` (an entry's id: its jobs' finish + their retention), in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for at in ats:
+        pipe.xrange(qk.lkept, f"{at}-0", f"{at}-18446744073709551615")
+    return [_names(got) for got in pipe.execute()] if ats else []
 
 
 def kept_records(client: Client, jobs: Sequence[tuple[QueueKeys, str]]) -> list[Any]:

@@ -1,10 +1,10 @@
 """What the small-job lane holds of its jobs besides their records: the entries workers
-hold (read, not acknowledged), the retries waiting, the entries queued, and the retention
-a finished job is kept for, read as the job lane's readers read a job's stream, pending
-list and retry set, so every view shows a small job as it shows the same job on a
-stream of its own (one promise, both paths).
+hold (read, not acknowledged), the retries waiting and the entries queued, read as the
+job lane's readers read a job's stream, pending list and retry set, so every view shows
+a small job as it shows the same job on a stream of its own (one promise, both paths).
+The retention a finished job is kept for is :func:`streamq.producer.lane.retention_ms`.
 
-Plain reads (XPENDING, XRANGE, ZRANGE, ZSCORE), bounded by ``cap`` entries a key, with
+Plain reads (XPENDING, XRANGE, ZRANGE), bounded by ``cap`` entries a key, with
 only the commands the read-only ``inspector`` role allows.
 """
 
@@ -146,35 +146,4 @@ def queued(client: Client, qk: QueueKeys, lane: Lane, job_id: str, cap: int = CA
     for _, f in got:
         if f.get(b"j") == me:
             return f.get(b"t", b"b"), f.get(b"p", b"")
-    return None
-
-
-def retention_ms(client: Client, qk: QueueKeys, job_id: str, finished_ms: int,
-                 default_ms: int | None = None, cap: int = 100) -> int | None:
-    """The retention a finished small job is kept for, when its record no longer says it
-    (a job that succeeded keeps a short record): its forget-after time in ``ldone``, or
-    the ``lkept`` entry naming it, whose id is its finish + that retention. The
-    retentions tried in ``lkept``: ``default_ms`` and those of the entries around its
-    finish and at the stream's end (``cap`` of each). None when neither names it."""
-    score: Any = client.zscore(qk.ldone, job_id)
-    if score is not None:
-        return int(score) - finished_ms
-    pipe = client.pipeline(transaction=False)
-    pipe.xrange(qk.lkept, finished_ms, "+", count=cap)
-    pipe.xrevrange(qk.lkept, "+", finished_ms, count=cap)
-    tried = {default_ms} if default_ms is not None else set()
-    for entries in pipe.execute():
-        for _, f in entries:
-            r = f.get(b"r", b"")
-            if r.isdigit():
-                tried.add(int(r))
-    candidates = sorted(tried)
-    pipe = client.pipeline(transaction=False)
-    for r in candidates:
-        pipe.xrange(qk.lkept, f"{finished_ms + r}-0", f"{finished_ms + r}-18446744073709551615")
-    me = job_id.encode()
-    for r, entries in zip(candidates, pipe.execute()):
-        for _, f in entries:
-            if f.get(b"r") == str(r).encode() and me in f.get(b"j", b"").split(b" "):
-                return r
     return None

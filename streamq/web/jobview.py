@@ -320,8 +320,8 @@ def _small_detail(r: Client, qk: QueueKeys, st: JobStatus, limit: int | None) ->
     raw["concurrency"] = "1"  # one sub-request: one at a time
     if "retention" not in raw and st.finished_ms is not None:
         # a job that succeeded keeps a short record: its retention is where it is kept
-        kept_ms = lane_held.retention_ms(r, qk, st.job_id, st.finished_ms,
-                                         config.DEFAULT_RETENTION_S * 1000)
+        kept_ms = lane.retention_ms(r, qk, st.job_id, st.finished_ms,
+                                    config.DEFAULT_RETENTION_S * 1000)
         raw["retention"] = "" if kept_ms is None else str(kept_ms)
     return JobDetail(st, True, None, _by_state(st, retrying), subs, 0,
                      completion(r, qk, st), readable_settings(raw))
