@@ -51,6 +51,6 @@ if lane_cancelled(raw) then
 end
 rcall("HDEL", ljobsKey, job)
 rcall("HDEL", lresultsKey, job)
-rcall("HDEL", lerrorsKey, job)
+rcall("HDEL", lerrorsKey, job, job .. "|p")
 rcall("ZREM", ldoneKey, job)
 return 1

@@ -1,10 +1,15 @@
 --[[
-  Re-run a failed small job in place (Queue.retry, streamq retry): its dead
-  letter leaves the shard's dead stream and its payload goes back into its
-  lane stream as a new entry with no attempt made; its record is `active`
-  again (its error record gone, back in `lactive`, out of `ldone`), so it
-  completes once more. The caller names the dead-stream entry of its dead
-  letter (read by its job id and time); the entry must name the job. A lane
+  Re-run a failed small job in place (Queue.retry, streamq retry): its
+  payload goes back into its lane stream as a new entry with no attempt made
+  and its dead letter leaves the shard's dead stream (if still there); its
+  record is `active` again (its error record and kept payload gone, back in
+  `lactive`, out of `ldone`), so it completes once more. The caller names the
+  dead-stream entry of its dead letter, which must be the one the job's error
+  record names; the payload is the one lane_dead kept beside that record, so a
+  dead letter purged or trimmed from the dead stream is retried all the same.
+  An error record kept before records named their dead letter has none: then
+  the dead-stream entry (found by its job id and time) must be there and name
+  the job, and its payload goes back. A lane
   dropped while idle is made again, group and registry entry. The dead letter
   is marked replayed into its own job (the markers `dlq replay` claims), so it
   runs once: a replay that claimed it first refuses this call, and a later
@@ -49,6 +54,7 @@ local byLetter, byEntry = KEYS[9], KEYS[10]
 local group, member, job, deadId, token = ARGV[1], ARGV[2], ARGV[4], ARGV[5], ARGV[6]
 
 --- @include "includes/errors"
+--- @include "includes/int_text"
 --- @include "includes/lane_complete"
 
 local raw = rcall("HGET", ljobsKey, job)
@@ -63,15 +69,29 @@ if not rest then return ERR_NOTHING_TO_RETRY end
 if lane_member_of(raw) ~= member then
   return redis.error_reply("ERR sq_lane_retry refused: ARGV[2] is not the lane the job's record names")
 end
-local letter = rcall("XRANGE", deadKey, deadId, deadId)
-if #letter == 0 then return ERR_NOTHING_TO_RETRY end
-local f = {}
-for k = 1, #letter[1][2], 2 do f[letter[1][2][k]] = letter[1][2][k + 1] end
-if f.job ~= job or f.index ~= "0" then return ERR_NOTHING_TO_RETRY end
+-- the dead letter to put back: its payload as lane_dead kept it beside the job's error
+-- record (the record names its dead-stream entry, which may since have been purged or
+-- trimmed), or, for a dead letter kept before payloads were, its dead-stream entry
+local kind, payload, serial, created
+local errRaw, kept = unpack(rcall("HMGET", lerrorsKey, job, job .. "|p"))
+local okDecode, err = pcall(cjson.decode, errRaw or "")
+if kept and okDecode and type(err) == "table" and err.d then
+  if err.d ~= deadId then return ERR_NOTHING_TO_RETRY end  -- (another failure's, since)
+  kind, payload = string.sub(kept, 1, 1), string.sub(kept, 2)
+  serial = int_text(math.floor(tonumber(err.n) or 1))
+  created = int_text(lane_field(raw, "created") or 0)
+else
+  local letter = rcall("XRANGE", deadKey, deadId, deadId)
+  if #letter == 0 then return ERR_NOTHING_TO_RETRY end
+  local f = {}
+  for k = 1, #letter[1][2], 2 do f[letter[1][2][k]] = letter[1][2][k + 1] end
+  if f.job ~= job or f.index ~= "0" then return ERR_NOTHING_TO_RETRY end
+  kind, payload, serial, created = f.t or "b", f.p or "", f.n or "1", f.c or ""
+end
 -- the markers are this dead letter's: named after its job, creation, field and serial,
 -- and after its entry (the keys' tag is KEYS[1]'s)
 local tag = string.match(laneKey, "^(.-}:)")
-if byLetter ~= tag .. "replayed:" .. job .. "|" .. (f.c or "") .. "|0|" .. (f.n or "")
+if byLetter ~= tag .. "replayed:" .. job .. "|" .. created .. "|0|" .. serial
     or byEntry ~= tag .. "replayed-id:" .. deadId then
   return redis.error_reply("ERR sq_lane_retry refused: KEYS[9] and KEYS[10] are not the markers of this dead letter")
 end
@@ -83,11 +103,11 @@ if rcall("EXISTS", laneKey) == 0 then
   rcall("XGROUP", "CREATE", laneKey, group, "0", "MKSTREAM")
   rcall("ZADD", lanesKey, tonumber(string.match(member, "^(%d+)|")), member)
 end
-rcall("XADD", laneKey, "*", "j", job, "t", f.t or "b", "p", f.p or "")
+rcall("XADD", laneKey, "*", "j", job, "t", kind, "p", payload)
 rest = string.gsub(string.gsub(rest, '^"retry":"[^"]*",', '', 1), '^"dead":%d+,', '', 1)
 -- the record notes the serial of the dead letter put back: the next is one past it
-rcall("HSET", ljobsKey, job, LANE_ACTIVE .. mark .. '"dead":' .. (f.n or "1") .. "," .. rest)
-rcall("HDEL", lerrorsKey, job)
+rcall("HSET", ljobsKey, job, LANE_ACTIVE .. mark .. '"dead":' .. serial .. "," .. rest)
+rcall("HDEL", lerrorsKey, job, job .. "|p")
 rcall("ZADD", lactiveKey, lane_field(raw, "created") or 0, job)
 rcall("ZREM", ldoneKey, job)
 rcall("XDEL", deadKey, deadId)

@@ -195,11 +195,14 @@ local function lane_flush(ctx)
 end
 
 --[[
-  Dead-letter a small job's entry: its error record in `lerrors`, one entry in
-  the queue's dead-letter stream (it is in this slot: no second step), and the
-  job completes as failed. `raw` is nil for an entry whose job has no active
-  record (malformed, finished, or its record expired): only the dead letter is
-  written.
+  Dead-letter a small job's entry: one entry in the queue's dead-letter stream
+  (it is in this slot: no second step), its error record in `lerrors` (naming
+  that entry, `d`) with its payload beside it (field "<job>|p": its type letter,
+  then its bytes), and the job completes as failed. The payload stays with the
+  job, as a job's stream keeps its entries, so a retry in place runs it after its
+  dead letter was purged or trimmed from the dead stream. `raw` is nil for an
+  entry whose job has no active record (malformed, finished, or its record
+  expired): only the dead letter is written.
 ]]
 local function lane_dead(ctx, dead, deadMax, job, raw, entryId, errText, attempts, kind,
                          payload, nowMs)
@@ -208,15 +211,17 @@ local function lane_dead(ctx, dead, deadMax, job, raw, entryId, errText, attempt
     -- its serial: one past the dead letter its last retry in place put back (`dead`
     -- in the record, lane_retry), so each dead letter of the job is one of its own
     created, serial = lane_field(raw, "created"), lane_field(raw, "dead") + 1
-    rcall("HSET", ctx.lerrors, job,
-          cjson.encode({error = errText, attempts = tonumber(attempts), at = nowMs, n = serial}))
   else
     field = "entry:" .. entryId
   end
-  rcall("XADD", dead, "MAXLEN", "~", deadMax, "*", "job", job or "", "index", field,
-        "error", errText, "attempts", attempts, "at", nowMs, "t", kind or "b",
-        "p", payload or "", "n", serial, "c", created)
+  local deadId = rcall("XADD", dead, "MAXLEN", "~", deadMax, "*", "job", job or "",
+                       "index", field, "error", errText, "attempts", attempts, "at", nowMs,
+                       "t", kind or "b", "p", payload or "", "n", serial, "c", created)
   if raw then
+    rcall("HSET", ctx.lerrors, job,
+          cjson.encode({error = errText, attempts = tonumber(attempts), at = nowMs, n = serial,
+                        d = deadId}),
+          job .. "|p", (kind or "b") .. (payload or ""))
     lane_complete(ctx, job, raw, "failed", 0, 1, nowMs)
   end
 end
@@ -233,7 +238,13 @@ local function lane_forget(ctx, jobs)
   if #jobs == 0 then return end
   chunked("HDEL", ctx.ljobs, jobs)
   chunked("HDEL", ctx.lresults, jobs)
-  chunked("HDEL", ctx.lerrors, jobs)
+  -- (its error record and the payload lane_dead kept beside it)
+  local errors = {}
+  for _, j in ipairs(jobs) do
+    errors[#errors + 1] = j
+    errors[#errors + 1] = j .. "|p"
+  end
+  chunked("HDEL", ctx.lerrors, errors)
 end
 
 -- the jobs of `lkept` entries whose time passed (whole entries, about `limit` jobs):

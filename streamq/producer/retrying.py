@@ -13,8 +13,10 @@ other is refused (a later ``dlq replay`` of it reports the job it went back to).
   back and reopens the job under a new incarnation (the retry's token: its next
   finish records one more completion), ``register_jobs`` gives it its tokens again,
   and the markers are completed and the dead-stream copies deleted.
-- A small job: ``lane_retry`` does it all in the shard's slot, its dead letter
-  found in the dead stream by the time its error record gives.
+- A small job: ``lane_retry`` does it all in the shard's slot, from the payload its
+  error record keeps (so a dead letter purged or trimmed from the dead stream is
+  retried as a job's own stream is); an error record kept before it named its dead
+  letter has it found in the dead stream by the time it gives.
 """
 
 from __future__ import annotations
@@ -125,7 +127,10 @@ def retry_lane(q: RetryHome, qk: QueueKeys, job_id: str, rec: dict[str, Any], ra
     err: Any = r.hget(qk.lerrors, job_id)
     error = json.loads(err) if err else {}
     at, serial = int(error.get("at", 0)), int(error.get("n", 1))
-    dead_id = _dead_entry(q, qk, job_id, at, serial)
+    # (the error record names its dead letter's entry, whose payload it keeps: the
+    # dead letter may since have left the dead stream; one kept before it named it
+    # is looked for there)
+    dead_id = error.get("d") or _dead_entry(q, qk, job_id, at, serial)
     if dead_id is None:
         raise ConfigError(f"job {job_id!r} has nothing to retry: its dead letter is gone "
                           "(replayed or purged)")

@@ -193,15 +193,16 @@ def _small_subs(r: Client, qk: QueueKeys, st: JobStatus, rec: dict[str, Any], ke
     Also the retries waiting (0 or 1)."""
     pipe = r.pipeline(transaction=False)
     pipe.hget(qk.lresults, st.job_id)
-    pipe.hget(qk.lerrors, st.job_id)
-    res, err = pipe.execute()
+    pipe.hmget(qk.lerrors, [st.job_id, f"{st.job_id}|p"])
+    res, (err, held) = pipe.execute()
     res = (lane.result_of(kept) if kept is not None else None) or res
     if res is not None:
         return [SubRequest(0, "done", None, result=Value.of(_result(res), limit))], 0
     if err is not None:
         rec_err, attempts = _error(err)
         at = rec_err.get("at") if isinstance(rec_err, dict) else None
-        dl = _dead_payload(r, qk, st.job_id, at)
+        # (its payload kept beside its error record; an older record's in the dead stream)
+        dl = (held[:1], held[1:]) if held else _dead_payload(r, qk, st.job_id, at)
         return [SubRequest(0, "dead", attempts, error=Value.of(rec_err, limit),
                            payload=Value.of(_decoded(*dl), limit) if dl else None)], 0
     where = (int(rec["priority"]), str(rec["client"]))

@@ -383,6 +383,17 @@ def _failed_once(q: Queue, lane: str, workers: StartWorker, payloads: list[Any]
     return job, mode, ran
 
 
+def _mended_and_retried(q: Queue, job_id: str, mode: dict[str, Any], ran: list[Any]) -> None:
+    """Mend a job of :func:`_failed_once`'s one bad sub-request, retry it in place (sent
+    twice with one token, as after a lost reply), and see it run once and succeed."""
+    mode["bad"] = False
+    assert q.retry(job_id, token="retry-1") == 1
+    assert q.retry(job_id, token="retry-1") == 1
+    st = q.wait(job_id, timeout=30)
+    assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 1, 0)
+    assert q.results(job_id) == {0: 10} and ran == [1, 1]
+
+
 @pytest.mark.parametrize("lane", LANES)
 @pytest.mark.cluster_too
 def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_again(
@@ -395,13 +406,8 @@ def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_a
     (dead,) = q.dead_letters(job_id=job.id)
     # When it is retried in place, its cause mended (a resend of the retry with its
     # token after a lost reply changes nothing more)
-    mode["bad"] = False
-    assert q.retry(job.id, token="retry-1") == 1
-    assert q.retry(job.id, token="retry-1") == 1
     # Then the same job runs it again and completes once more: succeeded
-    st = q.wait(job.id, timeout=30)
-    assert (st.state, st.done, st.failed) == (JobState.SUCCEEDED, 1, 0)
-    assert q.results(job.id) == {0: 10} and ran == [1, 1]
+    _mended_and_retried(q, job.id, mode, ran)
     # And its dead letter is gone: listed nowhere, not replayable
     assert q.dead_letters(job_id=job.id) == []
     with pytest.raises(StreamqError):
@@ -444,6 +450,28 @@ def test_a_job_that_fails_again_after_a_retry_in_place_is_retried_and_replayed_a
     target = q.replay_dead(third.id)
     assert q.wait(target, timeout=30).state is JobState.SUCCEEDED
     assert ran == [1, 1, 1, 1]
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_failed_job_is_retried_in_place_after_its_dead_letters_were_purged(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:
+    from streamq.producer import deadletters
+
+    # Given a failed job whose dead letter was then purged (`streamq dlq purge`; the
+    # dead stream's length cap drops old ones alike)
+    q = Queue(queue_name, redis_url)
+    job, mode, ran = _failed_once(q, lane, workers, [{"n": 1, "bad": True, "b": "\u00e9"}])
+    assert sum(deadletters.purge(r, qk) for qk in q.known_shards) == 1
+    assert q.dead_letters(job_id=job.id) == []
+    # When it is retried in place, its cause mended
+    # Then it runs its payload again, once, and succeeds
+    _mended_and_retried(q, job.id, mode, ran)
+    # And a second retry finds nothing to retry
+    from streamq import ConfigError
+
+    with pytest.raises(ConfigError, match="nothing to retry"):
+        q.retry(job.id)
     q.close()
 
 

@@ -440,18 +440,30 @@ def test_a_malformed_lane_entry_is_dead_lettered_and_the_worker_goes_on(
 def test_finished_small_jobs_are_forgotten_after_their_retention(
     r: redis.Redis, redis_url: str, queue_name: str, workers: StartWorker
 ) -> None:
-    # Given small jobs kept 1 s after they finish
+    # Given small jobs kept 1 s after they finish, two of which failed (their error
+    # records keep their payloads), one of those then deleted
     q = Queue(queue_name, redis_url, retention_s=1)
-    jobs = q.submit_many([[i] for i in range(50)])
-    workers(queue_name, lambda p: p, concurrency=2, retention_s=1)
+    jobs = q.submit_many([[i] for i in range(50)], max_deliveries=1)
+
+    def handle(p: int) -> int:
+        if p in (3, 4):
+            raise ValueError("bad")
+        return p
+
+    workers(queue_name, handle, concurrency=2, retention_s=1)
     for j in jobs:
         q.wait(j.id, timeout=30)
     qk = q.shards[0]
+    assert sorted(r.hkeys(qk.lerrors)) == sorted(
+        x for j in jobs[3:5] for x in (j.id.encode(), f"{j.id}|p".encode()))
+    q.delete(jobs[3].id)
+    assert sorted(r.hkeys(qk.lerrors)) == [jobs[4].id.encode(), f"{jobs[4].id}|p".encode()]
     # (each result is in its job's record: a job that succeeded has no `lresults` field)
-    assert r.hlen(qk.ljobs) == 50 and r.hlen(qk.lresults) == 0
+    assert r.hlen(qk.ljobs) == 49 and r.hlen(qk.lresults) == 0
     # When their retention passed (real time: Redis's clock passes the latest time after
     # which a job is forgotten) and the reaper ran
     kept = kept_until(r, qk)
+    # (the deleted job's lkept entry stays until its time: it finds no record then)
     assert sorted(kept) == sorted(j.id for j in jobs)
     forget_ms = max(kept.values())
     wait_until(lambda: server_ms(r, qk.ldone) > forget_ms, 30, "the retention to pass")

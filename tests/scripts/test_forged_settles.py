@@ -164,3 +164,48 @@ def test_a_retry_in_place_naming_another_lane_or_another_letters_markers_is_refu
     assert retry("50|default", own, dead_id) == 1
     assert r.exists(qk.replayed(own), qk.replayed_entry(dead_id)) == 2
     assert q.status(a).queued == 1 and r.xlen(qk.lane(10, "victim")) == 1
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept-payload", "older-record"])
+def test_a_retry_in_place_puts_back_the_payload_its_dead_letter_held(
+        r: redis.Redis, small: Any, kept: bool) -> None:
+    import json
+
+    # Given small job A failed for good: its error record names its dead letter and
+    # keeps its payload beside it (or, an error record written before they were, only
+    # its dead letter holds it)
+    q, qk, a, _, entry, fields, _, ctx = small
+    assert _fcall(r, LaneScripts.lane_fail_call(
+        qk, (50, "default"), ctx, entry_id=entry, job=a, attempts=1, delay_ms=-1,
+        error="boom", kind=fields[b"t"], payload=fields[b"p"])) == 2
+    ((dead_id, letter),) = [(eid.decode(), f) for eid, f in r.xrange(qk.dead)]
+    error = json.loads(r.hget(qk.lerrors, a))
+    assert error["d"] == dead_id and error["n"] == 1
+    assert r.hget(qk.lerrors, f"{a}|p") == fields[b"t"] + fields[b"p"]
+    if not kept:
+        del error["d"]
+        r.hset(qk.lerrors, a, json.dumps(error))
+        r.hdel(qk.lerrors, f"{a}|p")
+    own = f"{a}|{letter[b'c'].decode()}|0|1"
+
+    def retry(dead: str, token: str) -> Any:
+        return r.fcall("sq_lane_retry", 10, qk.lane(50, "default"), qk.lanes, qk.ljobs,
+                       qk.lerrors, qk.lactive, qk.ldone, qk.dead, qk.wake,
+                       qk.replayed(own), qk.replayed_entry(dead),
+                       "workers", "50|default", 8, a, dead, token, 60_000)
+    # When a retry names another dead-stream entry than the job's, nothing goes back
+    assert retry("1-1", "tok-0") == -11
+    # And when its dead letter was purged, a kept payload still goes back (an older
+    # record's, gone with its dead letter, cannot)
+    r.delete(qk.dead)
+    assert retry(dead_id, "tok-1") == (1 if kept else -11)
+    if kept:
+        (_, put), = [(e, f) for e, f in r.xrange(qk.lane(50, "default")) if f[b"j"] == a.encode()]
+        assert (put[b"t"], put[b"p"]) == (fields[b"t"], fields[b"p"])
+        assert r.hmget(qk.lerrors, a, f"{a}|p") == [None, None]
+        assert r.exists(qk.replayed(own), qk.replayed_entry(dead_id)) == 2
+        assert q.status(a).queued == 1
+    else:
+        # (its dead letter still in the dead stream, it goes back from there)
+        r.xadd(qk.dead, dict(letter), id=dead_id)
+        assert retry(dead_id, "tok-1") == 1 and q.status(a).queued == 1
