@@ -35,8 +35,9 @@
     ARGV[9] max deliveries override, 0 to use each job's own
 
   Output:
-    {next cursor, re-added, dead-lettered}; a lane whose stream is gone replies
-    {"0-0", 0, 0}
+    {next cursor, re-added, dead-lettered, jobs completed (failed: those of the
+    dead-lettered entries that had an active job)}; a lane whose stream is gone
+    replies {"0-0", 0, 0, 0}
 ]]
 local rcall = redis.call
 local deadKey = KEYS[8]
@@ -54,11 +55,11 @@ local group, override = ARGV[1], tonumber(ARGV[9])
 local nowMs = now_ms()
 ctx.done = lane_done()
 lane_trim(ctx, nowMs, 1000)
-if rcall("EXISTS", ctx.lane) == 0 then return {"0-0", 0, 0} end
+if rcall("EXISTS", ctx.lane) == 0 then return {"0-0", 0, 0, 0} end
 local claimed = rcall("XAUTOCLAIM", ctx.lane, group, ARGV[5], ARGV[6], ARGV[7],
                       "COUNT", tonumber(ARGV[8]))
 local cursor, entries, deleted = claimed[1], claimed[2], claimed[3] or {}
-local readded, dead = 0, 0
+local readded, dead, completed = 0, 0, 0
 
 for _, id in ipairs(deleted) do
   rcall("XACK", ctx.lane, group, id)
@@ -81,6 +82,7 @@ for _, entry in ipairs(entries) do
               "malformed entry: missing job, type or payload, or a job without a record",
               attempts, f["t"], f["p"], nowMs)
     dead = dead + 1
+    if raw then completed = completed + 1 end
   elseif not lane_active(raw) then
     -- settled before (its job completed): nothing to run
   else
@@ -91,6 +93,7 @@ for _, entry in ipairs(entries) do
                 "worker lost while running it (killed or crashed) " .. attempts .. " times",
                 attempts, f["t"], f["p"], nowMs)
       dead = dead + 1
+      completed = completed + 1
     else
       if f["c"] then  -- a trace context (streamq.tracing) goes with the entry
         rcall("XADD", ctx.lane, "*", "j", job, "t", f["t"], "p", f["p"], "a", attempts, "s", 1,
@@ -103,4 +106,4 @@ for _, entry in ipairs(entries) do
   end
 end
 lane_flush(ctx)
-return {cursor, readded, dead}
+return {cursor, readded, dead, completed}

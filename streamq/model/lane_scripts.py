@@ -119,10 +119,10 @@ class LaneScripts(ScriptsBase):
 
     def lane_reclaim(self, qk: QueueKeys, lane: tuple[int, str], ctx: LaneCtx, *,
                      consumer: str, min_idle_ms: int, cursor: str, count: int,
-                     max_deliveries: int = 0) -> tuple[str, int, int]:
+                     max_deliveries: int = 0) -> tuple[str, int, int, int]:
         """One XAUTOCLAIM slice of a lane's stalled entries; (next cursor, re-added,
-        dead-lettered). Also forgets finished jobs past their retention. See
-        lane_reclaim-10.lua."""
+        dead-lettered, jobs those completed). Also forgets finished jobs past their
+        retention. See lane_reclaim-10.lua."""
         prio, client = lane
         r = self.run("lane_reclaim",
                      (qk.lane(prio, client), qk.ljobs, qk.lerrors, qk.lstarts, qk.lactive,
@@ -130,7 +130,7 @@ class LaneScripts(ScriptsBase):
                      [*ctx.args(qk), ctx.dead_maxlen, consumer, min_idle_ms, cursor, count,
                       max_deliveries])
         nxt = r[0].decode() if isinstance(r[0], bytes) else str(r[0])
-        return nxt, int(r[1]), int(r[2])
+        return nxt, int(r[1]), int(r[2]), int(r[3])
 
     def lane_delete(self, qk: QueueKeys, lane: tuple[int, str], job: str) -> None:
         """Delete a finished small job's records now; JobNotFound for no record,

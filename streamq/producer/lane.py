@@ -150,6 +150,22 @@ def results(client: Client, qk: QueueKeys, job_id: str) -> dict[int, Any]:
     return {} if got is None else {0: decode_result(got)}
 
 
+def settled(client: Client, qk: QueueKeys, job_id: str
+            ) -> tuple[dict[str, Any], bytes | None, bytes | None] | None:
+    """A kept small job of shard ``qk`` as a reader of stored values sees it: its record,
+    its encoded result (type letter + bytes, as :func:`results` reads it) and its error
+    record (JSON, as a job lane job's ``errors`` holds it), None for each it has not;
+    None when no such job is kept (:func:`kept_records`)."""
+    raw = kept_records(client, [(qk, job_id)])[0]
+    if raw is None:
+        return None
+    pipe = client.pipeline(transaction=False)
+    pipe.hget(qk.lresults, job_id)
+    pipe.hget(qk.lerrors, job_id)
+    result, error = pipe.execute()
+    return parse(raw, qk.tag), result_of(raw) or result, error
+
+
 def backlog(client: Client, qk: QueueKeys) -> dict[int, tuple[int, int, int]]:
     """Per priority, the shard's small jobs (queued, in flight, retrying): entries not
     delivered yet, delivered and not acknowledged, and waiting for their retry."""

@@ -61,11 +61,15 @@ def recover_lanes(p: LanePass, report: PassReport) -> None:
         report.retries_promoted += moved
         cursor = "0-0"
         for _ in range(1000):  # bounded: XAUTOCLAIM examines RECLAIM_COUNT entries per call
-            cursor, readded, dead = scripts.lane_reclaim(
+            cursor, readded, dead, completed = scripts.lane_reclaim(
                 qk, lane, p.ctx, consumer=config.REAPER_CONSUMER, min_idle_ms=p.idle_ms,
                 cursor=cursor, count=config.RECLAIM_COUNT, max_deliveries=p.max_deliveries)
             report.reclaimed += readded
             report.dead_lettered += dead
+            # jobs it failed: finished by this pass, as the job pass counts those it
+            # finishes (the report's log line; the active-jobs gauge, which counted
+            # them in `lactive` before)
+            report.finished += completed
             if cursor == "0-0":
                 break
         stream = qk.lane(*lane)

@@ -20,6 +20,10 @@ replies in Arrow (JSON results are cut in Arrow; other result types and error
 records are converted row by row). Sub-requests not settled yet are left out,
 so read a job after waiting for it.
 
+A small job (:mod:`streamq.producer.lane`: one sub-request, no hashes of its own) reads
+the same: the driver finds it (no meta) and its partitions say so; its one row (index
+0) comes from its shard's lane records (its result, else its error record).
+
 Stream: the offset is ``{"settled": k}``, the length of the job's settled
 prefix: every index below ``k`` has a result or an error. Results are stored
 in whatever order workers finish, so a count of done + failed would not say
@@ -44,8 +48,10 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from streamq.base.failures import split_failure
-from streamq.base.keys import JobKeys, shard_queue
+from streamq.base.keys import JobKeys, QueueKeys, shard_queue
 from streamq.model.scripts import Scripts
+from streamq.producer import lane
+from streamq.services.shards import read_shards
 from streamq.storage.connection import Client, connect, pipelined
 
 from ..errors import JobConflict, JobNotFound
@@ -64,11 +70,12 @@ MAX_SCAN = 200_000
 
 
 class IndexRange(InputPartition):
-    """Sub-request indexes ``[lo, hi)`` of one job."""
+    """Sub-request indexes ``[lo, hi)`` of one job; ``small``: a small job's (no stream
+    of its own: its one sub-request is read from its shard's lane records)."""
 
-    def __init__(self, lo: int, hi: int) -> None:
-        super().__init__((lo, hi))
-        self.lo, self.hi = lo, hi
+    def __init__(self, lo: int, hi: int, small: bool = False) -> None:
+        super().__init__((lo, hi, small))
+        self.lo, self.hi, self.small = lo, hi, small
 
 
 def result_json(raw: bytes) -> str:
@@ -134,6 +141,32 @@ def read_range(client: Client, jk: JobKeys, lo: int, hi: int, *,
     return batch if results.null_count == 0 else batch.filter(settled)
 
 
+def _small(client: Client, opts: SourceOptions
+           ) -> tuple[dict[str, Any], bytes | None, bytes | None] | None:
+    """The small job ``opts.job`` of ``opts.queue`` (one sub-request, no stream of its own:
+    :mod:`streamq.producer.lane`): its record, encoded result and error record; None
+    when no such job is kept."""
+    shards = read_shards(client, opts.queue) or [QueueKeys(opts.queue)]
+    got = lane.settled(client, lane.shard_of_job(shards, opts.job), opts.job)
+    if got is None or shard_queue(str(got[0]["queue"])) != opts.queue:
+        return None
+    return got
+
+
+def _small_rows(client: Client, opts: SourceOptions, part: IndexRange
+                ) -> Iterator[pa.RecordBatch]:
+    """A small job's one sub-request (index 0) as the job lane reads one: its row once it
+    settled (a result, else a dead letter's error) and the range holds index 0."""
+    got = _small(client, opts) if part.lo <= 0 < part.hi else None
+    if got is None or (got[1] is None and got[2] is None):
+        return
+    _, result, error = got
+    row = {"id": None, "index": 0, "status": "done" if result is not None else "failed",
+           "result": None if result is None else result_json(result),
+           "error": None if result is not None or error is None else _error_text(error)}
+    yield pa.RecordBatch.from_pylist([row], schema=_ARROW_SCHEMA)
+
+
 def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(part, IndexRange)
     client, jk = connect(opts.redis_url), JobKeys(opts.job, opts.queue)
@@ -141,6 +174,9 @@ def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]
         # a sub-request that failed before this point has its error in `errors`: without
         # that hash, skip its HMGET (one a chunk); a failure stored later is left out like
         # any sub-request settled after the read (a stream's range is settled before)
+        if part.small:
+            yield from _small_rows(client, opts, part)
+            return
         errors = part.lo < part.hi and bool(client.exists(jk.errors))
         for lo in range(part.lo, part.hi, READ_CHUNK):
             batch = read_range(client, jk, lo, min(part.hi, lo + READ_CHUNK), errors=errors)
@@ -150,19 +186,23 @@ def _read(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]
         client.close()
 
 
-def _meta(client: Client, opts: SourceOptions) -> tuple[str, int]:
-    """(state, total) of the job; JobNotFound / JobConflict when it is not the queue's."""
+def _meta(client: Client, opts: SourceOptions) -> tuple[str, int, bool]:
+    """(state, total, whether it is a small job) of the job; JobNotFound / JobConflict
+    when it is not the queue's."""
     m: Any = client.hmget(JobKeys(opts.job, opts.queue).meta, "state", "total", "queue")
     if m[0] is None:
-        raise JobNotFound(opts.job)
+        small = _small(client, opts)
+        if small is None:
+            raise JobNotFound(opts.job)
+        return str(small[0]["state"]), 1, True
     if m[2] is not None and shard_queue(m[2].decode()) != opts.queue:
         raise JobConflict(f"job {opts.job!r} belongs to queue "
                           f"{shard_queue(m[2].decode())!r}, not {opts.queue!r}")
-    return m[0].decode(), int(m[1] or 0)
+    return m[0].decode(), int(m[1] or 0), False
 
 
-def _splits(lo: int, hi: int, size: int) -> list[IndexRange]:
-    return [IndexRange(a, min(hi, a + size)) for a in range(lo, hi, size)]
+def _splits(lo: int, hi: int, size: int, small: bool = False) -> list[IndexRange]:
+    return [IndexRange(a, min(hi, a + size), small) for a in range(lo, hi, size)]
 
 
 class StreamqReader(DataSourceReader):
@@ -174,12 +214,12 @@ class StreamqReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         client = connect(self.opts.redis_url)
         try:
-            state, total = _meta(client, self.opts)
-            if state not in ("open", "active"):
+            state, total, small = _meta(client, self.opts)
+            if state not in ("open", "active") and not small:
                 Scripts(client).expire_keyed(JobKeys(self.opts.job, self.opts.queue))
         finally:
             client.close()
-        return _splits(0, total, self.opts.indexes_per_split) or [IndexRange(0, 0)]
+        return _splits(0, total, self.opts.indexes_per_split, small) or [IndexRange(0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
@@ -192,6 +232,7 @@ class StreamqStreamReader(DataSourceStreamReader):
         self.opts = opts
         self._known = 0  # a settled prefix already seen (the prefix only grows)
         self._client: Client | None = None
+        self._small: bool | None = None  # whether the job is a small job, once read
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -204,16 +245,20 @@ class StreamqStreamReader(DataSourceStreamReader):
         return self._client
 
     def initialOffset(self) -> dict[str, int]:
-        _meta(self._redis(), self.opts)  # an unknown job fails the query at its start
+        # an unknown job fails the query at its start
+        self._small = _meta(self._redis(), self.opts)[2]
         return {"settled": 0}
 
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: Any = None) -> dict[str, int]:
         base = max(int(start["settled"]) if start else 0, self._known)
         client, jk = self._redis(), JobKeys(self.opts.job, self.opts.queue)
-        state, total = _meta(client, self.opts)
+        state, total, small = _meta(client, self.opts)
+        self._small = small
         if state not in ("open", "active"):
             end = total
+        elif small:  # its one sub-request has not settled
+            end = base
         else:
             end = self._settled_prefix(client, jk, base, min(total, base + MAX_SCAN))
         max_rows = getattr(limit, "max_rows", None)
@@ -242,7 +287,10 @@ class StreamqStreamReader(DataSourceStreamReader):
         return hi
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return _splits(int(start["settled"]), int(end["settled"]), self.opts.indexes_per_split)
+        if self._small is None:  # (a batch planned again after a restart)
+            self._small = _meta(self._redis(), self.opts)[2]
+        return _splits(int(start["settled"]), int(end["settled"]), self.opts.indexes_per_split,
+                       self._small)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)
