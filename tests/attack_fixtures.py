@@ -247,7 +247,7 @@ _INTS = {
     "lease length": 30_000, "heartbeat lifetime": 15_000, "description lifetime": 60_000,
     "worker hash lifetime": 60_000, "stats window": 3_900_000, "min idle": 0, "count": 10,
     "most": 10, "cap on wake-up signals": 1000, "events cap": 10_000,
-    "events retention": 86_400_000, "dead stream cap": 10_000, "attempts": 1,
+    "events retention": 86_400_000, "dead stream cap": 100_000, "attempts": 1,
     "retry delay": 500, "index": 0, "serial": 1, "marker lifetime": 600_000, "delay": 1000,
     "total": 2, "done": 1, "failed": 1, "dead": 1, "permits": 1, "claim": 2,
     "most due jobs": 5, "most tokens": 10, "batch id": 1, "produced": 1, "partition": 0,

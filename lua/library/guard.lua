@@ -10,8 +10,9 @@
       (a job: <queue>/<job id>; a queue name; a shard: <queue> or
       <queue>~<n>; a stream of work: a job's or a shard's);
     - every ARGV[i] matches its declared type (integer range, enum, name,
-      token, stream entry id, intent, bounded text, pattern), the repeated groups and
-      the optional last group included, and nothing is left over;
+      token, stream entry id, intent, bounded text (UTF-8 where it is declared
+      so), pattern), the repeated groups and the optional last group included,
+      and nothing is left over;
     - a lane key bound to a lane member ("<prio>|<client>") is that member's
       lane, sq:{<tag>}:lane:<prio>:<client> (or its retry set, + ":retry"), the
       priority written without a leading zero, the client a name of at most 128
@@ -31,6 +32,24 @@
 
 local function sq_name_ok(v)
   return #v <= 128 and string.find(v, "^[%w_%.:%-]+$") ~= nil
+end
+
+-- whether v is valid UTF-8 (as Python's strict decoder takes it: no overlong form, no
+-- surrogate, nothing past U+10FFFF). Each well-formed sequence becomes one ASCII byte
+-- (so no two bytes left around it join), then no byte past ASCII may remain: a few
+-- passes of C over the text, none for an ASCII one
+local SQ_UTF8 = {
+  "[\194-\223][\128-\191]",
+  "\224[\160-\191][\128-\191]", "[\225-\236\238\239][\128-\191][\128-\191]",
+  "\237[\128-\159][\128-\191]",
+  "\240[\144-\191][\128-\191][\128-\191]",
+  "[\241-\243][\128-\191][\128-\191][\128-\191]",
+  "\244[\128-\143][\128-\191][\128-\191]",
+}
+local function sq_utf8_ok(v)
+  if not string.find(v, "[\128-\255]") then return true end
+  for _, p in ipairs(SQ_UTF8) do v = string.gsub(v, p, "_") end
+  return not string.find(v, "[\128-\255]")
 end
 
 local function sq_job_tag_ok(v)  -- "<queue>/<job id>"
@@ -74,7 +93,7 @@ local function sq_arg_ok(s, v)
     local ms, seq = string.match(v, "^(%d+)%-(%d+)$")
     return #ms <= 20 and #seq <= 20
   elseif t == "b" then
-    return #v <= s[2]
+    return #v <= s[2] and not (s.u and not sq_utf8_ok(v))
   elseif t == "j" then
     local job, dedup = string.match(v, "^([^|]*)|(.*)$")
     if not job then return sq_name_ok(v) end
@@ -97,7 +116,7 @@ local function sq_check_list(list, ARGV, i)
     if v == nil then return nil, "ARGV[" .. i .. "] (" .. s.d .. ") is missing" end
     local t = s[1]
     if t == "b" then
-      if #v > s[2] or (v == "" and not s.e) then
+      if #v > s[2] or (v == "" and not s.e) or (s.u and not sq_utf8_ok(v)) then
         return nil, "ARGV[" .. i .. "] must be " .. s.d
       end
       i = i + 1

@@ -40,6 +40,14 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _utf8(v: bytes) -> bool:
+    try:
+        v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class ContractError(ValueError):
     """Raised when a call does not match its script's declared contract."""
 
@@ -109,7 +117,8 @@ class Arg:
     - ``token``: an id the caller chooses (1-``size`` printable ASCII, no space, no
       braces);
     - ``entry``: a stream entry id ``<ms>-<seq>``;
-    - ``text``: any bytes, at most ``size`` of them;
+    - ``text``: any bytes, at most ``size`` of them (``utf8``: valid UTF-8 only, for
+      a text stored where its readers decode it);
     - ``intent``: a job id, or ``<job id>|<dedup key>`` (a submit's intent);
     - ``pattern``: text of at most ``size`` bytes matching ``regex`` (Lua: one of the
       patterns of ``lua``, one a line).
@@ -126,6 +135,7 @@ class Arg:
     lua: str = ""
     empty: bool = False
     doc: str = ""
+    utf8: bool = False
 
     def describe(self) -> str:
         if self.kind == "int":
@@ -139,7 +149,7 @@ class Arg:
         elif self.kind == "entry":
             what = "a stream entry id"
         elif self.kind == "text":
-            what = f"at most {self.size} bytes"
+            what = ("UTF-8 text of " if self.utf8 else "") + f"at most {self.size} bytes"
         elif self.kind == "intent":
             what = "a job id, or <job id>|<dedup key>"
         else:
@@ -152,7 +162,7 @@ class Arg:
         if v == b"":
             return self.empty or self.kind == "text" or (self.kind == "enum" and "" in self.values)
         if self.kind == "text":
-            return len(v) <= self.size
+            return len(v) <= self.size and (not self.utf8 or _utf8(v))
         try:
             t = v.decode("ascii")
         except UnicodeDecodeError:
@@ -191,7 +201,8 @@ class Arg:
         if self.kind == "entry":
             return f"{{'x', e={e}, d={label}}}"
         if self.kind == "text":
-            return f"{{'b', {self.size}, e=true, d={label}}}"
+            u = ", u=true" if self.utf8 else ""
+            return f"{{'b', {self.size}, e=true{u}, d={label}}}"
         if self.kind == "intent":
             return f"{{'j', e={e}, d={label}}}"
         pats = ", ".join(lua_string(p) for p in self.lua.split("\n"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from streamq.base.config import GROUP, MAX_CONCURRENCY, MAX_PRIORITY
+from streamq.base.config import DEFAULT_DEAD_MAXLEN, GROUP, MAX_CONCURRENCY, MAX_PRIORITY
 from streamq.storage.contract import Arg, Contract, Counted, KeyKind
 
 __all__ = ["CONTRACTS", "KINDS", "contract"]
@@ -83,8 +83,8 @@ def tok(n: str, *, empty: bool = False, size: int = 300) -> Arg:
     return Arg(n, "token", size=size, empty=empty)
 
 
-def text(n: str, size: int = _TEXT) -> Arg:
-    return Arg(n, "text", size=size)
+def text(n: str, size: int = _TEXT, *, utf8: bool = False) -> Arg:
+    return Arg(n, "text", size=size, utf8=utf8)
 
 
 def enum(n: str, *values: str) -> Arg:
@@ -120,6 +120,12 @@ _D12, _D9 = "%d" + "%d?" * 11, "%d" + "%d?" * 8
 FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
             "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:" + _D20 + "%-" + _D20 + "$",
             "<index> or entry:<id>", 60)
+#: the cap on a shard's dead stream (XADD MAXLEN ~): every process uses the deployment's,
+#: and a smaller one trimmed every other job's dead letters away
+DEAD_CAP = i("dead stream cap", DEFAULT_DEAD_MAXLEN)
+#: a failure's error text, kept in a JSON record its readers decode (status, announce,
+#: a retry in place): UTF-8, as every honest caller's is
+ERROR = text("error", utf8=True)
 #: what every lane script that completes jobs is told (channels come from its tag)
 LANE_CTX = (GROUP_ARG, i("events cap"), ms("events retention"))
 
@@ -130,7 +136,7 @@ JOB_ALL = "meta tasks results errors retry inflight added ids dlq unannounced"
 
 _LIST = [
     Contract("abort_job", "abort an open or active job: terminal `aborted`, its work dropped",
-             _k(JOB_ALL), (text("reason", 4096), tok("closer", empty=True),
+             _k(JOB_ALL), (text("reason", 4096, utf8=True), tok("closer", empty=True),
                            tok("write token", empty=True)),
              reply="job_reply", errors=("JOB_NOT_FOUND",), roles=_P, flags=("allow-oom",)),
     Contract("ack", "acknowledge sub-requests, store their results, complete the job",
@@ -150,8 +156,8 @@ _LIST = [
              errors=("JOB_NOT_FOUND", "JOB_CLOSED", "TOTAL_MISMATCH"), roles=_P),
     Contract("announce", "copy one dead letter to the queue's dead stream, once",
              _k("dead announced"),
-             (i("dead stream cap"), ms("marker lifetime"), name("job id"), FIELD,
-              text("error"), i("attempts"), ms("time"), FAILED_KIND, PAYLOAD, i("serial"),
+             (DEAD_CAP, ms("marker lifetime"), name("job id"), FIELD,
+              ERROR, i("attempts"), ms("time"), FAILED_KIND, PAYLOAD, i("serial"),
               ms("job created")),
              reply="dead entry id", roles=("worker", "reaper"), flags=("allow-oom",),
              key_of=((2, (3, 11, 4, 10)),)),
@@ -197,7 +203,7 @@ _LIST = [
     Contract("fail", "a failed attempt: retry with backoff or dead-letter",
              _k("tasks meta results errors retry inflight dlq unannounced"),
              (GROUP_ARG, ENTRY, i("index", -1), i("attempts"), ms("retry delay", lo=-1),
-              text("error"), FAILED_KIND, PAYLOAD), tail=(TRACE,), reply="{code, job_reply...}",
+              ERROR, FAILED_KIND, PAYLOAD), tail=(TRACE,), reply="{code, job_reply...}",
              roles=_W, flags=("allow-oom",)),
     Contract("finalize_job", "finalize an open job (idempotent by closer token)",
              _k("meta tasks results errors dlq"),
@@ -254,8 +260,8 @@ _LIST = [
              lane_binds=((1, 2), (2, 2))),
     Contract("lane_fail", "a failed attempt of a small job: retry or dead-letter", _k(
         "lane lane-retry ljobs lerrors lstarts lactive ldone events dead retries lkept"),
-             (*LANE_CTX, i("dead stream cap"), LANE_MEMBER, ENTRY, name("job id", empty=True),
-              i("attempts"), ms("retry delay", lo=-1), text("error"), FAILED_KIND, PAYLOAD),
+             (*LANE_CTX, DEAD_CAP, LANE_MEMBER, ENTRY, name("job id", empty=True),
+              i("attempts"), ms("retry delay", lo=-1), ERROR, FAILED_KIND, PAYLOAD),
              tail=(TRACE,), reply="0 settled before, 1 retry, 2 dead-lettered", roles=_W,
              flags=("allow-oom",), publishes=True, lane_binds=((1, 5), (2, 5))),
     Contract("lane_promote", "move a lane's due retries back to its stream",
@@ -271,7 +277,7 @@ _LIST = [
              lane_binds=((1, 2), (2, 2), (3, 3), (4, 3))),
     Contract("lane_reclaim", "hand stalled small jobs to others or dead-letter them", _k(
         "lane ljobs lerrors lstarts lactive ldone events dead lresults lkept"),
-             (*LANE_CTX, i("dead stream cap"), tok("consumer"), ms("min idle"),
+             (*LANE_CTX, DEAD_CAP, tok("consumer"), ms("min idle"),
               Arg("cursor", "entry"), i("count", 1, 10_000), i("max deliveries override")),
              reply="{cursor, counts...}", roles=_R, flags=("allow-oom",), publishes=True),
     Contract("lane_requeue", "give back lane entries a worker will not run",

@@ -66,6 +66,8 @@ def _fits(a: Arg) -> list[Any]:
         out += ["t" * a.size, b"\x00\xff"]
     elif a.kind == "text":
         out += ["payload", b"\x00\xff"]
+    if a.kind == "text" and a.utf8:
+        out += ["boom é ☃ 𝄞\n\"|,\\", "\U0010ffff\ud7ff\ue000", "\x00\x7f\x80\u07ff\u0800"]
     return [v for v in out if a.ok(v)] or [""]
 
 
@@ -78,6 +80,11 @@ def _misfits(a: Arg) -> list[Any]:
         near = ["t" * (a.size + 1)]
     elif a.kind == "name":
         near = ["x" * 129]
+    if a.kind == "text" and a.utf8:
+        # UTF-8 just broken: a surrogate, an overlong form, past U+10FFFF, cut short, a
+        # lone continuation byte (each beside characters that are whole)
+        near += [b"\xed\xa0\x80", b"a\xc0\xaf", "é".encode() + b"\xf4\x90\x80\x80",
+                 "☃".encode()[:2] + b"x", b"\x80" + "𝄞".encode()]
     return near * (len(_ANY) // max(len(near), 1)) + list(_ANY)
 
 

@@ -106,6 +106,8 @@ def test_every_function_runs_the_guard_first_and_takes_no_command_from_its_calle
     (Arg("t", "token", size=8), ["ab|c~d", "a/b#1"], ["", "a b", "{x}", "x" * 9]),
     (Arg("x", "entry"), ["0-0", "1795627741016-3"], ["", "1-", "a-1", "1-2-3"]),
     (Arg("b", "text", size=4), ["", "abcd", b"\x00\xff"], ["abcde"]),
+    (Arg("u", "text", size=8, utf8=True), ["", "é☃", "a\x00", "𝄞"],
+     ["x" * 9, b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe2\x98", b"\xf4\x90\x80\x80"]),
 ])
 def test_argument_types(arg: Arg, good: list[object], bad: list[object]) -> None:
     for v in good:
