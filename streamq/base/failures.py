@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import traceback
 
-__all__ = ["MAX_FAILURE_CHARS", "TRACEBACK_MARK", "failure_text", "split_failure", "summary"]
+__all__ = ["MAX_FAILURE_CHARS", "TRACEBACK_MARK", "failure_text", "split_failure", "summary",
+           "utf8_text"]
 
 #: where a failure's traceback begins in its text
 TRACEBACK_MARK = "\n\nTraceback (most recent call last):\n"
@@ -25,13 +26,22 @@ def summary(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a character it cannot (a lone surrogate, as
+    ``os.fsdecode`` makes of a name's undecodable bytes) written as its escape
+    (``\\udcff``). A failure's text is stored where its readers decode UTF-8, and the
+    server refuses one that is not."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def failure_text(e: BaseException) -> str:
     """``e``'s summary, then its traceback (with any chained cause) when it has one,
-    bounded by ``MAX_FAILURE_CHARS``."""
-    head = summary(e)
+    bounded by ``MAX_FAILURE_CHARS``; valid UTF-8 (:func:`utf8_text`) whatever the
+    exception's message holds."""
+    head = utf8_text(summary(e))
     if e.__traceback__ is None and e.__cause__ is None and e.__context__ is None:
         return head[:MAX_FAILURE_CHARS]
-    tb = "".join(traceback.format_exception(e)).rstrip("\n")
+    tb = utf8_text("".join(traceback.format_exception(e)).rstrip("\n"))
     if not tb.startswith("Traceback (most recent call last):\n"):
         return head[:MAX_FAILURE_CHARS]
     text = head + TRACEBACK_MARK + tb.split("\n", 1)[1]

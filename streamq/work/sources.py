@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from streamq.base import hooks
 from streamq.base.config import GROUP
 from streamq.base.entry_fields import LaneEntry, _lane_fields, _parse
-from streamq.base.failures import MAX_FAILURE_CHARS, failure_text
+from streamq.base.failures import MAX_FAILURE_CHARS, failure_text, utf8_text
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.base.replies import Call
 from streamq.model.scripts import LaneCtx
@@ -147,7 +147,7 @@ def report_malformed(src: Source, eid: str, job: str,
     index, kind, raw = parsed
     log.error("job %s entry %s is malformed: %s", job or "?", eid, e)
     completed = src.fail(eid, job, -1 if index is None else index, 1, -1,
-                         f"malformed entry: {e}", kind or b"b", raw or b"")
+                         utf8_text(f"malformed entry: {e}"), kind or b"b", raw or b"")
     src.settled(eid)
     return completed
 

@@ -395,6 +395,31 @@ def _mended_and_retried(q: Queue, job_id: str, mode: dict[str, Any], ran: list[A
 
 
 @pytest.mark.parametrize("lane", LANES)
+def test_a_handler_error_utf8_cannot_carry_is_dead_lettered_with_it_escaped(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker) -> None:
+    import os
+
+    # Given a job whose handler fails with a message naming a file whose name is not
+    # UTF-8 (os.fsdecode makes its byte a lone surrogate)
+    q = Queue(queue_name, redis_url)
+    job = _submit(q, lane, [{"n": 1}], max_deliveries=1)
+
+    def handle(p: Any) -> Any:
+        raise ValueError("no file " + os.fsdecode(b"caf\xe9.csv"))
+
+    # When a worker runs it
+    workers(q.name, handle, concurrency=1)
+    # Then it fails, and its dead letter holds the message, the byte escaped, and the
+    # traceback
+    assert q.wait(job.id, timeout=30).state is JobState.FAILED
+    wait_until(lambda: len(q.dead_letters(job_id=job.id)) == 1, 10, "its dead letter")
+    (dead,) = q.dead_letters(job_id=job.id)
+    assert dead.error == "ValueError: no file caf\\udce9.csv"
+    assert "in handle" in dead.traceback
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
 @pytest.mark.cluster_too
 def test_a_failed_job_retried_in_place_runs_its_dead_letter_once_and_completes_again(
         lane: str, redis_url: str, queue_name: str, workers: StartWorker, r: Any) -> None:

@@ -58,3 +58,16 @@ def test_a_message_with_lines_of_its_own_stays_in_the_summary() -> None:
     e = _raised(ValueError("line one\nline two"))
     head, tb = split_failure(failure_text(e))
     assert head == "ValueError: line one\nline two" and "in _raised" in tb
+
+
+def test_a_failure_text_is_utf8_whatever_its_message_holds() -> None:
+    import os
+
+    try:
+        raise ValueError("no file " + os.fsdecode(b"caf\xe9.csv") + " \u00e9")
+    except ValueError as e:
+        text = failure_text(e)
+    # the lone surrogate is written as its escape; a character UTF-8 carries stays
+    assert text.startswith("ValueError: no file caf\\udce9.csv \u00e9")
+    assert text.encode("utf-8").decode("utf-8") == text
+    assert failure_text(ValueError("\udcff")) == "ValueError: \\udcff"
