@@ -28,6 +28,7 @@ from ..errors import (
     PayloadError,
     StreamqError,
 )
+from .finite import finite
 
 
 class ExitCode(enum.IntEnum):
@@ -131,10 +132,12 @@ class _Argument(TyperArgument):
 
 def name_placeholders(cmd: Any) -> None:
     """Give every parameter of ``cmd`` and its subcommands a placeholder in capitals
-    (typer's own read ``<str>``, ``<int range>``, ``{queue}``)."""
+    (typer's own read ``<str>``, ``<int range>``, ``{queue}``); float ones refuse NaN
+    and infinity."""
     for p in cmd.params:
         if p.metavar is None:
             p.metavar = _placeholder(p)
+        finite(p)
         if isinstance(p, TyperArgument):
             p.__class__ = _Argument
     for sub in getattr(cmd, "commands", {}).values():

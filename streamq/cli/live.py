@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
@@ -21,7 +21,7 @@ from streamq.ops import queue_overview, queue_pending
 from streamq.producer.client import Queue
 from streamq.services.notices import Notices
 from streamq.services.shards import expected_shards
-from streamq.storage.connection import CONNECTION_ERRORS, Client
+from streamq.storage.connection import Client, is_transient
 
 from ..errors import ConfigError, JobNotFound
 from .common import (
@@ -39,7 +39,7 @@ from .common import (
     plural,
     when,
 )
-from .read import job_status
+from .outlast import job_status, outlast
 
 #: Seconds between re-reads of the durable state of jobs still awaited (covers lost messages).
 RECHECK_S = 5.0
@@ -77,57 +77,106 @@ def subscribe(
     if until_done and not wanted:
         raise typer.BadParameter("--until-done needs job ids", param_hint="JOBS")
     r = client(redis_url)
-    q = Queue(queue, client=r)
     # a queue not used yet is fine: its first use stores the shards listened to here
-    channels = [qk.channel for qk in expected_shards(r, queue)]
+    listener = _Listener(Queue(queue, client=r), expected_shards(r, queue), wanted, until_done,
+                         json_out)
     deadline = None if timeout is None else time.monotonic() + timeout
-    outcome: dict[str, JobState] = {}
-
-    def show(c: Completion) -> None:
-        outcome[c.job_id] = c.state
-        typer.echo(_line(c, json_out))
-
-    notices = Notices(r)
-    try:
-        # subscribe first, then read the durable state: nothing falls in between
-        # every shard announces its own jobs
-        notices.subscribe(*channels)
-        checked = time.monotonic()
-        for j in wanted:
-            c = _from_status(q, j)  # JobNotFound for an unknown job
-            if c is not None and until_done:
-                show(c)
-        while not (until_done and len(outcome) == len(wanted)):
-            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-            if left <= 0:
-                if until_done:
-                    raise fail(f"timed out after {timeout} s waiting for "
-                               f"{plural(len(wanted) - len(outcome), 'job')}", ExitCode.FAILURE)
-                return
-            msg = notices.get(left)
-            if msg is not None and msg.get("type") == "message":
-                try:
-                    c = Completion.from_dict(json.loads(msg["data"]))
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if (not wanted or c.job_id in wanted) and c.job_id not in outcome:
-                    # what is shown is the job's durable state: a notice only says when
-                    # to read it, so a forged publication prints nothing
-                    try:
-                        durable = _from_status(q, c.job_id)
-                    except (JobNotFound, ConfigError):
-                        continue
-                    if durable is not None:
-                        show(durable)
-            if until_done and time.monotonic() - checked >= RECHECK_S:
-                checked = time.monotonic()
-                for j in wanted:
-                    if j not in outcome and (c := _from_status(q, j)) is not None:  # noqa: B023
-                        show(c)
-    finally:
-        notices.close()
-    if any(s is not JobState.SUCCEEDED for s in outcome.values()):
+    # a Redis restart is waited out: subscribed again, the durable state read again and
+    # the completions recorded meanwhile printed
+    if not outlast(lambda: listener.listen(deadline), deadline) and until_done:
+        raise fail(f"timed out after {timeout} s waiting for "
+                   f"{plural(len(wanted) - len(listener.outcome), 'job')}", ExitCode.FAILURE)
+    if any(s is not JobState.SUCCEEDED for s in listener.outcome.values()):
         raise typer.Exit(ExitCode.FAILURE)
+
+
+class _Listener:
+    """What ``subscribe`` listens for, and what it printed (by job)."""
+
+    def __init__(self, q: Queue, shards: list[QueueKeys], wanted: list[str], until_done: bool,
+                 json_out: bool) -> None:
+        self.q, self.shards, self.wanted = q, shards, wanted
+        self.until_done, self.json_out = until_done, json_out
+        self.outcome: dict[str, JobState] = {}
+        #: per shard, the last completion record read or seen recorded when listening began
+        self.cursors: dict[str, str] | None = None
+
+    def show(self, c: Completion | None) -> None:
+        if c is not None and c.job_id not in self.outcome:
+            self.outcome[c.job_id] = c.state
+            typer.echo(_line(c, self.json_out))
+
+    def done(self) -> bool:
+        return self.until_done and len(self.outcome) == len(self.wanted)
+
+    def listen(self, deadline: float | None) -> bool:
+        """Print completions until done (True) or ``deadline`` (False)."""
+        with Notices(self.q.redis) as notices:
+            # subscribe first, then read the durable state: nothing falls in between
+            # every shard announces its own jobs
+            notices.subscribe(*[qk.channel for qk in self.shards])
+            self.recheck()  # JobNotFound for an unknown job
+            self.catch_up()
+            checked = time.monotonic()
+            while not self.done():
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                msg = notices.get(left)
+                if msg is not None and msg.get("type") == "message":
+                    self.heard(msg["data"])
+                if self.until_done and time.monotonic() - checked >= RECHECK_S:
+                    checked = time.monotonic()
+                    self.recheck()
+        return True
+
+    def recheck(self) -> None:
+        """Read the jobs awaited (JobNotFound for an unknown one); with --until-done,
+        print those that ended."""
+        for j in self.wanted:
+            if j not in self.outcome:
+                c = _from_status(self.q, j)
+                if self.until_done:
+                    self.show(c)
+
+    def catch_up(self) -> None:
+        """Print the completions recorded while no subscription listened (listening
+        again after a Redis restart or a lost link): each shard's durable completion
+        records past those read or recorded when listening last began."""
+        r, first = self.q.redis, self.cursors is None
+        cursors = self.cursors or {}
+        for qk in self.shards:
+            if first:
+                last: Any = r.xrevrange(qk.events, count=1)
+                cursors[qk.events] = last[0][0].decode() if last else "0-0"
+                continue
+            while True:
+                page: Any = r.xrange(qk.events, f"({cursors[qk.events]}", "+", count=500)
+                for eid, f in page:
+                    cursors[qk.events] = eid.decode()
+                    self.recorded({k.decode(): v.decode() for k, v in f.items()})
+                if len(page) < 500:
+                    break
+        self.cursors = cursors
+
+    def recorded(self, f: dict[str, str]) -> None:
+        """A completion record (``events``) of a job listened for, shown."""
+        if not self.wanted or f["job"] in self.wanted:
+            self.show(Completion(f["job"], self.q.name, JobState(f["state"]), int(f["total"]),
+                                 int(f["done"]), int(f["failed"]), int(f["finished"])))
+
+    def heard(self, data: bytes) -> None:
+        """A notice: what is shown is the job's durable state (a notice only says when
+        to read it, so a forged publication prints nothing)."""
+        try:
+            c = Completion.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError):
+            return
+        if (not self.wanted or c.job_id in self.wanted) and c.job_id not in self.outcome:
+            try:
+                self.show(_from_status(self.q, c.job_id))
+            except (JobNotFound, ConfigError):
+                return
 
 
 # -- watch -----------------------------------------------------------------------------
@@ -146,7 +195,9 @@ class Dashboard:
         try:
             ov = queue_overview.overview(self.r, self.shards, small_rows=False)  # shows no row
             ws = queue_pending.workers(self.r, self.qk)
-        except CONNECTION_ERRORS as e:
+        except Exception as e:  # lost, or busy (a long script, loading): waited out
+            if not is_transient(e):
+                raise
             return Panel(Text(f"Redis unavailable: {e} (retrying)", style="bold red"),
                          title=self._title())
         return Group(self._summary(ov, ws), self._backlog(ov), self._workers(ws))

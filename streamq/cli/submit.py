@@ -10,7 +10,14 @@ from typing import IO, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from streamq.base import config
 from streamq.base.codec import loads_json
@@ -36,6 +43,7 @@ from .common import (
     emit_json,
     plural,
 )
+from .outlast import job_status, outlast
 
 
 def parse_argument(text: str) -> Any:
@@ -92,26 +100,32 @@ def read_payloads(payloads: list[str], file: Path | None) -> list[Any]:
 
 
 def follow(q: Queue, job_id: str, timeout: float | None, show: bool) -> JobStatus:
-    """Wait until the job is terminal, feeding a progress bar (on stderr) from its status."""
+    """Wait until the job is terminal, feeding a progress bar (on stderr) from its status;
+    a Redis restart meanwhile is waited out (:func:`outlast`)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    notices = Notices(q.redis)
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TextColumn("{task.fields[extra]}"),
                         TimeElapsedColumn(), console=Console(stderr=True), disable=not show)
+    with progress:
+        bar = progress.add_task(job_id[:12], total=None, extra="")
+        return outlast(lambda: _follow(q, job_id, deadline, timeout, progress, bar), deadline)
+
+
+def _follow(q: Queue, job_id: str, deadline: float | None, timeout: float | None,
+            progress: Progress, bar: TaskID) -> JobStatus:
+    notices = Notices(q.redis)
     try:
         notices.subscribe(q.job_shard(job_id).job_channel(job_id))
-        with progress:
-            bar = progress.add_task(job_id[:12], total=None, extra="")
-            while True:
-                st = q.status(job_id)
-                progress.update(bar, total=max(st.total, 1), completed=st.done + st.failed,
-                                extra=f"in flight {st.in_flight}, failed {st.failed}")
-                if st.terminal:
-                    return st
-                left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
-                if left <= 0:
-                    raise WaitTimeout(f"job {job_id} not complete after {timeout} s")
-                notices.get(left)
+        while True:
+            st = job_status(q, job_id)
+            progress.update(bar, total=max(st.total, 1), completed=st.done + st.failed,
+                            extra=f"in flight {st.in_flight}, failed {st.failed}")
+            if st.terminal:
+                return st
+            left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+            if left <= 0:
+                raise WaitTimeout(f"job {job_id} not complete after {timeout} s")
+            notices.get(left)
     finally:
         notices.close()
 
