@@ -109,6 +109,11 @@ REAPER_LOCK_TTL_S = 10.0
 #: How often a reaper, and a worker's recovery thread, submit their queue's due
 #: repeating jobs, in seconds: a tick runs this late at most while one of them runs.
 REPEAT_TICK_S = 1.0
+#: How long a queue client (``Queue``) waits out Redis refusing work for a while (a
+#: transient reply: BUSY, LOADING, OOM, READONLY, MISCONF, TRYAGAIN, CLUSTERDOWN), in
+#: seconds: its calls refused so are sent again with backoff, its reads made again;
+#: after it, ConnectionFailed. Workers and reapers wait in their own loops.
+PRODUCER_OUTLAST_S = 10.0
 #: Entries one XAUTOCLAIM call examines.
 RECLAIM_COUNT = 100
 #: Dead letters kept in a queue's dead-letter stream at most (approximate trim).

@@ -12,12 +12,13 @@ found without the module it had is asked again which call to use.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamq.base.replies import Call
 from streamq.storage import functions
-from streamq.storage.connection import Client, InFlight, pipelined
+from streamq.storage.connection import Client, InFlight, is_transient, pipelined
 from streamq.storage.contracts import CONTRACTS
 from streamq.storage.luaload import bundled, library
 
@@ -36,6 +37,9 @@ class ScriptsBase:
         self._numkeys = {name: lua.numkeys for name, lua in bundled().items()}
         #: FCALL or SQ.FCALL (:func:`streamq.functions.call_command`), asked at first use
         self._call: str | None = None
+        #: seconds to send again the calls Redis refused with a transient reply (they
+        #: did not run); 0: raised at once, for a caller that waits in its own loop
+        self.outlast_s = 0.0
 
     def function(self, name: str) -> str:
         """The library function that runs the script ``name`` (the FCALL's first
@@ -93,10 +97,26 @@ class ScriptsBase:
             functions.ensure(self.client, self.library)
             for i, reply in zip(missing, self._pipelined([calls[i] for i in missing])):
                 replies[i] = reply
+        self._outlast(calls, replies)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+    def _outlast(self, calls: Sequence[Call], replies: list[Any]) -> None:
+        """Send again, with backoff for up to :attr:`outlast_s`, the calls Redis refused
+        with a transient reply (BUSY, LOADING, OOM, READONLY...: refused before they
+        ran), in place in ``replies``."""
+        deadline, pause = time.monotonic() + self.outlast_s, 0.05
+        while self.outlast_s > 0:
+            again = [i for i, r in enumerate(replies)
+                     if isinstance(r, Exception) and is_transient(r)]
+            if not again or time.monotonic() + pause > deadline:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            for i, reply in zip(again, self._pipelined([calls[i] for i in again])):
+                replies[i] = reply
 
     def _commands(self, calls: Sequence[Call]) -> list[Sequence[Any]]:
         commands: list[Sequence[Any]] = []

@@ -23,7 +23,7 @@ from streamq.producer.creating import Creating
 from streamq.producer.deadletters import DeadLetter
 from streamq.producer.following import Following
 from streamq.producer.job_store import JobSettings, find_job, reused_small
-from streamq.producer.jobs import Job, StreamingJob, wrap_connection_errors
+from streamq.producer.jobs import Job, StreamingJob, outlasting, wrap_connection_errors
 from streamq.services import schedule
 from streamq.services.shards import load_shards, read_shards, shard_index
 from streamq.services.tracing import submit_tracer, traced_submit
@@ -344,6 +344,7 @@ class Queue(Following, Controls, Creating, Connected):
                             shard=qk)
 
     @wrap_connection_errors
+    @outlasting
     def dead_letters(self, count: int = 100, job_id: str | None = None) -> list[DeadLetter]:
         """The newest dead letters of the queue (one per job and index), newest first.
 

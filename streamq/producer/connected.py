@@ -4,6 +4,7 @@ Redis connects (and asks the server whether it is a cluster)."""
 
 from __future__ import annotations
 
+from streamq.base import config
 from streamq.model.scripts import Scripts
 from streamq.storage.connection import Client, check_url, connect
 
@@ -35,6 +36,9 @@ class Connected:
         """The server-side calls, on :attr:`redis`."""
         if self._scripts is None:
             self._scripts = Scripts(self.redis)
+            # a call Redis refuses for a while is sent again (a worker or a reaper
+            # that uses this client waits in its own loop: it sets 0)
+            self._scripts.outlast_s = config.PRODUCER_OUTLAST_S
         return self._scripts
 
     def close(self) -> None:

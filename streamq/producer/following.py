@@ -11,7 +11,7 @@ from streamq.base.models import Completion, JobState, JobStatus
 from streamq.errors import WaitTimeout
 from streamq.producer.connected import Connected
 from streamq.producer.job_store import JobHome, find_job, lane_shard
-from streamq.producer.jobs import wrap_connection_errors
+from streamq.producer.jobs import outlasting, wrap_connection_errors
 from streamq.services.notices import Notices
 from streamq.storage.connection import is_transient
 
@@ -34,6 +34,7 @@ class Following(Connected):
         return lane_shard(self._home, job_id)
 
     @wrap_connection_errors
+    @outlasting
     def status(self, job_id: str) -> JobStatus:
         """The job's status; JobNotFound for an unknown job."""
         return self._status(job_id)
@@ -47,6 +48,7 @@ class Following(Connected):
         return cast("JobHome", self)
 
     @wrap_connection_errors
+    @outlasting
     def results(self, job_id: str) -> dict[int, Any]:
         """The stored results by sub-request index (decoded)."""
         return find_job(self._home, job_id).results()
@@ -97,6 +99,7 @@ class Following(Connected):
         return st.failed > 0 and bool(self.redis.scard(self.keys.job(st.job_id).unannounced))
 
     @wrap_connection_errors
+    @outlasting
     def completions(self, count: int = 100) -> list[Completion]:
         """The latest completion records of the queue (durable events, of every shard),
         oldest first."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -14,7 +15,7 @@ from streamq.base.models import JobStatus
 from streamq.errors import ConfigError, ConnectionFailed, JobClosed
 from streamq.model.scripts import new_token
 from streamq.services.tracing import traced_submit
-from streamq.storage.connection import CONNECTION_ERRORS
+from streamq.storage.connection import CONNECTION_ERRORS, is_transient
 
 if TYPE_CHECKING:
     from streamq.model.queue_view import QueueJobs as Queue
@@ -23,6 +24,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wrap_connection_errors(fn: F) -> F:
+    """Redis out of reach, refusing the credentials, or refusing work for longer than a
+    queue client waits (:data:`config.PRODUCER_OUTLAST_S`): ConnectionFailed."""
     @functools.wraps(fn)
     def inner(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -31,6 +34,30 @@ def wrap_connection_errors(fn: F) -> F:
             raise ConnectionFailed(f"Redis refused the credentials: {e}") from None
         except CONNECTION_ERRORS as e:
             raise ConnectionFailed(f"cannot reach Redis: {e}") from None
+        except redis.ResponseError as e:
+            if is_transient(e):
+                why = str(e).rpartition(" of pipeline caused error: ")[2]
+                raise ConnectionFailed(f"Redis cannot serve for now: {why}") from None
+            raise
+
+    return cast(F, inner)
+
+
+def outlasting(fn: F) -> F:
+    """A read made again, with backoff for up to :data:`config.PRODUCER_OUTLAST_S`,
+    while Redis refuses it for a while (BUSY, LOADING...): reading again changes
+    nothing. (A call that writes is sent again by the scripts, which know what ran.)"""
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        deadline, pause = time.monotonic() + config.PRODUCER_OUTLAST_S, 0.05
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except redis.ResponseError as e:
+                if not is_transient(e) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     return cast(F, inner)
 

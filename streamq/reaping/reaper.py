@@ -62,6 +62,7 @@ class Reaper:
         self.q = Queue(queue, url, client=client, retention_s=retention_s)
         self.redis = self.q.redis
         self.scripts = self.q.scripts
+        self.scripts.outlast_s = 0.0  # (its passes wait a refusing Redis out)
         self.keys = self.q.keys
         self.min_idle_ms = int(min_idle_s * 1000)
         #: the idle time past which this shard pass reclaims an entry: min_idle, plus the

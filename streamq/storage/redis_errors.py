@@ -55,7 +55,9 @@ def is_transient(error: BaseException) -> bool:
         # (a failover, a slot in migration): the cluster will settle
         return True
     if isinstance(error, redis.ResponseError):
-        word = str(error).split(" ", 1)[0].upper()
+        # (redis-py's pipelines put "Command # n (...) of pipeline caused error: " first)
+        text = str(error).rpartition(" of pipeline caused error: ")[2]
+        word = text.split(" ", 1)[0].upper()
         if word in TRANSIENT_REPLIES:
             return True
         # redis-py strips the error word of the replies it maps to its own classes

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamq.base import cancels, hooks
 from streamq.base.entry_fields import Batch
-from streamq.base.failures import MAX_FAILURE_CHARS, summary
+from streamq.base.failures import MAX_FAILURE_CHARS
 from streamq.base.keys import QueueKeys
 from streamq.errors import HandlerTimeout
 from streamq.model.queue_view import Serving
@@ -65,9 +65,11 @@ class Outcomes:
         waits.clear()
         durations.clear()
 
-    def count_failure(self, job: str, index: int, attempt: int, e: Exception) -> int:
-        """Count and log a handler's failure (either lane); the delay before the next
-        attempt in ms, or -1 to dead-letter at once."""
+    def count_failure(self, job: str, index: int, attempt: int, e: Exception, text: str
+                      ) -> int:
+        """Count and log a handler's failure ``e`` (either lane; ``text``: its
+        failure_text); the delay before the next attempt in ms, or -1 to dead-letter at
+        once."""
         w = self.w
         w.metrics.failed.inc()
         w.activity.failed()
@@ -75,9 +77,9 @@ class Outcomes:
             w.metrics.timed_out.inc()
         with w.stats.lock:
             w.stats.failed += 1
-        # with its traceback: the log says where the handler failed, as its dead letter does
-        log.warning("job %s sub-request %d attempt %d failed: %s", job, index, attempt,
-                    summary(e), exc_info=e if e.__traceback__ is not None else None)
+        # with its traceback: the log says where the handler failed, as its dead letter
+        # does, in the same text (valid UTF-8 whatever the exception's message holds)
+        log.warning("job %s sub-request %d attempt %d failed: %s", job, index, attempt, text)
         return w._retry_delay(e, attempt)
 
     def fail(self, job: str, eid: str, index: int, attempts: int, delay_ms: int, error: str,

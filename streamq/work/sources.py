@@ -158,8 +158,9 @@ def report_failure(out: Outcomes, src: Source,
     payload), for either runner: counted, logged and reported to its source (a retry or
     a dead letter); True when that completed a job of a token."""
     eid, job, index, attempt, kind, raw = entry
-    delay = out.count_failure(job, index, attempt, e)
-    completed = src.fail(eid, job, index, attempt, delay, failure_text(e), kind, raw)
+    text = failure_text(e)
+    delay = out.count_failure(job, index, attempt, e, text)
+    completed = src.fail(eid, job, index, attempt, delay, text, kind, raw)
     src.settled(eid)
     return completed
 

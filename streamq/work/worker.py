@@ -173,6 +173,7 @@ class Worker:
                        shards=self.options.shards)
         self.redis = client
         self.scripts = self.q.scripts
+        self.scripts.outlast_s = 0.0  # (its loops wait a refusing Redis out)
         self.keys = self.q.keys
         #: the queue's shards, read when the worker starts (:meth:`_load_shards`)
         self.shards = [self.keys]

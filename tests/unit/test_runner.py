@@ -85,7 +85,7 @@ def _recording(ran: list[Any]) -> Any:
 
 def _runner(handler: Any, ack_flush_s: float = 60.0) -> EntryRunner:
     outcomes = SimpleNamespace(observe=lambda w, d: (w.clear(), d.clear()),
-                               count_failure=lambda job, index, attempt, e: 250)
+                               count_failure=lambda job, index, attempt, e, text: 250)
     worker = SimpleNamespace(outcomes=outcomes, stopping=threading.Event(), handler=handler,
                              loop=None, ack_flush_s=ack_flush_s, tracer=None, governor=None,
                              q=SimpleNamespace(name="q"))
