@@ -14,6 +14,10 @@ class ConfigError(StreamqError):
 class ConnectionFailed(StreamqError):
     """Raised when Redis cannot be reached or refuses the connection."""
 
+    #: True when Redis refused work for a while (a transient reply: BUSY, OOM, LOADING...)
+    #: for longer than the client waited: what a worker's or a reaper's loop waits out
+    transient: bool = False
+
 
 class PayloadError(StreamqError):
     """Raised when a payload is not bytes, str or a JSON-serialisable value."""

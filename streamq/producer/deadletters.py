@@ -215,8 +215,17 @@ def replay_job_id(dead: DeadLetter) -> str:
 
 
 def _retention_ms(client: Client, qk: QueueKeys, job_id: str) -> int:
+    """The retention of a dead letter's job: a job's meta's, a small job's record's (its
+    markers must outlive the record a retry in place reads), else the default."""
     raw: Any = client.hget(qk.job(job_id).meta, "retention")
-    return int(raw) if raw else DEFAULT_RETENTION_S * 1000
+    if raw:
+        return int(raw)
+    rec: Any = client.hget(qk.ljobs, job_id)  # (a small job: its shard is the dead letter's)
+    if rec and rec[:1] == b"{":
+        retention = json.loads(rec).get("retention")
+        if isinstance(retention, int):
+            return retention
+    return DEFAULT_RETENTION_S * 1000
 
 
 def replayed_into(client: Client, qk: QueueKeys, dead_id: str) -> str | None:

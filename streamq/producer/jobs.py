@@ -37,7 +37,9 @@ def wrap_connection_errors(fn: F) -> F:
         except redis.ResponseError as e:
             if is_transient(e):
                 why = str(e).rpartition(" of pipeline caused error: ")[2]
-                raise ConnectionFailed(f"Redis cannot serve for now: {why}") from None
+                failed = ConnectionFailed(f"Redis cannot serve for now: {why}")
+                failed.transient = True  # (still one to wait out: is_transient says so)
+                raise failed from None
             raise
 
     return cast(F, inner)

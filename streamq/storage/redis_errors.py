@@ -11,6 +11,8 @@ from __future__ import annotations
 import redis
 from redis.exceptions import RedisClusterException
 
+from streamq.errors import ConnectionFailed
+
 #: Errors that mean "Redis is unreachable right now" (as opposed to a bad command).
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     redis.ConnectionError,
@@ -46,6 +48,9 @@ def is_transient(error: BaseException) -> bool:
     """
     if isinstance(error, ACCESS_ERRORS) or _refused_underneath(error):
         return False
+    if isinstance(error, ConnectionFailed):
+        # (a Queue's call refused by a transient reply for longer than it waited)
+        return error.transient
     if isinstance(error, CONNECTION_ERRORS):
         return True
     if isinstance(error, (RedisClusterException, redis.exceptions.ClusterError,

@@ -3,6 +3,7 @@ onto the job lane (a job id of its own) must be the same."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -594,4 +595,31 @@ def test_a_retry_copies_dead_letters_a_crash_left_unannounced_then_reruns_them(
     # Then it runs again and succeeds, and no dead letter of it is left
     assert q.wait(job.id, timeout=30).state is JobState.SUCCEEDED and ran == [1, 1]
     assert q.dead_letters(job_id=job.id) == [] and r.scard(JobKeys(job.id, queue_name).unannounced) == 0
+    q.close()
+
+
+@pytest.mark.parametrize("lane", LANES)
+def test_a_replayed_dead_letter_is_not_retried_in_place_while_its_job_is_kept(
+        lane: str, redis_url: str, queue_name: str, workers: StartWorker,
+        monkeypatch: Any) -> None:
+    from streamq import ConfigError
+    from streamq.producer import deadletters
+
+    # Given a queue keeping its jobs longer than the default retention (a default of 1 s
+    # and no grace here, for the days they are), and a failed job whose dead letter was
+    # replayed into a new job
+    monkeypatch.setattr(deadletters, "DEFAULT_RETENTION_S", 1)
+    monkeypatch.setattr(deadletters, "UNANNOUNCED_GRACE_MS", 0)
+    q = Queue(queue_name, redis_url, retention_s=120)
+    job, mode, ran = _failed_once(q, lane, workers, [{"n": 1, "bad": True}])
+    (dead,) = q.dead_letters(job_id=job.id)
+    mode["bad"] = False
+    target = q.replay_dead(dead.id)
+    assert q.wait(target, timeout=30).state is JobState.SUCCEEDED
+    # When the job, still kept, is retried in place once the default retention passed
+    time.sleep(1.5)
+    # Then it is refused: its one dead letter ran again once already
+    with pytest.raises(ConfigError, match="nothing to retry"):
+        q.retry(job.id)
+    assert ran == [1, 1] and q.status(job.id).state is JobState.FAILED
     q.close()

@@ -16,6 +16,7 @@ from proxy import ReplyDropProxy
 from typer.testing import CliRunner
 
 from streamq import DeadLetterReplayed, JobState, NonRetryable, Queue, Worker
+from streamq.base.config import DEFAULT_DEAD_MAXLEN
 from streamq.base.keys import JobKeys
 from streamq.base.members import dead_letter_key
 from streamq.cli import app
@@ -158,7 +159,7 @@ def test_a_forged_announce_marker_keeps_no_dead_letter_out_of_the_dead_stream(
     letter = dead_letter_key(sj.id, created, "0", 1)
     # When a credential that may announce sets that marker first, copying a letter of
     # another job under it (the marker is what tells a later announce "done before")
-    forged = q.scripts.announce_call(q.keys, letter, 3_600_000, 1000,
+    forged = q.scripts.announce_call(q.keys, letter, 3_600_000, DEFAULT_DEAD_MAXLEN,
                                      ("other-job", "0", "forged", 1, 1, b"b", b"x", 1, created))
     # Then the call (sent as it is: the client's own check would stop it first) is
     # refused, and nothing is written
@@ -180,7 +181,7 @@ def test_a_forged_announce_marker_keeps_no_dead_letter_out_of_the_dead_stream(
     real = q.dead_letters()[0]
     assert r.get(q.keys.announced(letter)) == real.id.encode()
     f = r.xrange(q.keys.dead, real.id, real.id)[0][1]
-    again = q.scripts.announce_call(q.keys, letter, 3_600_000, 1000, [
+    again = q.scripts.announce_call(q.keys, letter, 3_600_000, DEFAULT_DEAD_MAXLEN, [
         f[k] for k in (b"job", b"index", b"error", b"attempts", b"at", b"t", b"p", b"n", b"c")])
     assert q.scripts.run(again.name, again.keys, again.args) == [0, real.id.encode()]
     assert r.xlen(q.keys.dead) == 2

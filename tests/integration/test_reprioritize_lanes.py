@@ -13,6 +13,7 @@ from lanes_harness import LANES, StartWorker
 from lanes_harness import submit_on as _submit
 
 from streamq import ConfigError, JobState, Queue
+from streamq.base.config import DEFAULT_DEAD_MAXLEN
 from streamq.base.keys import JobKeys
 
 
@@ -188,7 +189,7 @@ def test_the_reaper_promotes_a_retry_moved_to_a_new_lane(
     q.scripts.run("lane_fail", (lane40, qk.lane_retry(40, "default"), qk.ljobs, qk.lerrors,
                                 qk.lstarts, qk.lactive, qk.ldone, qk.events, qk.dead,
                                 qk.retries, qk.lkept),
-                  ("workers", 1000, 1000000, 1000, "40|default", eid.decode(), job.id, 1, 1,
+                  ("workers", 1000, 1000000, DEFAULT_DEAD_MAXLEN, "40|default", eid.decode(), job.id, 1, 1,
                    "boom", "j", '{"n":1}'))
     q.reprioritize(job.id, priority=7)
     # Then the queue's backlog still counts it, and a reaper's pass (no worker runs)
