@@ -125,9 +125,12 @@ class _Listener:
                 msg = notices.get(left)
                 if msg is not None and msg.get("type") == "message":
                     self.heard(msg["data"])
-                if self.until_done and time.monotonic() - checked >= RECHECK_S:
+                if time.monotonic() - checked >= RECHECK_S:
+                    # (a notice lost while the connection was made again under us)
                     checked = time.monotonic()
-                    self.recheck()
+                    if self.until_done:
+                        self.recheck()
+                    self.catch_up()
         return True
 
     def recheck(self) -> None:
@@ -140,9 +143,10 @@ class _Listener:
                     self.show(c)
 
     def catch_up(self) -> None:
-        """Print the completions recorded while no subscription listened (listening
-        again after a Redis restart or a lost link): each shard's durable completion
-        records past those read or recorded when listening last began."""
+        """Print the completions recorded that no notice brought (listening again after
+        a Redis restart or a lost link, or every RECHECK_S: a connection made again
+        under the subscription loses what was published meanwhile): each shard's
+        durable completion records past those read, or recorded when listening began."""
         r, first = self.q.redis, self.cursors is None
         cursors = self.cursors or {}
         for qk in self.shards:

@@ -120,11 +120,9 @@ _D12, _D9 = "%d" + "%d?" * 11, "%d" + "%d?" * 8
 FIELD = pat("field", r"-?[0-9]{1,15}|entry:[0-9]{1,20}-[0-9]{1,20}",
             "^%-?%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$\n^entry:" + _D20 + "%-" + _D20 + "$",
             "<index> or entry:<id>", 60)
-#: the cap on a shard's dead stream (XADD MAXLEN ~): every process uses the deployment's,
-#: and a smaller one trimmed every other job's dead letters away
+#: a shard's dead stream cap (XADD MAXLEN ~): the deployment's (a smaller one trims others')
 DEAD_CAP = i("dead stream cap", DEFAULT_DEAD_MAXLEN)
-#: a failure's error text, kept in a JSON record its readers decode (status, announce,
-#: a retry in place): UTF-8, as every honest caller's is
+#: a failure's error text, kept where its readers decode UTF-8 (status, announce, retry)
 ERROR = text("error", utf8=True)
 #: what every lane script that completes jobs is told (channels come from its tag)
 LANE_CTX = (GROUP_ARG, i("events cap"), ms("events retention"))
