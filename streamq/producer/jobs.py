@@ -16,6 +16,7 @@ from streamq.errors import ConfigError, ConnectionFailed, JobClosed
 from streamq.model.scripts import new_token
 from streamq.services.tracing import traced_submit
 from streamq.storage.connection import CONNECTION_ERRORS, is_transient
+from streamq.storage.redis_errors import reply_text
 
 if TYPE_CHECKING:
     from streamq.model.queue_view import QueueJobs as Queue
@@ -36,8 +37,7 @@ def wrap_connection_errors(fn: F) -> F:
             raise ConnectionFailed(f"cannot reach Redis: {e}") from None
         except redis.ResponseError as e:
             if is_transient(e):
-                why = str(e).rpartition(" of pipeline caused error: ")[2]
-                failed = ConnectionFailed(f"Redis cannot serve for now: {why}")
+                failed = ConnectionFailed(f"Redis cannot serve for now: {reply_text(e)}")
                 failed.transient = True  # (still one to wait out: is_transient says so)
                 raise failed from None
             raise

@@ -41,6 +41,12 @@ TRANSIENT_REPLIES: frozenset[str] = frozenset({
 })
 
 
+def reply_text(error: BaseException) -> str:
+    """The error reply Redis gave: redis-py's pipelines put "Command # n (...) of
+    pipeline caused error: " before it."""
+    return str(error).rpartition(" of pipeline caused error: ")[2]
+
+
 def is_transient(error: BaseException) -> bool:
     """True when ``error`` is one to wait out: Redis unreachable or busy for a while.
 
@@ -60,9 +66,7 @@ def is_transient(error: BaseException) -> bool:
         # (a failover, a slot in migration): the cluster will settle
         return True
     if isinstance(error, redis.ResponseError):
-        # (redis-py's pipelines put "Command # n (...) of pipeline caused error: " first)
-        text = str(error).rpartition(" of pipeline caused error: ")[2]
-        word = text.split(" ", 1)[0].upper()
+        word = reply_text(error).split(" ", 1)[0].upper()
         if word in TRANSIENT_REPLIES:
             return True
         # redis-py strips the error word of the replies it maps to its own classes

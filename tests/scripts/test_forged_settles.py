@@ -12,31 +12,12 @@ from typing import Any
 
 import pytest
 import redis
+from forged_calls import GROUP, fcall, snapshot
 
 from streamq import Queue
 from streamq.base.keys import JobKeys, QueueKeys
 from streamq.model.lane_scripts import LaneCtx, LaneScripts
 from streamq.model.scripts import Call, Scripts
-
-GROUP = "workers"
-
-
-def _snapshot(r: redis.Redis, keys: list[str]) -> dict[str, Any]:
-    """Every key's type and contents (what a refused call must leave as it was)."""
-    read = {"hash": r.hgetall, "zset": lambda k: r.zrange(k, 0, -1, withscores=True),
-            "stream": r.xrange, "string": r.get, "none": lambda k: None}
-    out: dict[str, Any] = {}
-    for k in keys:
-        kind = r.type(k).decode()
-        out[k] = (kind, read[kind](k))
-    out["pending"] = sorted(
-        (p["message_id"], p["consumer"]) for k in keys if r.type(k) == b"stream"
-        and r.xinfo_stream(k).get("groups") for p in r.xpending_range(k, GROUP, "-", "+", 100))
-    return out
-
-
-def _fcall(r: redis.Redis, call: Call) -> Any:
-    return r.fcall(f"sq_{call.name}", len(call.keys), *call.keys, *call.args)
 
 
 @pytest.fixture
@@ -62,16 +43,16 @@ def test_a_lane_ack_listing_an_entry_three_times_completes_its_job_once(
     call = LaneScripts.lane_ack_call(qk, qk.lane(50, "default"), ctx,
                                      [(entry, a, b'j"ok"')] * 3)
     # Then it counts once: one acknowledgement, one completion, one completion record
-    assert _fcall(r, call) == [1, 1]
+    assert fcall(r, call) == [1, 1]
     assert q.results(a) == {0: "ok"} and r.xlen(qk.events) == 1
-    assert _fcall(r, call) == [0, 0]  # sent again: settled before
+    assert fcall(r, call) == [0, 0]  # sent again: settled before
     assert q.status(b).queued == 1 and not q.status(b).terminal
 
 
 def test_a_lane_fail_naming_another_job_or_payload_is_refused_and_changes_nothing(
         r: redis.Redis, small: Any) -> None:
     q, qk, a, b, entry, fields, keys, ctx = small
-    before = _snapshot(r, keys)
+    before = snapshot(r, keys)
 
     def fail(job: str, payload: bytes, delay: int) -> Call:
         return LaneScripts.lane_fail_call(qk, (50, "default"), ctx, entry_id=entry, job=job,
@@ -83,11 +64,11 @@ def test_a_lane_fail_naming_another_job_or_payload_is_refused_and_changes_nothin
                        (fail(b, fields[b"p"], -1), "another job"),
                        (fail(a, b'{"n":"INJECTED"}', 0), "another payload")]:
         with pytest.raises(redis.ResponseError, match=f"sq_lane_fail: entry .*{what} than the call names"):
-            _fcall(r, call)
+            fcall(r, call)
     # Then nothing changed
-    assert _snapshot(r, keys) == before
+    assert snapshot(r, keys) == before
     # And the true call retries A with the payload it was submitted with
-    assert _fcall(r, fail(a, fields[b"p"], 0)) == 1
+    assert fcall(r, fail(a, fields[b"p"], 0)) == 1
     (member,) = r.zrange(f"{qk.lane(50, 'default')}:retry", 0, -1)
     assert member.endswith(b"|" + fields[b"t"] + fields[b"p"]) and a.encode() in member
     assert q.status(b).queued == 1 and not q.status(b).terminal
@@ -103,7 +84,7 @@ def big(r: redis.Redis) -> Any:
                                   entries=[(b"j", f'{{"n":{i}}}'.encode()) for i in range(4)])])
     (_, got), = r.xreadgroup(GROUP, "w1", {jk.tasks: ">"}, count=4)
     entries = [(eid.decode(), int(f[b"i"]), f) for eid, f in got]
-    assert s.parse_ack(_fcall(r, s.ack_call(jk, [(entries[1][0], 1, b"sone")]))).acked == 1
+    assert s.parse_ack(fcall(r, s.ack_call(jk, [(entries[1][0], 1, b"sone")]))).acked == 1
     keys = [jk.tasks, jk.meta, jk.results, jk.errors, jk.retry, jk.inflight, jk.dlq,
             jk.unannounced]
     return s, jk, entries, keys
@@ -112,23 +93,23 @@ def big(r: redis.Redis) -> Any:
 def test_a_fail_naming_another_sub_request_or_payload_is_refused_and_changes_nothing(
         r: redis.Redis, big: Any) -> None:
     s, jk, entries, keys = big
-    before = _snapshot(r, keys)
+    before = snapshot(r, keys)
     (e0, _, f0), (e1, _, _), (e2, _, f2), (e3, _, f3) = entries
     fail = lambda eid, i, p: s.fail_call(jk, entry_id=eid, index=i, attempts=1,  # noqa: E731
                                          delay_ms=-1, error="boom", kind=b"j", payload=p)
     # When entry #3 is failed as index 1 (which succeeded), or with a payload it does
     # not hold
     with pytest.raises(redis.ResponseError, match="sq_fail: entry .* another sub-request than"):
-        _fcall(r, fail(e3, 1, f3[b"p"]))
+        fcall(r, fail(e3, 1, f3[b"p"]))
     with pytest.raises(redis.ResponseError, match="sq_fail: entry .* another payload than"):
-        _fcall(r, fail(e3, 3, b'{"n":"INJECTED"}'))
+        fcall(r, fail(e3, 3, b'{"n":"INJECTED"}'))
     # Then nothing changed: #1's result alone is stored, no error recorded
-    assert _snapshot(r, keys) == before
+    assert snapshot(r, keys) == before
     assert r.hgetall(jk.results) == {b"1": b"sone"}
     # And the true calls settle each entry under its own index, once
-    assert s.parse_ack(_fcall(r, s.ack_call(jk, [(e0, 0, b"szero")] * 2
+    assert s.parse_ack(fcall(r, s.ack_call(jk, [(e0, 0, b"szero")] * 2
                                             + [(e2, 2, b"stwo")]))).acked == 2
-    assert _fcall(r, fail(e3, 3, f3[b"p"]))[0] == 2
+    assert fcall(r, fail(e3, 3, f3[b"p"]))[0] == 2
     assert r.hgetall(jk.results) == {b"0": b"szero", b"1": b"sone", b"2": b"stwo"}
     assert set(r.hkeys(jk.errors)) == {b"3"}
 
@@ -137,7 +118,7 @@ def test_a_retry_in_place_naming_another_lane_or_another_letters_markers_is_refu
         r: redis.Redis, small: Any) -> None:
     # Given small job A failed for good (its held entry dead-lettered)
     q, qk, a, b, entry, fields, keys, ctx = small
-    assert _fcall(r, LaneScripts.lane_fail_call(
+    assert fcall(r, LaneScripts.lane_fail_call(
         qk, (50, "default"), ctx, entry_id=entry, job=a, attempts=1, delay_ms=-1,
         error="boom", kind=fields[b"t"], payload=fields[b"p"])) == 2
     ((dead_id, letter),) = [(eid.decode(), f) for eid, f in r.xrange(qk.dead)]
@@ -151,7 +132,7 @@ def test_a_retry_in_place_naming_another_lane_or_another_letters_markers_is_refu
                        "workers", member, 8, a, dead_id, "tok-1", 60_000)
     own = f"{a}|{created}|0|1"
     other = f"{b}|{created}|0|1"
-    before = _snapshot(r, [*keys, qk.replayed(own), qk.replayed(other)])
+    before = snapshot(r, [*keys, qk.replayed(own), qk.replayed(other)])
     # When a retry names another lane than A's record, or another letter's markers
     for call, what in [(("10|victim", own, dead_id), "ARGV\\[2\\] is not the lane"),
                        (("50|default", other, dead_id), "are not the markers"),
@@ -159,7 +140,7 @@ def test_a_retry_in_place_naming_another_lane_or_another_letters_markers_is_refu
         with pytest.raises(redis.ResponseError, match=f"sq_lane_retry refused: .*{what}"):
             retry(*call)
     # Then nothing changed
-    assert _snapshot(r, [*keys, qk.replayed(own), qk.replayed(other)]) == before
+    assert snapshot(r, [*keys, qk.replayed(own), qk.replayed(other)]) == before
     # And the true call puts A back into its own lane, its markers set
     assert retry("50|default", own, dead_id) == 1
     assert r.exists(qk.replayed(own), qk.replayed_entry(dead_id)) == 2
@@ -175,7 +156,7 @@ def test_a_retry_in_place_puts_back_the_payload_its_dead_letter_held(
     # keeps its payload beside it (or, an error record written before they were, only
     # its dead letter holds it)
     q, qk, a, _, entry, fields, _, ctx = small
-    assert _fcall(r, LaneScripts.lane_fail_call(
+    assert fcall(r, LaneScripts.lane_fail_call(
         qk, (50, "default"), ctx, entry_id=entry, job=a, attempts=1, delay_ms=-1,
         error="boom", kind=fields[b"t"], payload=fields[b"p"])) == 2
     ((dead_id, letter),) = [(eid.decode(), f) for eid, f in r.xrange(qk.dead)]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from forged_calls import GROUP, fcall, snapshot
 
 from streamq import Queue
 from streamq.base.config import DEFAULT_DEAD_MAXLEN
@@ -20,26 +21,7 @@ from streamq.base.keys import QueueKeys
 from streamq.model.lane_scripts import LaneCtx, LaneScripts
 from streamq.model.scripts import Call, Scripts
 
-GROUP = "workers"
 NOT_UTF8 = b"boom \xff\xfe"
-
-
-def _snapshot(r: redis.Redis, keys: list[str]) -> dict[str, Any]:
-    """Every key's type and contents (what a refused call must leave as it was)."""
-    read = {"hash": r.hgetall, "zset": lambda k: r.zrange(k, 0, -1, withscores=True),
-            "stream": r.xrange, "string": r.get, "set": r.smembers, "none": lambda k: None}
-    out: dict[str, Any] = {}
-    for k in keys:
-        kind = r.type(k).decode()
-        out[k] = (kind, read[kind](k))
-    out["pending"] = sorted(
-        (p["message_id"], p["consumer"]) for k in keys if r.type(k) == b"stream"
-        and r.xinfo_stream(k).get("groups") for p in r.xpending_range(k, GROUP, "-", "+", 100))
-    return out
-
-
-def _fcall(r: redis.Redis, call: Call) -> Any:
-    return r.fcall(f"sq_{call.name}", len(call.keys), *call.keys, *call.args)
 
 
 @pytest.fixture
@@ -60,7 +42,7 @@ def lane(r: redis.Redis, redis_url: str) -> Any:
                                     delay_ms=-1, error="boom", kind=f[b"t"], payload=f[b"p"])
         args.update(change)
         return LaneScripts.lane_fail_call(qk, (50, "default"), ctx, **args)
-    assert _fcall(r, fail(0)) == 2 and _fcall(r, fail(1)) == 2
+    assert fcall(r, fail(0)) == 2 and fcall(r, fail(1)) == 2
     assert r.xlen(qk.dead) == 2
     keys = [stream, f"{stream}:retry", qk.ljobs, qk.lresults, qk.lerrors, qk.lstarts,
             qk.lactive, qk.ldone, qk.events, qk.dead, qk.retries, qk.lkept]
@@ -73,7 +55,7 @@ def test_a_dead_stream_cap_below_the_deployments_is_refused_and_trims_nothing(
         r: redis.Redis, lane: Any, cap: int) -> None:
     q, qk, jobs, fail, keys, ctx = lane
     marker = qk.announced(f"{jobs[0]}|1|0|9")
-    before = _snapshot(r, [*keys, marker])
+    before = snapshot(r, [*keys, marker])
     forged_ctx = LaneCtx("forged", 1000, 60_000, dead_maxlen=cap)
     # When a worker fails an entry it holds, and a reaper reclaims the lane, each with
     # a dead stream cap no process uses; and either announces a letter with it
@@ -91,30 +73,30 @@ def test_a_dead_stream_cap_below_the_deployments_is_refused_and_trims_nothing(
         with pytest.raises(redis.ResponseError,
                            match=f"sq_{call.name} refused: ARGV\\[\\d+\\] must be dead "
                                  "stream cap"):
-            _fcall(r, call)
+            fcall(r, call)
     # And nothing changed: both dead letters are still in the dead stream
-    assert _snapshot(r, [*keys, marker]) == before
+    assert snapshot(r, [*keys, marker]) == before
     assert [f[b"j" if b"j" in f else b"job"] for _, f in r.xrange(qk.dead)] == [
         jobs[0].encode(), jobs[1].encode()]
     # And the true call, with the deployment's cap, dead-letters beside them
-    assert _fcall(r, fail(2)) == 2 and r.xlen(qk.dead) == 3
+    assert fcall(r, fail(2)) == 2 and r.xlen(qk.dead) == 3
     assert len(q.dead_letters()) == 3
 
 
 def test_a_lane_failure_whose_error_is_not_utf8_is_refused_and_changes_nothing(
         r: redis.Redis, lane: Any) -> None:
     q, qk, jobs, fail, keys, _ = lane
-    before = _snapshot(r, keys)
+    before = snapshot(r, keys)
     # When a worker fails an entry it holds (for a retry, or for good) with an error
     # text that is not UTF-8
     for delay in (0, -1):
         with pytest.raises(redis.ResponseError,
                            match="sq_lane_fail refused: ARGV\\[10\\] must be error"):
-            _fcall(r, fail(2, error=NOT_UTF8, delay_ms=delay))
+            fcall(r, fail(2, error=NOT_UTF8, delay_ms=delay))
     # Then nothing changed
-    assert _snapshot(r, keys) == before
+    assert snapshot(r, keys) == before
     # And an error of any UTF-8 text is taken, and read back, status and retry alike
-    assert _fcall(r, fail(2, error="boom é ☃ 𝄞\n\"|,\\")) == 2
+    assert fcall(r, fail(2, error="boom é ☃ 𝄞\n\"|,\\")) == 2
     assert q.status(jobs[2]).failed == 1
     assert q.retry(jobs[2]) == 1 and q.status(jobs[2]).queued == 1
 
@@ -135,7 +117,7 @@ def job(r: redis.Redis, redis_url: str) -> Any:
 def test_a_failure_or_abort_whose_text_is_not_utf8_is_refused_and_changes_nothing(
         r: redis.Redis, job: Any) -> None:
     q, s, jk, jid, (eid, f), keys = job
-    before = _snapshot(r, keys)
+    before = snapshot(r, keys)
     fail = s.fail_call(jk, entry_id=eid.decode(), index=int(f[b"i"]), attempts=1,
                        delay_ms=-1, error=NOT_UTF8, kind=f[b"t"], payload=f[b"p"])
     abort = Call("abort_job", (jk.meta, jk.tasks, jk.results, jk.errors, jk.retry,
@@ -146,13 +128,13 @@ def test_a_failure_or_abort_whose_text_is_not_utf8_is_refused_and_changes_nothin
     for call, at in ((fail, 6), (abort, 1)):
         with pytest.raises(redis.ResponseError,
                            match=f"sq_{call.name} refused: ARGV\\[{at}\\] must be "):
-            _fcall(r, call)
+            fcall(r, call)
     # Then nothing changed, and the job reads as it did
-    assert _snapshot(r, keys) == before
+    assert snapshot(r, keys) == before
     assert q.status(jid).state.value == "active"
     # And UTF-8 texts are taken and read back
     good = s.fail_call(jk, entry_id=eid.decode(), index=int(f[b"i"]), attempts=1,
                        delay_ms=-1, error="boom é ☃", kind=f[b"t"], payload=f[b"p"])
-    assert _fcall(r, good)[0] == 2
-    _fcall(r, Call("abort_job", abort.keys, ("why é", "", "")))
+    assert fcall(r, good)[0] == 2
+    fcall(r, Call("abort_job", abort.keys, ("why é", "", "")))
     assert q.status(jid).state.value == "aborted"
